@@ -1,0 +1,90 @@
+//! Pixels to bytes in the asked format. Nothing from the source's metadata is written.
+
+use image::codecs::gif::GifEncoder;
+use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+use image::{DynamicImage, ImageEncoder};
+
+use crate::error::ProcessError;
+use crate::ops::flatten;
+use crate::spec::{OutputFormat, Rgb};
+
+/// Largest side libwebp accepts.
+const WEBP_MAX_SIDE: u32 = 16383;
+
+pub fn encode(
+    image: DynamicImage,
+    format: OutputFormat,
+    quality: Option<u8>,
+    background: Rgb,
+) -> Result<Vec<u8>, ProcessError> {
+    let q = quality.or(format.default_quality()).unwrap_or(80);
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        ProcessError::Internal(format!("{what} encoding failed: {e}"))
+    };
+    let mut out = Vec::new();
+    match format {
+        OutputFormat::Jpeg => {
+            let rgb = flatten(image, background);
+            let (w, h) = rgb.dimensions();
+            let (w16, h16) = match (u16::try_from(w), u16::try_from(h)) {
+                (Ok(w), Ok(h)) => (w, h),
+                _ => return Err(ProcessError::too_many_pixels(w, h, u64::from(u16::MAX))),
+            };
+            let mut encoder = jpeg_encoder::Encoder::new(&mut out, q);
+            encoder.set_optimized_huffman_tables(true);
+            encoder
+                .encode(rgb.as_raw(), w16, h16, jpeg_encoder::ColorType::Rgb)
+                .map_err(|e| internal("JPEG", &e))?;
+        }
+        OutputFormat::Png => {
+            let encoder =
+                PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Adaptive);
+            let color = image.color().into();
+            encoder
+                .write_image(image.as_bytes(), image.width(), image.height(), color)
+                .map_err(|e| internal("PNG", &e))?;
+        }
+        OutputFormat::Webp => {
+            let (w, h) = (image.width(), image.height());
+            if w > WEBP_MAX_SIDE || h > WEBP_MAX_SIDE {
+                return Err(ProcessError::TooManyPixels {
+                    width: u64::from(w),
+                    height: u64::from(h),
+                    pixels: u64::from(w) * u64::from(h),
+                    limit: u64::from(WEBP_MAX_SIDE) * u64::from(WEBP_MAX_SIDE),
+                });
+            }
+            let encoder = match &image {
+                DynamicImage::ImageRgba8(img) => webp::Encoder::from_rgba(img.as_raw(), w, h),
+                DynamicImage::ImageRgb8(img) => webp::Encoder::from_rgb(img.as_raw(), w, h),
+                _ => return Err(ProcessError::Internal("WebP expects RGB or RGBA".into())),
+            };
+            let mut config = webp::WebPConfig::new()
+                .map_err(|()| ProcessError::Internal("libwebp config failed".into()))?;
+            config.quality = f32::from(q);
+            config.method = 4;
+            let memory = encoder
+                .encode_advanced(&config)
+                .map_err(|e| internal("WebP", &format!("{e:?}")))?;
+            out.extend_from_slice(&memory);
+        }
+        OutputFormat::Gif => {
+            let rgba = image.into_rgba8();
+            let mut encoder = GifEncoder::new(&mut out);
+            encoder
+                .encode(
+                    rgba.as_raw(),
+                    rgba.width(),
+                    rgba.height(),
+                    image::ExtendedColorType::Rgba8,
+                )
+                .map_err(|e| internal("GIF", &e))?;
+        }
+        OutputFormat::Avif => {
+            return Err(ProcessError::UnsupportedFormat(
+                "AVIF output is not available in this build".into(),
+            ))
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,198 @@
+//! Where every output pixel comes from: the fit rules turned into one resize plan.
+//!
+//! Kept apart from the pixel work so the rules (which box, whether to upscale, where the crop
+//! and the padding go) are plain arithmetic with plain tests.
+
+use crate::spec::{Fit, ResolvedSpec};
+
+/// A region of the source, in source pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SourceCrop {
+    pub left: f64,
+    pub top: f64,
+    pub width: f64,
+    pub height: f64,
+}
+
+/// What to do with an upright source of a given size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    /// The part of the source that is kept (`None` = all of it).
+    pub crop: Option<SourceCrop>,
+    /// Size the kept part is resized to.
+    pub resize_to: (u32, u32),
+    /// Final canvas and where the resized image sits on it (`fit=pad`).
+    pub pad: Option<Padding>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Padding {
+    pub canvas: (u32, u32),
+    pub offset: (u32, u32),
+}
+
+impl Plan {
+    pub fn output_size(&self) -> (u32, u32) {
+        self.pad.map_or(self.resize_to, |p| p.canvas)
+    }
+}
+
+fn round_px(v: f64) -> u32 {
+    (v.round() as u32).max(1)
+}
+
+/// The plan for a source of `(sw, sh)` upright pixels.
+pub fn plan(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
+    let spec = &spec.shape;
+    let (sw, sh) = (f64::from(source.0), f64::from(source.1));
+    let whole = |w: u32, h: u32| Plan {
+        crop: None,
+        resize_to: (w, h),
+        pad: None,
+    };
+    let (bw, bh) = match (spec.width, spec.height) {
+        (None, None) => return whole(source.0, source.1),
+        (Some(w), None) => (f64::from(w), sh * f64::from(w) / sw),
+        (None, Some(h)) => (sw * f64::from(h) / sh, f64::from(h)),
+        (Some(w), Some(h)) => (f64::from(w), f64::from(h)),
+    };
+    let no_upscale = |scale: f64| if spec.enlarge { scale } else { scale.min(1.0) };
+    match spec.fit {
+        Fit::Contain | Fit::Pad => {
+            let scale = no_upscale((bw / sw).min(bh / sh));
+            let resize_to = (round_px(sw * scale), round_px(sh * scale));
+            if spec.fit == Fit::Contain {
+                return whole(resize_to.0, resize_to.1);
+            }
+            let canvas = (round_px(bw), round_px(bh));
+            let (ax, ay) = spec.gravity.anchor();
+            let offset = (
+                (f64::from(canvas.0.saturating_sub(resize_to.0)) * ax).round() as u32,
+                (f64::from(canvas.1.saturating_sub(resize_to.1)) * ay).round() as u32,
+            );
+            Plan {
+                crop: None,
+                resize_to,
+                pad: Some(Padding { canvas, offset }),
+            }
+        }
+        Fit::Fill => {
+            // Without enlarge the box shrinks, keeping its shape, until no axis upscales.
+            let over = if spec.enlarge {
+                1.0
+            } else {
+                (bw / sw).max(bh / sh).max(1.0)
+            };
+            whole(round_px(bw / over), round_px(bh / over))
+        }
+        Fit::Cover => {
+            let over = if spec.enlarge {
+                1.0
+            } else {
+                (bw / sw).max(bh / sh).max(1.0)
+            };
+            let out = (round_px(bw / over), round_px(bh / over));
+            let scale = (f64::from(out.0) / sw).max(f64::from(out.1) / sh);
+            let cw = (f64::from(out.0) / scale).min(sw);
+            let ch = (f64::from(out.1) / scale).min(sh);
+            let (ax, ay) = spec.gravity.anchor();
+            let crop = SourceCrop {
+                left: (sw - cw) * ax,
+                top: (sh - ch) * ay,
+                width: cw,
+                height: ch,
+            };
+            let crop = (cw < sw || ch < sh).then_some(crop);
+            Plan {
+                crop,
+                resize_to: out,
+                pad: None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{OutputFormat, Spec};
+
+    fn p(src: (u32, u32), q: &str) -> Plan {
+        let spec = Spec::parse(q)
+            .unwrap()
+            .resolve(Some(OutputFormat::Png), false, None);
+        plan(src, &spec)
+    }
+
+    #[test]
+    fn contain_keeps_aspect_and_does_not_upscale() {
+        assert_eq!(p((1000, 500), "w=400").output_size(), (400, 200));
+        assert_eq!(p((1000, 500), "h=100").output_size(), (200, 100));
+        assert_eq!(p((1000, 500), "w=400&h=400").output_size(), (400, 200));
+        assert_eq!(p((100, 50), "w=400").output_size(), (100, 50));
+        assert_eq!(p((100, 50), "w=400&enlarge=1").output_size(), (400, 200));
+        assert_eq!(p((100, 50), "").output_size(), (100, 50));
+        assert_eq!(p((1000, 1), "w=10").output_size(), (10, 1), "never zero");
+    }
+
+    #[test]
+    fn dpr_multiplies_the_box() {
+        assert_eq!(p((1000, 500), "w=200&dpr=2").output_size(), (400, 200));
+    }
+
+    #[test]
+    fn cover_crops_by_gravity() {
+        let plan = p((1000, 500), "w=100&h=100&fit=cover");
+        assert_eq!(plan.resize_to, (100, 100));
+        let c = plan.crop.unwrap();
+        assert_eq!(
+            (c.left, c.top, c.width, c.height),
+            (250.0, 0.0, 500.0, 500.0)
+        );
+        let c = p((1000, 500), "w=100&h=100&fit=cover&gravity=east")
+            .crop
+            .unwrap();
+        assert_eq!(c.left, 500.0);
+        let c = p((500, 1000), "w=100&h=100&fit=cover&gravity=north")
+            .crop
+            .unwrap();
+        assert_eq!((c.top, c.height), (0.0, 500.0));
+    }
+
+    #[test]
+    fn cover_without_enlarge_shrinks_the_box() {
+        let plan = p((200, 100), "w=400&h=400&fit=cover");
+        assert_eq!(plan.resize_to, (100, 100));
+        assert_eq!(plan.crop.unwrap().width, 100.0);
+    }
+
+    #[test]
+    fn fill_stretches() {
+        assert_eq!(
+            p((1000, 500), "w=300&h=300&fit=fill").output_size(),
+            (300, 300)
+        );
+        assert_eq!(
+            p((100, 100), "w=400&h=200&fit=fill").output_size(),
+            (100, 50)
+        );
+    }
+
+    #[test]
+    fn pad_reaches_the_exact_box() {
+        let plan = p((1000, 500), "w=400&h=400&fit=pad");
+        assert_eq!(plan.resize_to, (400, 200));
+        assert_eq!(
+            plan.pad,
+            Some(Padding {
+                canvas: (400, 400),
+                offset: (0, 100)
+            })
+        );
+        let plan = p((1000, 500), "w=400&h=400&fit=pad&gravity=south");
+        assert_eq!(plan.pad.unwrap().offset, (0, 200));
+        let plan = p((100, 50), "w=400&h=400&fit=pad");
+        assert_eq!(plan.resize_to, (100, 50));
+        assert_eq!(plan.pad.unwrap().canvas, (400, 400));
+    }
+}

@@ -1,0 +1,86 @@
+//! imgcas-processors: the pure image core of imgcas.
+//!
+//! Bytes and a spec in, bytes or a typed error out. No I/O, no async, no knowledge of HTTP or
+//! storage: the service composes this crate, and `imgcas process` runs the same code offline.
+//!
+//! The walk of one request: [`sniff`] the format, [`decode`] with the pixel limit checked from
+//! the header, orient, [`rotate`](ops::rotate), [`plan`](geometry::plan) the geometry, resize
+//! and pad, filter, [`encode`](encode::encode).
+
+#![forbid(unsafe_code)]
+
+pub mod decode;
+pub mod encode;
+pub mod error;
+pub mod geometry;
+pub mod ops;
+pub mod sniff;
+pub mod spec;
+
+pub use decode::{probe, Limits, SourceInfo};
+pub use error::ProcessError;
+pub use sniff::{sniff, SourceFormat};
+pub use spec::{
+    negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,
+};
+
+/// A finished variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processed {
+    pub bytes: Vec<u8>,
+    pub format: OutputFormat,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Runs a resolved spec on source bytes.
+pub fn process(
+    bytes: &[u8],
+    spec: &ResolvedSpec,
+    limits: &Limits,
+) -> Result<Processed, ProcessError> {
+    if !spec.format.can_encode() {
+        return Err(ProcessError::UnsupportedFormat(format!(
+            "{} output is not available in this build",
+            spec.format
+        )));
+    }
+    let (_, image) = decode::decode(bytes, limits)?;
+    check_minimum(image.width(), image.height(), &spec.shape)?;
+    let image = ops::rotate(image, spec.shape.rotate);
+    let plan = geometry::plan((image.width(), image.height()), spec);
+    let (ow, oh) = plan.output_size();
+    if u64::from(ow) * u64::from(oh) > limits.max_pixels {
+        return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
+    }
+    let mut image = ops::apply_plan(image, &plan, spec.shape.background)?;
+    if let Some(sigma) = spec.shape.blur {
+        image = ops::blur(image, sigma.as_f64());
+    }
+    if let Some(sigma) = spec.shape.sharpen {
+        image = ops::sharpen(image, sigma.as_f64());
+    }
+    let (width, height) = (image.width(), image.height());
+    let bytes = encode::encode(image, spec.format, spec.quality, spec.shape.background)?;
+    Ok(Processed {
+        bytes,
+        format: spec.format,
+        width,
+        height,
+    })
+}
+
+/// `min_w`/`min_h` constrain the upright source, before any `rotate`.
+fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(), ProcessError> {
+    let too_narrow = spec.min_width.is_some_and(|m| width < m);
+    let too_short = spec.min_height.is_some_and(|m| height < m);
+    if too_narrow || too_short {
+        let min = format!(
+            "{}x{}",
+            spec.min_width.map_or("-".into(), |v| v.to_string()),
+            spec.min_height.map_or("-".into(), |v| v.to_string())
+        );
+        return Err(ProcessError::SourceTooSmall { width, height, min });
+    }
+    Ok(())
+}

@@ -1,0 +1,685 @@
+//! Processing options: parsing, validation and the two canonical forms.
+//!
+//! A request's options become a [`Spec`], which still says what the client asked for
+//! (`format=original`, `format=auto`, `dpr=2`). Before anything is looked up, the service
+//! resolves it against the source and the client into a [`ResolvedSpec`]: the format is
+//! concrete, `dpr` is folded into the box, and options that cannot change the output are
+//! dropped. The resolved form's [`ResolvedSpec::canonical`] string is what variant keys are
+//! made of, so requests that must produce the same bytes share one variant.
+
+use std::fmt;
+
+/// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
+/// variants made by older code stop matching by themselves.
+pub const PROCESSOR_VERSION: u32 = 1;
+
+/// Largest `w`/`h` a client may ask for (before `dpr`).
+pub const MAX_DIMENSION: u32 = 8192;
+
+/// A bad option, named so the client can fix its URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid option `{option}`: {message}")]
+pub struct SpecError {
+    pub option: String,
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(option: &str, message: impl Into<String>) -> Self {
+        SpecError {
+            option: option.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fit {
+    #[default]
+    Contain,
+    Cover,
+    Fill,
+    Pad,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gravity {
+    #[default]
+    Center,
+    North,
+    South,
+    East,
+    West,
+    NorthEast,
+    NorthWest,
+    SouthEast,
+    SouthWest,
+}
+
+impl Gravity {
+    /// Where the kept region sits along each axis: 0 = left/top, 0.5 = middle, 1 = right/bottom.
+    pub fn anchor(self) -> (f64, f64) {
+        match self {
+            Gravity::Center => (0.5, 0.5),
+            Gravity::North => (0.5, 0.0),
+            Gravity::South => (0.5, 1.0),
+            Gravity::East => (1.0, 0.5),
+            Gravity::West => (0.0, 0.5),
+            Gravity::NorthEast => (1.0, 0.0),
+            Gravity::NorthWest => (0.0, 0.0),
+            Gravity::SouthEast => (1.0, 1.0),
+            Gravity::SouthWest => (0.0, 1.0),
+        }
+    }
+}
+
+/// Formats imgcas can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputFormat {
+    Jpeg,
+    Png,
+    Webp,
+    Avif,
+    Gif,
+}
+
+impl OutputFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Jpeg => "jpeg",
+            OutputFormat::Png => "png",
+            OutputFormat::Webp => "webp",
+            OutputFormat::Avif => "avif",
+            OutputFormat::Gif => "gif",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "jpeg" | "jpg" => OutputFormat::Jpeg,
+            "png" => OutputFormat::Png,
+            "webp" => OutputFormat::Webp,
+            "avif" => OutputFormat::Avif,
+            "gif" => OutputFormat::Gif,
+            _ => return None,
+        })
+    }
+
+    pub fn mime(self) -> &'static str {
+        match self {
+            OutputFormat::Jpeg => "image/jpeg",
+            OutputFormat::Png => "image/png",
+            OutputFormat::Webp => "image/webp",
+            OutputFormat::Avif => "image/avif",
+            OutputFormat::Gif => "image/gif",
+        }
+    }
+
+    /// The quality used when the request names none; `None` for lossless formats.
+    pub fn default_quality(self) -> Option<u8> {
+        match self {
+            OutputFormat::Jpeg => Some(82),
+            OutputFormat::Webp => Some(80),
+            OutputFormat::Avif => Some(60),
+            OutputFormat::Png | OutputFormat::Gif => None,
+        }
+    }
+
+    /// Whether this build can encode the format. Negotiation never picks one it cannot.
+    pub fn can_encode(self) -> bool {
+        !matches!(self, OutputFormat::Avif)
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the client asked for in `format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FormatRequest {
+    /// Keep the source's format (or the nearest one imgcas writes).
+    #[default]
+    Original,
+    /// The best format the client's `Accept` header allows.
+    Auto,
+    Exact(OutputFormat),
+}
+
+/// A value kept in hundredths so that specs compare and print exactly (`dpr=1.5`, `blur=0.3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Hundredths(pub u32);
+
+impl Hundredths {
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / 100.0
+    }
+
+    fn parse(option: &str, value: &str, min: u32, max: u32) -> Result<Self, SpecError> {
+        let range = || format!("must be a number from {} to {}", fmt_h(min), fmt_h(max));
+        let v: f64 = value
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| SpecError::new(option, range()))?;
+        let h = (v * 100.0).round();
+        if h < f64::from(min) || h > f64::from(max) {
+            return Err(SpecError::new(option, range()));
+        }
+        Ok(Hundredths(h as u32))
+    }
+}
+
+fn fmt_h(h: u32) -> String {
+    if h.is_multiple_of(100) {
+        (h / 100).to_string()
+    } else if h.is_multiple_of(10) {
+        format!("{}.{}", h / 100, (h % 100) / 10)
+    } else {
+        format!("{}.{:02}", h / 100, h % 100)
+    }
+}
+
+impl fmt::Display for Hundredths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&fmt_h(self.0))
+    }
+}
+
+/// An sRGB colour, `rrggbb`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rgb(pub [u8; 3]);
+
+impl Default for Rgb {
+    fn default() -> Self {
+        Rgb([255, 255, 255])
+    }
+}
+
+impl fmt::Display for Rgb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:02x}{:02x}{:02x}", self.0[0], self.0[1], self.0[2])
+    }
+}
+
+/// The options that shape the pixels: the same in the request form and the resolved form.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Box width; in a [`ResolvedSpec`], in output pixels (`dpr` applied).
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub fit: Fit,
+    pub gravity: Gravity,
+    pub enlarge: bool,
+    /// Clockwise degrees applied after EXIF orientation: 0, 90, 180 or 270.
+    pub rotate: u16,
+    pub blur: Option<Hundredths>,
+    pub sharpen: Option<Hundredths>,
+    pub background: Rgb,
+    pub min_width: Option<u32>,
+    pub min_height: Option<u32>,
+}
+
+impl Shape {
+    /// Its non-default options as `(name, value)` pairs.
+    fn parts(&self, out: &mut Vec<(&'static str, String)>) {
+        let d = Shape::default();
+        if self.background != d.background {
+            out.push(("bg", self.background.to_string()));
+        }
+        if let Some(b) = self.blur {
+            out.push(("blur", b.to_string()));
+        }
+        if self.enlarge {
+            out.push(("enlarge", "1".into()));
+        }
+        if self.fit != d.fit {
+            out.push(("fit", fit_name(self.fit).into()));
+        }
+        if self.gravity != d.gravity {
+            out.push(("gravity", gravity_name(self.gravity).into()));
+        }
+        let numbers = [
+            ("h", self.height),
+            ("min_h", self.min_height),
+            ("min_w", self.min_width),
+            ("w", self.width),
+        ];
+        for (name, value) in numbers {
+            if let Some(v) = value {
+                out.push((name, v.to_string()));
+            }
+        }
+        if self.rotate != 0 {
+            out.push(("rotate", self.rotate.to_string()));
+        }
+        if let Some(s) = self.sharpen {
+            out.push(("sharpen", s.to_string()));
+        }
+    }
+}
+
+/// The options of one request, validated, as the client gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub shape: Shape,
+    /// Device pixel ratio, 1–4, in hundredths.
+    pub dpr: Hundredths,
+    pub format: FormatRequest,
+    pub quality: Option<u8>,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            shape: Shape::default(),
+            dpr: Hundredths(100),
+            format: FormatRequest::Original,
+            quality: None,
+        }
+    }
+}
+
+/// Option names the spec understands; anything else is refused.
+pub const OPTION_NAMES: &[&str] = &[
+    "w", "h", "fit", "gravity", "enlarge", "dpr", "format", "q", "rotate", "blur", "sharpen", "bg",
+    "min_w", "min_h",
+];
+
+fn parse_u32(option: &str, value: &str, min: u32, max: u32) -> Result<u32, SpecError> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| {
+            SpecError::new(
+                option,
+                format!("must be a whole number from {min} to {max}"),
+            )
+        })
+}
+
+impl Spec {
+    /// Parses `(name, value)` pairs (a query string without `url` and `sig`).
+    /// Order does not matter; a repeated or unknown option is an error.
+    pub fn from_pairs<'a, I>(pairs: I) -> Result<Spec, SpecError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut spec = Spec::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for (name, value) in pairs {
+            let Some(&known) = OPTION_NAMES.iter().find(|n| **n == name) else {
+                return Err(SpecError::new(
+                    name,
+                    format!("unknown option (known: {})", OPTION_NAMES.join(", ")),
+                ));
+            };
+            if seen.contains(&known) {
+                return Err(SpecError::new(name, "given more than once"));
+            }
+            seen.push(known);
+            spec.set(known, value)?;
+        }
+        Ok(spec)
+    }
+
+    /// Parses a query-style string such as `w=400&format=webp`.
+    pub fn parse(query: &str) -> Result<Spec, SpecError> {
+        let pairs: Vec<(&str, &str)> = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').unwrap_or((p, "")))
+            .collect();
+        Spec::from_pairs(pairs)
+    }
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), SpecError> {
+        match name {
+            "w" => self.shape.width = Some(parse_u32(name, value, 1, MAX_DIMENSION)?),
+            "h" => self.shape.height = Some(parse_u32(name, value, 1, MAX_DIMENSION)?),
+            "min_w" => self.shape.min_width = Some(parse_u32(name, value, 1, u32::MAX / 2)?),
+            "min_h" => self.shape.min_height = Some(parse_u32(name, value, 1, u32::MAX / 2)?),
+            "q" => self.quality = Some(parse_u32(name, value, 1, 100)? as u8),
+            "dpr" => self.dpr = Hundredths::parse(name, value, 100, 400)?,
+            "blur" => self.shape.blur = Some(Hundredths::parse(name, value, 30, 10_000)?),
+            "sharpen" => self.shape.sharpen = Some(Hundredths::parse(name, value, 30, 10_000)?),
+            "enlarge" => {
+                self.shape.enlarge = match value {
+                    "0" | "false" => false,
+                    "1" | "true" => true,
+                    _ => return Err(SpecError::new(name, "must be 0 or 1")),
+                }
+            }
+            "rotate" => {
+                self.shape.rotate = match value {
+                    "0" => 0,
+                    "90" => 90,
+                    "180" => 180,
+                    "270" => 270,
+                    _ => return Err(SpecError::new(name, "must be 0, 90, 180 or 270")),
+                }
+            }
+            "fit" => {
+                self.shape.fit = match value {
+                    "contain" => Fit::Contain,
+                    "cover" => Fit::Cover,
+                    "fill" => Fit::Fill,
+                    "pad" => Fit::Pad,
+                    _ => {
+                        return Err(SpecError::new(
+                            name,
+                            "must be one of contain, cover, fill, pad",
+                        ))
+                    }
+                }
+            }
+            "gravity" => {
+                self.shape.gravity = match value {
+                    "center" => Gravity::Center,
+                    "north" => Gravity::North,
+                    "south" => Gravity::South,
+                    "east" => Gravity::East,
+                    "west" => Gravity::West,
+                    "northeast" => Gravity::NorthEast,
+                    "northwest" => Gravity::NorthWest,
+                    "southeast" => Gravity::SouthEast,
+                    "southwest" => Gravity::SouthWest,
+                    _ => return Err(SpecError::new(
+                        name,
+                        "must be one of center, north, south, east, west, northeast, northwest, southeast, southwest",
+                    )),
+                }
+            }
+            "format" => {
+                self.format = match value {
+                    "original" => FormatRequest::Original,
+                    "auto" => FormatRequest::Auto,
+                    other => FormatRequest::Exact(OutputFormat::from_name(other).ok_or_else(
+                        || {
+                            SpecError::new(
+                                name,
+                                "must be one of jpeg, png, webp, avif, gif, auto, original",
+                            )
+                        },
+                    )?),
+                }
+            }
+            "bg" => {
+                let hex = value.strip_prefix('#').unwrap_or(value);
+                let bad = || SpecError::new(name, "must be a hex colour rrggbb");
+                if hex.len() != 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(bad());
+                }
+                let channel = |i: usize| {
+                    hex.get(i..i + 2)
+                        .and_then(|c| u8::from_str_radix(c, 16).ok())
+                        .ok_or_else(bad)
+                };
+                self.shape.background = Rgb([channel(0)?, channel(2)?, channel(4)?]);
+            }
+            _ => unreachable!("option names are checked against OPTION_NAMES"),
+        }
+        Ok(())
+    }
+
+    /// The request as typed, normalized: sorted, defaults dropped. Two requests with the same
+    /// canonical form are the same request (signatures are computed over it).
+    pub fn canonical(&self) -> String {
+        let mut parts = Vec::new();
+        self.shape.parts(&mut parts);
+        if self.dpr != Spec::default().dpr {
+            parts.push(("dpr", self.dpr.to_string()));
+        }
+        match self.format {
+            FormatRequest::Original => {}
+            FormatRequest::Auto => parts.push(("format", "auto".into())),
+            FormatRequest::Exact(f) => parts.push(("format", f.name().into())),
+        }
+        if let Some(q) = self.quality {
+            parts.push(("q", q.to_string()));
+        }
+        join(parts)
+    }
+
+    /// Whether the response depends on the client's `Accept` header.
+    pub fn varies_by_accept(&self) -> bool {
+        self.format == FormatRequest::Auto
+    }
+
+    /// Resolves the request against its source and client: the output format becomes concrete
+    /// (`original` follows `source_format`, `auto` follows `accept`), `dpr` is folded into the
+    /// box, and options that cannot change the output are dropped.
+    pub fn resolve(
+        &self,
+        source_format: Option<OutputFormat>,
+        source_has_alpha: bool,
+        accept: Option<&str>,
+    ) -> ResolvedSpec {
+        let fallback = if source_has_alpha {
+            OutputFormat::Png
+        } else {
+            OutputFormat::Jpeg
+        };
+        let format = match self.format {
+            FormatRequest::Exact(f) => f,
+            FormatRequest::Original => source_format.unwrap_or(fallback),
+            FormatRequest::Auto => negotiate(accept.unwrap_or(""), source_has_alpha),
+        };
+        let scale = |v: u32| ((f64::from(v) * self.dpr.as_f64()).round() as u32).max(1);
+        let mut shape = self.shape.clone();
+        shape.width = shape.width.map(scale);
+        shape.height = shape.height.map(scale);
+        let has_box = shape.width.is_some() || shape.height.is_some();
+        if shape.width.is_none() || shape.height.is_none() {
+            // With one side given (or none) every fit behaves like contain.
+            shape.fit = Fit::Contain;
+        }
+        if !matches!(shape.fit, Fit::Cover | Fit::Pad) {
+            shape.gravity = Gravity::Center;
+        }
+        shape.enlarge &= has_box;
+        let quality = format
+            .default_quality()
+            .map(|default| self.quality.unwrap_or(default));
+        ResolvedSpec {
+            shape,
+            format,
+            quality,
+        }
+    }
+}
+
+/// The best output format an `Accept` header allows: AVIF, then WebP, then PNG where the
+/// source has alpha, else JPEG. Formats this build cannot write are skipped.
+pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
+    let accepts = |mime: &str| {
+        accept.split(',').any(|item| {
+            let mut parts = item.split(';');
+            let ty = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                let p = p.trim();
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            ty.eq_ignore_ascii_case(mime) && !refused
+        })
+    };
+    for candidate in [OutputFormat::Avif, OutputFormat::Webp] {
+        if candidate.can_encode() && accepts(candidate.mime()) {
+            return candidate;
+        }
+    }
+    if has_alpha {
+        OutputFormat::Png
+    } else {
+        OutputFormat::Jpeg
+    }
+}
+
+fn fit_name(f: Fit) -> &'static str {
+    match f {
+        Fit::Contain => "contain",
+        Fit::Cover => "cover",
+        Fit::Fill => "fill",
+        Fit::Pad => "pad",
+    }
+}
+
+fn gravity_name(g: Gravity) -> &'static str {
+    match g {
+        Gravity::Center => "center",
+        Gravity::North => "north",
+        Gravity::South => "south",
+        Gravity::East => "east",
+        Gravity::West => "west",
+        Gravity::NorthEast => "northeast",
+        Gravity::NorthWest => "northwest",
+        Gravity::SouthEast => "southeast",
+        Gravity::SouthWest => "southwest",
+    }
+}
+
+/// Renders `name=value` pairs sorted by name, `&`-separated.
+fn join(mut parts: Vec<(&'static str, String)>) -> String {
+    parts.sort_by_key(|(name, _)| *name);
+    let rendered: Vec<String> = parts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    rendered.join("&")
+}
+
+/// A spec with everything decided: what [`crate::process`] executes and what variant keys are
+/// made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSpec {
+    pub shape: Shape,
+    pub format: OutputFormat,
+    /// `None` for lossless formats.
+    pub quality: Option<u8>,
+}
+
+impl ResolvedSpec {
+    /// The variant-key form: every field that shapes the output, defaults dropped, sorted.
+    /// The format is always present.
+    pub fn canonical(&self) -> String {
+        let mut parts = Vec::new();
+        self.shape.parts(&mut parts);
+        parts.push(("format", self.format.name().into()));
+        if let (Some(q), Some(default)) = (self.quality, self.format.default_quality()) {
+            if q != default {
+                parts.push(("q", q.to_string()));
+            }
+        }
+        join(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(q: &str) -> SpecError {
+        Spec::parse(q).expect_err(q)
+    }
+
+    #[test]
+    fn order_does_not_matter_and_defaults_drop() {
+        let a = Spec::parse("w=400&h=300").unwrap();
+        let b = Spec::parse("h=300&w=400&fit=contain&q=&").map(|_| ());
+        assert!(b.is_err(), "an empty q is an error");
+        let b = Spec::parse("h=300&gravity=center&w=400&fit=contain&dpr=1&enlarge=0").unwrap();
+        assert_eq!(a.canonical(), "h=300&w=400");
+        assert_eq!(a.canonical(), b.canonical());
+        assert_eq!(Spec::parse("").unwrap().canonical(), "");
+    }
+
+    #[test]
+    fn every_option_parses() {
+        let s = Spec::parse(
+            "w=10&h=20&fit=pad&gravity=southwest&enlarge=1&dpr=1.5&format=webp&q=70&rotate=90&blur=0.3&sharpen=2&bg=%23000000&min_w=5&min_h=6",
+        );
+        // `%23` is not decoded here (the HTTP layer decodes); a raw '#' is accepted.
+        assert!(s.is_err());
+        let s = Spec::parse(
+            "w=10&h=20&fit=pad&gravity=southwest&enlarge=1&dpr=1.5&format=webp&q=70&rotate=90&blur=0.3&sharpen=2&bg=#000000&min_w=5&min_h=6",
+        )
+        .unwrap();
+        assert_eq!(
+            s.canonical(),
+            "bg=000000&blur=0.3&dpr=1.5&enlarge=1&fit=pad&format=webp&gravity=southwest&h=20&min_h=6&min_w=5&q=70&rotate=90&sharpen=2&w=10"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        for (q, opt) in [
+            ("w=0", "w"),
+            ("w=8193", "w"),
+            ("w=abc", "w"),
+            ("h=-1", "h"),
+            ("fit=squash", "fit"),
+            ("gravity=up", "gravity"),
+            ("enlarge=2", "enlarge"),
+            ("dpr=5", "dpr"),
+            ("dpr=0.5", "dpr"),
+            ("dpr=NaN", "dpr"),
+            ("format=bmp", "format"),
+            ("q=0", "q"),
+            ("q=101", "q"),
+            ("rotate=45", "rotate"),
+            ("blur=0.1", "blur"),
+            ("sharpen=101", "sharpen"),
+            ("bg=fff", "bg"),
+            ("bg=gggggg", "bg"),
+            ("min_w=0", "min_w"),
+            ("width=3", "width"),
+            ("w=1&w=2", "w"),
+        ] {
+            assert_eq!(err(q).option, opt, "{q}");
+        }
+    }
+
+    #[test]
+    fn resolution_folds_dpr_and_format() {
+        let s = Spec::parse("w=200&dpr=2&format=original").unwrap();
+        let r = s.resolve(Some(OutputFormat::Jpeg), false, None);
+        let t = Spec::parse("w=400&format=jpeg&q=82").unwrap();
+        assert_eq!(
+            r.canonical(),
+            t.resolve(Some(OutputFormat::Png), true, None).canonical()
+        );
+        assert_eq!(r.canonical(), "format=jpeg&w=400");
+    }
+
+    #[test]
+    fn irrelevant_options_drop_from_the_variant_key() {
+        let a = Spec::parse("w=100&gravity=north&fit=cover").unwrap();
+        let b = Spec::parse("w=100").unwrap();
+        let resolve = |s: &Spec| s.resolve(Some(OutputFormat::Png), false, None).canonical();
+        assert_eq!(
+            resolve(&a),
+            resolve(&b),
+            "one side given: fit and gravity are moot"
+        );
+        let c = Spec::parse("w=100&h=100&fit=cover&gravity=north").unwrap();
+        assert_eq!(
+            resolve(&c),
+            "fit=cover&format=png&gravity=north&h=100&w=100"
+        );
+        let png_q = Spec::parse("format=png&q=50").unwrap();
+        assert_eq!(resolve(&png_q), "format=png");
+    }
+
+    #[test]
+    fn negotiation_prefers_webp_then_legacy_by_alpha() {
+        assert_eq!(
+            negotiate("image/avif,image/webp,*/*", false),
+            OutputFormat::Webp
+        );
+        assert_eq!(negotiate("image/webp;q=0, */*", false), OutputFormat::Jpeg);
+        assert_eq!(negotiate("*/*", true), OutputFormat::Png);
+        assert_eq!(negotiate("", false), OutputFormat::Jpeg);
+    }
+}

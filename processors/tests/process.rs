@@ -1,0 +1,248 @@
+//! The processing core on real files (from `testdata/`, copied from the shared corpus) and on
+//! generated images: orientation, limits, corrupt input, every output format, fit geometry.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+
+use image::{DynamicImage, GenericImageView, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+use imgcas_processors::{probe, process, Limits, OutputFormat, ProcessError, Spec};
+
+fn testdata(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn run(bytes: &[u8], query: &str) -> Result<DynamicImage, ProcessError> {
+    let spec = Spec::parse(query).unwrap();
+    let info = probe(bytes, &Limits::default())?;
+    let resolved = spec.resolve(info.format.as_output(), info.has_alpha, None);
+    let out = process(bytes, &resolved, &Limits::default())?;
+    Ok(image::load_from_memory(&out.bytes).expect("output decodes"))
+}
+
+fn encode(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, format).unwrap();
+    out.into_inner()
+}
+
+/// Mean absolute difference per channel, on RGB.
+fn mae(a: &DynamicImage, b: &DynamicImage) -> f64 {
+    assert_eq!(a.dimensions(), b.dimensions());
+    let (a, b) = (a.to_rgb8(), b.to_rgb8());
+    let sum: u64 = a
+        .as_raw()
+        .iter()
+        .zip(b.as_raw())
+        .map(|(x, y)| u64::from(x.abs_diff(*y)))
+        .sum();
+    sum as f64 / a.as_raw().len() as f64
+}
+
+#[test]
+fn exif_orientations_come_out_upright() {
+    let reference = run(&testdata("exif-orientation/Landscape_1.jpg"), "format=png").unwrap();
+    assert_eq!(reference.dimensions(), (1800, 1200));
+    for name in ["Landscape_3.jpg", "Landscape_6.jpg"] {
+        let out = run(&testdata(&format!("exif-orientation/{name}")), "format=png").unwrap();
+        assert_eq!(out.dimensions(), (1800, 1200), "{name}");
+        let diff = mae(&out, &reference);
+        assert!(
+            diff < 6.0,
+            "{name}: mean abs error {diff:.2} against Landscape_1"
+        );
+    }
+}
+
+#[test]
+fn outputs_carry_no_metadata() {
+    let bytes = testdata("exif-orientation/Landscape_6.jpg");
+    assert!(
+        bytes.windows(6).any(|w| w == b"Exif\0\0"),
+        "the source has EXIF"
+    );
+    let spec = Spec::parse("w=200&format=jpeg")
+        .unwrap()
+        .resolve(None, false, None);
+    let out = process(&bytes, &spec, &Limits::default()).unwrap();
+    assert!(!out.bytes.windows(4).any(|w| w == b"Exif"));
+}
+
+#[test]
+fn declared_giants_are_refused_from_the_header() {
+    let err = run(&testdata("malicious/lottapixel.jpg"), "w=10").unwrap_err();
+    assert!(matches!(err, ProcessError::TooManyPixels { .. }), "{err:?}");
+    // A tiny pixel limit refuses an ordinary image the same way.
+    let small = Limits { max_pixels: 100 };
+    let png = encode(&DynamicImage::new_rgb8(20, 20), ImageFormat::Png);
+    assert!(matches!(
+        probe(&png, &small),
+        Err(ProcessError::TooManyPixels { .. })
+    ));
+}
+
+#[test]
+fn a_png_header_declaring_20000_squared_is_refused_before_decoding() {
+    // Signature + IHDR (20000x20000 RGBA) + an empty IDAT: 400 Mpx declared in 60 bytes.
+    fn chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut c = (data.len() as u32).to_be_bytes().to_vec();
+        c.extend_from_slice(kind);
+        c.extend_from_slice(data);
+        let mut crc = 0xFFFF_FFFFu32;
+        for b in kind.iter().chain(data) {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        c.extend_from_slice(&(!crc).to_be_bytes());
+        c
+    }
+    let mut ihdr = 20000u32.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&20000u32.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", &[]));
+    png.extend(chunk(b"IEND", &[]));
+    let err = run(&png, "w=10").unwrap_err();
+    assert!(matches!(err, ProcessError::TooManyPixels { .. }), "{err:?}");
+}
+
+#[test]
+fn corrupt_files_fail_cleanly() {
+    for name in [
+        "pillow/broken.png",
+        "jpeg-decoder/missing-sos.jpg",
+        "jpeg-decoder/null_height.jpg",
+    ] {
+        let err = run(&testdata(name), "w=10").unwrap_err();
+        assert!(
+            matches!(err, ProcessError::Undecodable(_)),
+            "{name}: {err:?}"
+        );
+    }
+    // Truncated: an error or a partial picture, never a panic.
+    let _ = run(&testdata("pillow/truncated_jpeg.jpg"), "w=10");
+    let err = run(b"just text", "w=10").unwrap_err();
+    assert!(matches!(err, ProcessError::UnsupportedFormat(_)));
+}
+
+fn gradient(w: u32, h: u32) -> DynamicImage {
+    DynamicImage::ImageRgb8(RgbImage::from_fn(w, h, |x, y| {
+        Rgb([(x % 256) as u8, (y % 256) as u8, 128])
+    }))
+}
+
+#[test]
+fn every_output_format_round_trips() {
+    let rgb = encode(&gradient(300, 200), ImageFormat::Png);
+    let rgba = encode(
+        &DynamicImage::ImageRgba8(RgbaImage::from_pixel(300, 200, Rgba([9, 9, 9, 100]))),
+        ImageFormat::Png,
+    );
+    for source in [&rgb, &rgba] {
+        for (format, mime_magic) in [
+            ("jpeg", &b"\xFF\xD8\xFF"[..]),
+            ("png", &b"\x89PNG"[..]),
+            ("webp", &b"RIFF"[..]),
+            ("gif", &b"GIF8"[..]),
+        ] {
+            let spec = Spec::parse(&format!("w=150&format={format}"))
+                .unwrap()
+                .resolve(None, false, None);
+            let out = process(source, &spec, &Limits::default()).unwrap();
+            assert!(out.bytes.starts_with(mime_magic), "{format}");
+            let img = image::load_from_memory(&out.bytes).unwrap();
+            assert_eq!(img.dimensions(), (150, 100), "{format}");
+            assert_eq!((out.width, out.height), (150, 100));
+        }
+    }
+    let spec = Spec::parse("format=avif")
+        .unwrap()
+        .resolve(None, false, None);
+    assert!(matches!(
+        process(&rgb, &spec, &Limits::default()),
+        Err(ProcessError::UnsupportedFormat(_))
+    ));
+    assert_eq!(OutputFormat::Webp.default_quality(), Some(80));
+}
+
+#[test]
+fn alpha_flattens_onto_bg_for_jpeg() {
+    let transparent = encode(
+        &DynamicImage::ImageRgba8(RgbaImage::from_pixel(40, 40, Rgba([0, 0, 0, 0]))),
+        ImageFormat::Png,
+    );
+    let out = run(&transparent, "format=jpeg&bg=ff0000")
+        .unwrap()
+        .to_rgb8();
+    let p = out.get_pixel(20, 20).0;
+    // JPEG chroma subsampling moves pure red a little; transparent black must not show.
+    assert!(p[0] > 230 && p[1] < 50 && p[2] < 50, "{p:?}");
+}
+
+#[test]
+fn fit_modes_produce_their_boxes() {
+    let src = encode(&gradient(400, 200), ImageFormat::Png);
+    assert_eq!(run(&src, "w=100&h=100").unwrap().dimensions(), (100, 50));
+    assert_eq!(
+        run(&src, "w=100&h=100&fit=cover").unwrap().dimensions(),
+        (100, 100)
+    );
+    assert_eq!(
+        run(&src, "w=100&h=100&fit=fill").unwrap().dimensions(),
+        (100, 100)
+    );
+    let padded = run(&src, "w=100&h=100&fit=pad&bg=00ff00").unwrap();
+    assert_eq!(padded.dimensions(), (100, 100));
+    let corner = padded.to_rgb8().get_pixel(0, 0).0;
+    assert!(
+        corner[1] > 240 && corner[0] < 15,
+        "pad colour at the corner: {corner:?}"
+    );
+    assert_eq!(
+        run(&src, "w=100&rotate=90").unwrap().dimensions(),
+        (100, 200)
+    );
+    assert_eq!(
+        run(&src, "w=1000").unwrap().dimensions(),
+        (400, 200),
+        "no enlarge"
+    );
+    assert_eq!(
+        run(&src, "w=800&enlarge=1").unwrap().dimensions(),
+        (800, 400)
+    );
+    assert_eq!(run(&src, "w=50&dpr=2").unwrap().dimensions(), (100, 50));
+    assert!(run(&src, "w=100&blur=2&sharpen=1").is_ok());
+    let err = run(&src, "min_w=401").unwrap_err();
+    assert!(matches!(err, ProcessError::SourceTooSmall { .. }));
+}
+
+#[test]
+fn cover_crops_with_gravity() {
+    // Left half black, right half white: gravity picks which half survives a square crop.
+    let img = DynamicImage::ImageRgb8(RgbImage::from_fn(200, 100, |x, _| {
+        if x < 100 {
+            Rgb([0, 0, 0])
+        } else {
+            Rgb([255, 255, 255])
+        }
+    }));
+    let src = encode(&img, ImageFormat::Png);
+    let west = run(&src, "w=50&h=50&fit=cover&gravity=west")
+        .unwrap()
+        .to_rgb8();
+    let east = run(&src, "w=50&h=50&fit=cover&gravity=east")
+        .unwrap()
+        .to_rgb8();
+    assert!(west.get_pixel(25, 25).0[0] < 10);
+    assert!(east.get_pixel(25, 25).0[0] > 245);
+}

@@ -1,0 +1,161 @@
+//! Builds the one shared state (`Arc<Shared>`) and runs the HTTP server on it.
+//!
+//! `start` is used by `imgcas serve` and by the integration tests alike, so tests run the
+//! very service users run.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::blob::{BlobStore, FsBlobStore};
+use crate::coalesce::SingleFlight;
+use crate::config::{Config, StorageBackend};
+use crate::error::Error;
+use crate::fetch::Fetcher;
+use crate::hash::ContentHash;
+use crate::maps::{Maps, StoredVariant};
+use crate::pipeline::UrlState;
+use crate::stats::Stats;
+
+/// Everything a request may touch.
+pub struct Shared {
+    /// The effective configuration (defaults < file < environment < flags).
+    pub config: Config,
+    /// URL map, originals index and variants (one redb file).
+    pub maps: Maps,
+    /// Original bytes by hash.
+    pub blobs: Arc<dyn BlobStore>,
+    /// The guarded origin client.
+    pub fetcher: Fetcher,
+    /// One origin request per URL at a time; latecomers share its answer.
+    pub url_flights: SingleFlight<String, Result<(ContentHash, UrlState), Error>>,
+    /// One processing run per variant key at a time.
+    pub variant_flights: SingleFlight<Vec<u8>, Result<(StoredVariant, bool), Error>>,
+    /// Processing permits: at most `limits.process_concurrency` runs use the CPU at once,
+    /// on the blocking pool, never on the async workers.
+    pub cpu: Arc<Semaphore>,
+    /// Work counters.
+    pub stats: Stats,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(pub String);
+
+impl Shared {
+    pub fn open(config: Config) -> Result<Arc<Shared>, StartError> {
+        config.validate().map_err(|e| StartError(e.to_string()))?;
+        let maps = Maps::open(&config.data_dir).map_err(|e| {
+            StartError(format!(
+                "cannot open the maps in {}: {e}",
+                config.data_dir.display()
+            ))
+        })?;
+        let blobs: Arc<dyn BlobStore> = match config.storage.backend {
+            StorageBackend::Fs => Arc::new(
+                FsBlobStore::open(&config.data_dir).map_err(|e| StartError(e.to_string()))?,
+            ),
+            StorageBackend::S3 => return Err(StartError("the s3 backend is not built yet".into())),
+        };
+        let fetcher = Fetcher::new(&config.fetch).map_err(StartError)?;
+        let cpu = Arc::new(Semaphore::new(config.limits.process_concurrency));
+        Ok(Arc::new(Shared {
+            config,
+            maps,
+            blobs,
+            fetcher,
+            url_flights: SingleFlight::default(),
+            variant_flights: SingleFlight::default(),
+            cpu,
+            stats: Stats::default(),
+        }))
+    }
+}
+
+/// A running server.
+pub struct RunningApp {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningApp {
+    /// Stops accepting, lets in-flight requests finish, and makes the maps durable.
+    pub async fn stop(mut self) {
+        self.stop_inner().await;
+    }
+
+    async fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Waits until the server ends (after `stop`, or a fatal error).
+    pub async fn wait(mut self, signal: impl std::future::Future<Output = ()>) {
+        signal.await;
+        self.stop_inner().await;
+    }
+}
+
+/// Opens the data dir, binds `config.listen`, and serves until stopped.
+pub async fn start(config: Config) -> Result<RunningApp, StartError> {
+    let listen = config.listen;
+    let shared = Shared::open(config)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| StartError(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError(e.to_string()))?;
+    let router = crate::http::router(shared.clone());
+    let (tx, rx) = oneshot::channel::<()>();
+    let flusher = spawn_flusher(shared.clone());
+    let s = shared.clone();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "server stopped");
+        }
+        flusher.abort();
+        let maps = s.maps.clone();
+        match tokio::task::spawn_blocking(move || maps.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
+            Err(e) => tracing::error!(error = %e, "final flush task failed"),
+        }
+    });
+    Ok(RunningApp {
+        addr,
+        shared,
+        shutdown: Some(tx),
+        task: Some(task),
+    })
+}
+
+/// Makes non-durable map commits durable once a second, so a crash loses at most about a
+/// second of recomputable entries.
+fn spawn_flusher(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let maps = shared.maps.clone();
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || maps.flush()).await {
+                tracing::warn!(error = %e, "periodic flush failed");
+            }
+        }
+    })
+}

@@ -1,0 +1,179 @@
+//! The default blob store: a directory tree under the data dir.
+//!
+//! Writes go to a temp file in the same filesystem, are fsynced, then renamed into place and
+//! the parent directory fsynced, so a blob is either whole or absent after a crash.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{key_for, BlobError, BlobStore, PutOutcome};
+use crate::hash::ContentHash;
+
+pub struct FsBlobStore {
+    root: PathBuf,
+}
+
+fn io(context: &str, path: &Path, e: std::io::Error) -> BlobError {
+    BlobError::Io(format!("{context} {}: {e}", path.display()))
+}
+
+impl FsBlobStore {
+    /// Opens (creating if needed) a store rooted at `root`.
+    pub fn open(root: &Path) -> Result<FsBlobStore, BlobError> {
+        for dir in ["originals", "tmp"] {
+            let path = root.join(dir);
+            std::fs::create_dir_all(&path).map_err(|e| io("cannot create", &path, e))?;
+        }
+        Ok(FsBlobStore {
+            root: root.to_path_buf(),
+        })
+    }
+
+    fn path(&self, hash: &ContentHash) -> PathBuf {
+        self.root.join(key_for(hash))
+    }
+
+    fn write_atomically(&self, target: &Path, bytes: &[u8]) -> Result<(), BlobError> {
+        let parent = target
+            .parent()
+            .ok_or_else(|| BlobError::Io("blob path has no parent".into()))?;
+        std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
+        let tmp_dir = self.root.join("tmp");
+        let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
+            .map_err(|e| io("cannot create temp file in", &tmp_dir, e))?;
+        tmp.write_all(bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .map_err(|e| io("cannot write", tmp.path(), e))?;
+        tmp.persist(target)
+            .map_err(|e| io("cannot move blob to", target, e.error))?;
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("cannot sync", parent, e))?;
+        Ok(())
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, BlobError> + Send + 'static,
+) -> Result<T, BlobError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BlobError::Io(format!("blob task failed: {e}")))?
+}
+
+#[async_trait]
+impl BlobStore for FsBlobStore {
+    async fn put_if_absent(
+        &self,
+        hash: &ContentHash,
+        bytes: Bytes,
+    ) -> Result<PutOutcome, BlobError> {
+        let target = self.path(hash);
+        if tokio::fs::try_exists(&target).await.unwrap_or(false) {
+            return Ok(PutOutcome::AlreadyPresent);
+        }
+        let store = FsBlobStore {
+            root: self.root.clone(),
+        };
+        blocking(move || store.write_atomically(&target, &bytes)).await?;
+        Ok(PutOutcome::Created)
+    }
+
+    async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError> {
+        let path = self.path(hash);
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => Ok(Some(Bytes::from(bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot read", &path, e)),
+        }
+    }
+
+    async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
+        let path = self.path(hash);
+        match tokio::fs::metadata(&path).await {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot stat", &path, e)),
+        }
+    }
+
+    async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
+        let path = self.path(hash);
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("cannot delete", &path, e)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<ContentHash>, BlobError> {
+        let root = self.root.join("originals");
+        blocking(move || {
+            let mut out = Vec::new();
+            let mut stack = vec![root];
+            while let Some(dir) = stack.pop() {
+                let entries = std::fs::read_dir(&dir).map_err(|e| io("cannot list", &dir, e))?;
+                for entry in entries {
+                    let entry = entry.map_err(|e| io("cannot list", &dir, e))?;
+                    let path = entry.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if let Some(hash) = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.parse().ok())
+                    {
+                        out.push(hash);
+                    }
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn check(&self) -> Result<(), BlobError> {
+        let dir = self.root.join("originals");
+        match tokio::fs::metadata(&dir).await {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(BlobError::Unavailable(format!(
+                "{} is not a directory",
+                dir.display()
+            ))),
+            Err(e) => Err(BlobError::Unavailable(format!("{}: {e}", dir.display()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn put_is_idempotent_and_content_addressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsBlobStore::open(dir.path()).unwrap();
+        let bytes = Bytes::from_static(b"hello blob");
+        let hash = ContentHash::of(&bytes);
+        assert_eq!(store.get(&hash).await.unwrap(), None);
+        assert_eq!(
+            store.put_if_absent(&hash, bytes.clone()).await.unwrap(),
+            PutOutcome::Created
+        );
+        assert_eq!(
+            store.put_if_absent(&hash, bytes.clone()).await.unwrap(),
+            PutOutcome::AlreadyPresent
+        );
+        assert_eq!(store.get(&hash).await.unwrap(), Some(bytes.clone()));
+        assert_eq!(store.size(&hash).await.unwrap(), Some(10));
+        assert_eq!(store.list().await.unwrap(), vec![hash]);
+        assert!(dir.path().join(key_for(&hash)).is_file());
+        store.delete(&hash).await.unwrap();
+        assert_eq!(store.get(&hash).await.unwrap(), None);
+        store.check().await.unwrap();
+    }
+}

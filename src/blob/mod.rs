@@ -1,0 +1,74 @@
+//! The blob store: original bytes, stored once per SHA-256 under a content-addressed key.
+//!
+//! The trait is shaped for both backends: keys are the same on disk and in a bucket
+//! (`originals/ab/cd/<sha256>`), so moving a data set between them is a copy; every call is
+//! async and fallible because an object store is remote; `put_if_absent` is the only write,
+//! since content addressing makes overwrites pointless.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::hash::ContentHash;
+
+pub mod fs;
+
+pub use fs::FsBlobStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("{0}")]
+    Io(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// What `put_if_absent` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    Created,
+    AlreadyPresent,
+}
+
+#[async_trait]
+pub trait BlobStore: Send + Sync + 'static {
+    /// Stores `bytes` under `hash` unless a blob is there already. The caller guarantees that
+    /// `hash` is the SHA-256 of `bytes`. Returns once the bytes are durable.
+    async fn put_if_absent(
+        &self,
+        hash: &ContentHash,
+        bytes: Bytes,
+    ) -> Result<PutOutcome, BlobError>;
+
+    async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError>;
+
+    /// The stored size, if present.
+    async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError>;
+
+    async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError>;
+
+    /// Every stored hash (for `verify` and `gc`).
+    async fn list(&self) -> Result<Vec<ContentHash>, BlobError>;
+
+    /// Readiness: the store answers.
+    async fn check(&self) -> Result<(), BlobError>;
+}
+
+/// The key of an original, shared by every backend.
+pub fn key_for(hash: &ContentHash) -> String {
+    let hex = hash.to_hex();
+    format!("originals/{}/{}/{}", &hex[0..2], &hex[2..4], hex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_fan_out_by_prefix() {
+        let h = ContentHash::of(b"abc");
+        assert_eq!(
+            key_for(&h),
+            "originals/ba/78/ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

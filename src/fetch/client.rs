@@ -1,0 +1,281 @@
+//! The origin client: one GET with the stored validators, a hard byte limit enforced while
+//! streaming, an overall deadline, and redirects followed by hand so every hop is checked.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use reqwest::header::{
+    HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH,
+    LAST_MODIFIED, LOCATION,
+};
+use reqwest::StatusCode;
+use url::{Host, Url};
+
+use super::guard::{refusal, GuardedResolver, Refused};
+use super::FetchError;
+use crate::config::FetchConfig;
+
+const MAX_REDIRECTS: usize = 5;
+
+/// The origin's validators for one URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Validators {
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum FetchOutcome {
+    /// `304`: the content is what the validators describe.
+    NotModified,
+    Fetched {
+        bytes: Bytes,
+        validators: Validators,
+    },
+}
+
+pub struct Fetcher {
+    client: reqwest::Client,
+    config: FetchConfig,
+}
+
+/// Parses a client-supplied source URL into the canonical form the URL map is keyed by.
+pub fn canonical_url(raw: &str) -> Result<Url, FetchError> {
+    let mut url = Url::parse(raw.trim()).map_err(|e| FetchError::BadUrl(format!("{e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(FetchError::BadUrl(
+            "only http and https URLs are fetched".into(),
+        ));
+    }
+    if url.host().is_none() {
+        return Err(FetchError::BadUrl("the URL has no host".into()));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(FetchError::BadUrl(
+            "credentials in source URLs are not accepted".into(),
+        ));
+    }
+    url.set_fragment(None);
+    Ok(url)
+}
+
+impl Fetcher {
+    pub fn new(config: &FetchConfig) -> Result<Fetcher, String> {
+        // reqwest is built without a bundled crypto provider; ring is ours.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(config.timeout)
+            .user_agent(concat!("imgcas/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(Duration::from_secs(30));
+        if !config.allow_private_networks {
+            builder = builder.dns_resolver(GuardedResolver);
+        }
+        let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Fetcher {
+            client,
+            config: config.clone(),
+        })
+    }
+
+    /// Refuses a URL before any traffic: scheme, host allow-list, and IP-literal hosts (which
+    /// never reach the resolver).
+    fn check(&self, url: &Url) -> Result<(), FetchError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(FetchError::NotAllowed(format!(
+                "scheme `{}` is not fetched",
+                url.scheme()
+            )));
+        }
+        let host = url
+            .host()
+            .ok_or_else(|| FetchError::BadUrl("the URL has no host".into()))?;
+        if !self.config.allowed_hosts.is_empty() {
+            let name = url.host_str().unwrap_or("").trim_end_matches('.');
+            let allowed = self
+                .config
+                .allowed_hosts
+                .iter()
+                .any(|h| h.trim_end_matches('.').eq_ignore_ascii_case(name));
+            if !allowed {
+                return Err(FetchError::NotAllowed(format!(
+                    "host {name} is not in the allowed hosts"
+                )));
+            }
+        }
+        if self.config.allow_private_networks {
+            return Ok(());
+        }
+        let ip = match host {
+            Host::Ipv4(v4) => std::net::IpAddr::V4(v4),
+            Host::Ipv6(v6) => std::net::IpAddr::V6(v6),
+            Host::Domain(name) => {
+                // RFC 6761: these names are loopback whatever a resolver says.
+                let name = name.trim_end_matches('.').to_ascii_lowercase();
+                if name == "localhost" || name.ends_with(".localhost") {
+                    return Err(FetchError::NotAllowed(format!("{name} is a loopback name")));
+                }
+                return Ok(());
+            }
+        };
+        match refusal(ip) {
+            Some(why) => Err(FetchError::NotAllowed(format!("{ip} is a {why} address"))),
+            None => Ok(()),
+        }
+    }
+
+    /// GETs `url`, conditionally when `validators` are given, following up to 5 redirects.
+    pub async fn fetch(
+        &self,
+        url: &Url,
+        validators: Option<&Validators>,
+    ) -> Result<FetchOutcome, FetchError> {
+        match tokio::time::timeout(self.config.timeout, self.fetch_inner(url, validators)).await {
+            Ok(result) => result,
+            Err(_) => Err(FetchError::Timeout),
+        }
+    }
+
+    async fn fetch_inner(
+        &self,
+        url: &Url,
+        validators: Option<&Validators>,
+    ) -> Result<FetchOutcome, FetchError> {
+        let mut current = url.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            self.check(&current)?;
+            let mut headers = HeaderMap::new();
+            headers.insert(ACCEPT, HeaderValue::from_static("image/*,*/*;q=0.8"));
+            if let Some(v) = validators {
+                let value = |s: &str| HeaderValue::from_str(s).ok();
+                if let Some(etag) = v.etag.as_deref().and_then(value) {
+                    headers.insert(IF_NONE_MATCH, etag);
+                }
+                if let Some(lm) = v.last_modified.as_deref().and_then(value) {
+                    headers.insert(IF_MODIFIED_SINCE, lm);
+                }
+            }
+            let response = self
+                .client
+                .get(current.clone())
+                .headers(headers)
+                .send()
+                .await
+                .map_err(map_send_error)?;
+            let status = response.status();
+            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+                let location = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .ok_or_else(|| FetchError::BadRedirect("redirect without Location".into()))?;
+                current = current
+                    .join(location)
+                    .map_err(|e| FetchError::BadRedirect(format!("{location}: {e}")))?;
+                continue;
+            }
+            return match status {
+                StatusCode::NOT_MODIFIED if validators.is_some() => Ok(FetchOutcome::NotModified),
+                StatusCode::NOT_MODIFIED => Err(FetchError::UnexpectedNotModified),
+                StatusCode::NOT_FOUND | StatusCode::GONE => {
+                    Err(FetchError::NotFound(status.as_u16()))
+                }
+                s if s.is_success() => self.read_body(response).await,
+                s => Err(FetchError::Status(s.as_u16())),
+            };
+        }
+        Err(FetchError::TooManyRedirects)
+    }
+
+    async fn read_body(&self, response: reqwest::Response) -> Result<FetchOutcome, FetchError> {
+        let limit = self.config.max_bytes;
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let validators = Validators {
+            etag: header(ETAG),
+            last_modified: header(LAST_MODIFIED),
+        };
+        let declared = header(CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(FetchError::TooLarge { limit });
+        }
+        let mut body = BytesMut::with_capacity(declared.unwrap_or(64 << 10).min(limit) as usize);
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| FetchError::Body(e.to_string()))?;
+            if (body.len() + chunk.len()) as u64 > limit {
+                return Err(FetchError::TooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(FetchOutcome::Fetched {
+            bytes: body.freeze(),
+            validators,
+        })
+    }
+}
+
+fn map_send_error(e: reqwest::Error) -> FetchError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(refused) = err.downcast_ref::<Refused>() {
+            return FetchError::NotAllowed(refused.to_string());
+        }
+        source = err.source();
+    }
+    if e.is_timeout() {
+        return FetchError::Timeout;
+    }
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(err) = source {
+        message.push_str(": ");
+        message.push_str(&err.to_string());
+        source = err.source();
+    }
+    FetchError::Connect(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_urls() {
+        let u = canonical_url("HTTP://Example.COM:80/a/../b.jpg#frag").unwrap();
+        assert_eq!(u.as_str(), "http://example.com/b.jpg");
+        assert!(canonical_url("file:///etc/passwd").is_err());
+        assert!(canonical_url("gopher://x/").is_err());
+        assert!(canonical_url("http://user:pw@example.com/").is_err());
+        assert!(canonical_url("not a url").is_err());
+    }
+
+    #[test]
+    fn obfuscated_loopback_literals_are_refused_before_traffic() {
+        let fetcher = Fetcher::new(&FetchConfig::default()).unwrap();
+        for raw in [
+            "http://127.0.0.1/",
+            "http://127.1/",
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "http://[::1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://0.0.0.0/",
+            "http://localhost/",
+            "http://LOCALHOST./",
+            "http://a.b.localhost/",
+        ] {
+            let url = canonical_url(raw).unwrap();
+            assert!(
+                matches!(fetcher.check(&url), Err(FetchError::NotAllowed(_))),
+                "{raw}"
+            );
+        }
+    }
+}

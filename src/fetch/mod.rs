@@ -1,0 +1,45 @@
+//! Origin fetching: a bounded, conditional, redirect-checked GET ([`client`]) behind an
+//! address guard ([`guard`]).
+
+pub mod client;
+pub mod guard;
+
+pub use client::{FetchOutcome, Fetcher, Validators};
+
+/// Why a fetch failed. `is_transient` says whether a stored mapping should be served instead.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0}")]
+    BadUrl(String),
+    #[error("{0}")]
+    NotAllowed(String),
+    #[error("the origin answered {0}")]
+    NotFound(u16),
+    #[error("the origin answered {0}")]
+    Status(u16),
+    #[error("the source is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("the origin did not answer in time")]
+    Timeout,
+    #[error("cannot reach the origin: {0}")]
+    Connect(String),
+    #[error("the origin's body broke off: {0}")]
+    Body(String),
+    #[error("more than 5 redirects")]
+    TooManyRedirects,
+    #[error("bad redirect: {0}")]
+    BadRedirect(String),
+    #[error("the origin answered 304 to an unconditional request")]
+    UnexpectedNotModified,
+}
+
+impl FetchError {
+    /// Failures that say nothing about the content (the origin may be back in a moment).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            FetchError::Status(s) => *s >= 500 || *s == 429 || *s == 408,
+            FetchError::Timeout | FetchError::Connect(_) | FetchError::Body(_) => true,
+            _ => false,
+        }
+    }
+}

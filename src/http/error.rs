@@ -1,0 +1,97 @@
+//! The one mapping from [`Error`] to SPEC's status codes, error codes and JSON body, plus the
+//! short `Cache-Control` errors carry (never a year).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::{Error, ProcessFailure};
+use crate::pipeline::{CacheOutcome, Failure};
+
+/// Status, SPEC code, and how long a shared cache may keep the answer.
+pub fn classify(error: &Error) -> (StatusCode, &'static str, &'static str) {
+    const BRIEF: &str = "public, max-age=10";
+    const MINUTE: &str = "public, max-age=60";
+    const FIVE_MINUTES: &str = "public, max-age=300";
+    const NO_STORE: &str = "no-store";
+    match error {
+        Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, "invalid_option", MINUTE),
+        Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, "source_not_allowed", MINUTE),
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", MINUTE),
+        Error::SourceTooLarge { .. } => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "source_too_large",
+            FIVE_MINUTES,
+        ),
+        Error::Process { kind, .. } => match kind {
+            ProcessFailure::UnsupportedFormat => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_format",
+                FIVE_MINUTES,
+            ),
+            ProcessFailure::Undecodable => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "undecodable",
+                FIVE_MINUTES,
+            ),
+            ProcessFailure::TooManyPixels => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "too_many_pixels",
+                FIVE_MINUTES,
+            ),
+            ProcessFailure::SourceTooSmall => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "source_too_small",
+                FIVE_MINUTES,
+            ),
+        },
+        Error::Origin(_) => (StatusCode::BAD_GATEWAY, "origin_error", BRIEF),
+        Error::OriginTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "origin_timeout", BRIEF),
+        Error::StorageUnavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            NO_STORE,
+        ),
+        Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", NO_STORE),
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code, cache_control) = classify(&self);
+        if status.is_server_error() {
+            tracing::warn!(code, error = %self, "request failed");
+        }
+        let body = json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(cache_control),
+        );
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut response = self.error.into_response();
+        let headers = response.headers_mut();
+        if let Some(hash) = self.source_hash {
+            if let Ok(v) = HeaderValue::from_str(&hash.to_hex()) {
+                headers.insert("x-imgcas-source-hash", v);
+            }
+        }
+        if self.cached {
+            headers.insert(
+                "x-imgcas-cache",
+                HeaderValue::from_static(CacheOutcome::ErrorHit.as_str()),
+            );
+        }
+        response
+    }
+}

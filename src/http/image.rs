@@ -1,0 +1,174 @@
+//! `GET/HEAD /v1/image?url=…` and `GET/HEAD /v1/image/<sha256>`: processed images.
+//! (axum answers `HEAD` from the `GET` handler and drops the body.)
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use imgcas_processors::Spec;
+
+use super::etag_matches;
+use crate::app::Shared;
+use crate::error::Error;
+use crate::fetch::client::canonical_url;
+use crate::pipeline::{self, CacheOutcome, Source, Target};
+
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// Splits a query into the source URL (if `url_param`), and the processing spec.
+fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, Spec), Error> {
+    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let mut url = None;
+    let mut options = Vec::with_capacity(pairs.len());
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "url" if url_param => {
+                if url.replace(v.clone()).is_some() {
+                    return Err(Error::invalid_option("url", "given more than once"));
+                }
+            }
+            // Signing is refused at startup until it is built, so a `sig` is inert.
+            "sig" => {}
+            _ => options.push((k.as_str(), v.as_str())),
+        }
+    }
+    let spec = Spec::from_pairs(options)?;
+    Ok((url, spec))
+}
+
+pub async fn by_url(
+    State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let (raw, spec) = match parse_query(query.as_deref(), true) {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into_response(),
+    };
+    let Some(raw) = raw else {
+        return Error::invalid_option("url", "the source URL is required").into_response();
+    };
+    let url = match canonical_url(&raw) {
+        Ok(url) => url,
+        Err(e) => return Error::from(e).into_response(),
+    };
+    let revalidate = shared.config.fetch.revalidate_after.as_secs();
+    let cache_control = format!(
+        "public, max-age={revalidate}, stale-while-revalidate={}",
+        revalidate.max(60)
+    );
+    respond(&shared, Source::Url(url), &spec, &headers, &cache_control).await
+}
+
+pub async fn by_hash(
+    State(shared): State<Arc<Shared>>,
+    Path(hash): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(hash) = hash.parse() else {
+        return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
+    };
+    let spec = match parse_query(query.as_deref(), false) {
+        Ok((_, spec)) => spec,
+        Err(e) => return e.into_response(),
+    };
+    respond(&shared, Source::Hash(hash), &spec, &headers, IMMUTABLE).await
+}
+
+async fn respond(
+    shared: &Arc<Shared>,
+    source: Source,
+    spec: &Spec,
+    headers: &HeaderMap,
+    cache_control: &str,
+) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let target = match pipeline::locate(shared, &source, spec, accept).await {
+        Ok(t) => t,
+        Err(f) => return f.into_response(),
+    };
+    let vary = spec.varies_by_accept();
+    if etag_matches(headers, &target.etag) {
+        let mut response = StatusCode::NOT_MODIFIED.into_response();
+        decorate(
+            &mut response,
+            &target,
+            target.unchanged_outcome(),
+            cache_control,
+            vary,
+        );
+        return response;
+    }
+    match pipeline::variant(shared, &target).await {
+        Ok(served) => {
+            let mut response = served.bytes.into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(served.format.mime()),
+            );
+            decorate(&mut response, &target, served.cache, cache_control, vary);
+            response
+        }
+        Err(f) => {
+            let mut response = f.into_response();
+            if vary {
+                response
+                    .headers_mut()
+                    .insert(header::VARY, HeaderValue::from_static("Accept"));
+            }
+            response
+        }
+    }
+}
+
+fn decorate(
+    response: &mut Response,
+    target: &Target,
+    cache: CacheOutcome,
+    cache_control: &str,
+    vary: bool,
+) {
+    let h = response.headers_mut();
+    let value = |s: &str| HeaderValue::from_str(s).ok();
+    if let Some(v) = value(&target.etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Some(v) = value(cache_control) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    if let Some(v) = value(&target.source_hash().to_hex()) {
+        h.insert("x-imgcas-source-hash", v);
+    }
+    h.insert("x-imgcas-cache", HeaderValue::from_static(cache.as_str()));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if vary {
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_splits_url_from_options() {
+        let (url, spec) = parse_query(
+            Some("url=http%3A%2F%2Fa.example%2Fx.jpg%3Fv%3D1&w=400&sig=abc"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(url.as_deref(), Some("http://a.example/x.jpg?v=1"));
+        assert_eq!(spec.shape.width, Some(400));
+        assert!(parse_query(Some("url=a&url=b"), true).is_err());
+        let err = parse_query(Some("url=x"), false).unwrap_err();
+        assert!(matches!(err, Error::InvalidOption { option, .. } if option == "url"));
+    }
+}

@@ -1,0 +1,189 @@
+//! `POST /v1/originals` (raw or multipart upload), `GET/HEAD /v1/originals/<sha256>` (the
+//! bytes) and `GET /v1/originals/<sha256>/info` (what they are).
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use imgcas_processors::SourceFormat;
+
+use super::etag_matches;
+use crate::app::Shared;
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::OriginalInfo;
+use crate::pipeline::{self, Uploaded};
+
+fn describe(hash: &ContentHash, info: &OriginalInfo) -> Value {
+    json!({
+        "hash": hash.to_hex(),
+        "format": info.format,
+        "width": info.width,
+        "height": info.height,
+        "bytes": info.bytes,
+    })
+}
+
+fn upload_answer(u: &Uploaded) -> Value {
+    let mut v = describe(&u.hash, &u.info);
+    v["duplicate"] = json!(u.duplicate);
+    v["url"] = json!(format!("/v1/image/{}", u.hash));
+    v
+}
+
+fn too_large(shared: &Shared) -> Error {
+    Error::SourceTooLarge {
+        limit: shared.config.fetch.max_bytes,
+    }
+}
+
+/// The bodies to store: the raw body, or every file part of a multipart form.
+async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> {
+    let limit = shared.config.fetch.max_bytes;
+    let is_multipart = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
+    if !is_multipart {
+        let body = axum::body::to_bytes(request.into_body(), limit as usize)
+            .await
+            .map_err(|_| too_large(shared))?;
+        return Ok(vec![body]);
+    }
+    let mut form = Multipart::from_request(request, &())
+        .await
+        .map_err(|e| Error::invalid_option("body", e.body_text()))?;
+    let mut out = Vec::new();
+    loop {
+        let field = match form.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => break,
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Err(too_large(shared)),
+            Err(e) => return Err(Error::invalid_option("body", e.body_text())),
+        };
+        if field.file_name().is_none() {
+            continue;
+        }
+        let bytes = field.bytes().await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                too_large(shared)
+            } else {
+                Error::invalid_option("body", e.body_text())
+            }
+        })?;
+        if bytes.len() as u64 > limit {
+            return Err(too_large(shared));
+        }
+        out.push(bytes);
+    }
+    if out.is_empty() {
+        return Err(Error::invalid_option("body", "the form has no file part"));
+    }
+    Ok(out)
+}
+
+/// 201 when any original is new, 200 when all were stored already. One file answers with an
+/// object, several with an array of them.
+pub async fn upload(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let bodies = match bodies(&shared, request).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let mut answers = Vec::with_capacity(bodies.len());
+    for body in bodies {
+        if body.is_empty() {
+            return Error::invalid_option("body", "the upload is empty").into_response();
+        }
+        match pipeline::upload(&shared, body).await {
+            Ok(u) => answers.push(u),
+            Err(e) => return e.into_response(),
+        }
+    }
+    let status = if answers.iter().any(|u| !u.duplicate) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = match answers.as_slice() {
+        [one] => upload_answer(one),
+        many => Value::Array(many.iter().map(upload_answer).collect()),
+    };
+    let mut response = (status, Json(body)).into_response();
+    if let [one] = answers.as_slice() {
+        if let Ok(v) = HeaderValue::from_str(&format!("/v1/originals/{}", one.hash)) {
+            response.headers_mut().insert(header::LOCATION, v);
+        }
+    }
+    response
+}
+
+fn lookup(shared: &Shared, hash: &str) -> Result<(ContentHash, OriginalInfo), Error> {
+    let not_found = || Error::NotFound(format!("no original with hash {hash}"));
+    let hash: ContentHash = hash.parse().map_err(|()| not_found())?;
+    let info = shared.maps.originals.get(&hash)?.ok_or_else(not_found)?;
+    Ok((hash, info))
+}
+
+pub async fn original(
+    State(shared): State<Arc<Shared>>,
+    Path(hash): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (hash, info) = match lookup(&shared, &hash) {
+        Ok(found) => found,
+        Err(e) => return e.into_response(),
+    };
+    let etag = format!("\"{hash}\"");
+    let mut response = if etag_matches(&headers, &etag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        match shared.blobs.get(&hash).await {
+            Ok(Some(bytes)) => bytes.into_response(),
+            Ok(None) => {
+                return Error::StorageUnavailable(format!(
+                    "original {hash} is missing from the blob store"
+                ))
+                .into_response()
+            }
+            Err(e) => return Error::from(e).into_response(),
+        }
+    };
+    let mime = info
+        .format
+        .as_deref()
+        .and_then(SourceFormat::from_name)
+        .map_or("application/octet-stream", SourceFormat::mime);
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    response
+}
+
+pub async fn info(State(shared): State<Arc<Shared>>, Path(hash): Path<String>) -> Response {
+    match lookup(&shared, &hash) {
+        Ok((hash, info)) => {
+            let mut v = describe(&hash, &info);
+            let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
+            v["first_seen"] = json!(humantime::format_rfc3339_seconds(first_seen).to_string());
+            Json(v).into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,18 @@
+//! imgcas: a content-addressable image dedup and processing service.
+//!
+//! A request walks down this list and nothing reaches back up:
+//! `http` → `pipeline` → { `maps`, `fetch`, `blob` } → `imgcas_processors`.
+//! `app` builds the one shared state; `config` reads settings; `coalesce` makes concurrent
+//! identical work run once.
+
+pub mod app;
+pub mod blob;
+pub mod coalesce;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod hash;
+pub mod http;
+pub mod maps;
+pub mod pipeline;
+pub mod stats;

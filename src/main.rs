@@ -1,0 +1,127 @@
+//! The `imgcas` command line: `serve` runs the service on the embedded default (a local blob
+//! directory and one redb file under the data dir), with no other process needed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use imgcas::app;
+use imgcas::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "imgcas",
+    version,
+    about = "Content-addressable image dedup and processing"
+)]
+struct Cli {
+    /// TOML configuration file (overridden by IMGCAS_* variables, then by flags).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service.
+    Serve {
+        /// Address to listen on (IMGCAS_LISTEN).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Data directory for the maps and the local blob store (IMGCAS_DATA_DIR).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Allow origins on loopback and private networks (IMGCAS_ALLOW_PRIVATE_NETWORKS).
+        #[arg(long)]
+        allow_private_networks: bool,
+    },
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
+    let mut config = match path {
+        Some(p) => Config::from_file(p).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    config
+        .apply_env(|name| std::env::var(name).ok())
+        .map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("IMGCAS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("IMGCAS_LOG_FORMAT").is_ok_and(|v| v == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Serve {
+            listen,
+            data_dir,
+            allow_private_networks,
+        } => {
+            let mut config = match load_config(cli.config.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("imgcas: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(l) = listen {
+                config.listen = l;
+            }
+            if let Some(d) = data_dir {
+                config.data_dir = d;
+            }
+            if allow_private_networks {
+                config.fetch.allow_private_networks = true;
+            }
+            let running = match app::start(config).await {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("imgcas: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            // The one line on stdout: scripts and tests read the bound address from it.
+            println!("imgcas listening on http://{}", running.addr);
+            running.wait(shutdown_signal()).await;
+            ExitCode::SUCCESS
+        }
+    }
+}

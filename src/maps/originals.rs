@@ -1,0 +1,83 @@
+//! Originals index: content hash → what the original is (format, size, dimensions) and when
+//! it was first seen. The bytes themselves live in the blob store.
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use super::{Db, MapError};
+use crate::hash::ContentHash;
+
+const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginalInfo {
+    /// Sniffed format name (`jpeg`, …); `None` when the bytes are no image imgcas knows.
+    pub format: Option<String>,
+    /// Stored dimensions from the header (before EXIF orientation), when readable.
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub has_alpha: bool,
+    pub bytes: u64,
+    pub first_seen_ms: u64,
+}
+
+#[derive(Clone)]
+pub struct OriginalsIndex {
+    pub(crate) db: Db,
+}
+
+pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
+    txn.open_table(TABLE)?;
+    Ok(())
+}
+
+/// Inserts unless present (the first sighting wins). Returns whether it was inserted.
+pub(super) fn insert_if_absent(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+    info: &OriginalInfo,
+) -> Result<bool, MapError> {
+    let mut table = txn.open_table(TABLE)?;
+    if table.get(hash.as_bytes().as_slice())?.is_some() {
+        return Ok(false);
+    }
+    let value = serde_json::to_vec(info).map_err(|e| MapError::Corrupt(e.to_string()))?;
+    table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
+    Ok(true)
+}
+
+fn decode(hash: &ContentHash, raw: &[u8]) -> Result<OriginalInfo, MapError> {
+    serde_json::from_slice(raw).map_err(|e| MapError::Corrupt(format!("original {hash}: {e}")))
+}
+
+impl OriginalsIndex {
+    pub fn get(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        let txn = self.db.read()?;
+        let table = txn.open_table(TABLE)?;
+        let raw = table.get(hash.as_bytes().as_slice())?;
+        raw.map(|r| decode(hash, r.value())).transpose()
+    }
+
+    /// Durable insert-if-absent, for uploads that are acknowledged right after.
+    pub fn insert_durable(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        self.db.write(true, |txn| insert_if_absent(txn, hash, info))
+    }
+
+    /// Every hash in the index, for `verify` and `gc`.
+    pub fn hashes(&self) -> Result<Vec<ContentHash>, MapError> {
+        let txn = self.db.read()?;
+        let table = txn.open_table(TABLE)?;
+        let mut out = Vec::new();
+        for row in table.iter()? {
+            let (k, _) = row?;
+            let hash = ContentHash::from_slice(k.value())
+                .ok_or_else(|| MapError::Corrupt("originals key is not 32 bytes".into()))?;
+            out.push(hash);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,417 @@
+//! The decision flow of SPEC "What it is", steps 1–4: URL → hash (URL map, conditional
+//! fetch), hash → original (blob store), hash + spec → variant (variants map, processing).
+//!
+//! Writes keep one order: blob first, then the map entry that points at it. Work that many
+//! requests may want at once runs once, through the single-flight maps in [`Shared`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use imgcas_processors::{
+    self as processors, sniff, Limits, OutputFormat, ResolvedSpec, SourceFormat, Spec,
+    PROCESSOR_VERSION,
+};
+
+use crate::app::Shared;
+use crate::blob::PutOutcome;
+use crate::error::Error;
+use crate::fetch::{FetchOutcome, Validators};
+use crate::hash::ContentHash;
+use crate::maps::{now_ms, OriginalInfo, StoredVariant, UrlEntry, VariantKey};
+use crate::stats::Stats;
+
+/// What a request names.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Url(Url),
+    Hash(ContentHash),
+}
+
+/// How a source URL was turned into a hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlState {
+    /// Checked less than `revalidate_after` ago: no origin traffic.
+    Fresh,
+    /// The origin was asked again (a `304`, or a body that was hashed).
+    Revalidated,
+    /// First sighting of the URL: downloaded.
+    Downloaded,
+    /// The origin failed transiently; the stored mapping was used.
+    Stale,
+}
+
+/// The `X-Imgcas-Cache` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    Hit,
+    Miss,
+    Revalidated,
+    Stale,
+    ErrorHit,
+}
+
+impl CacheOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Revalidated => "revalidated",
+            CacheOutcome::Stale => "stale",
+            CacheOutcome::ErrorHit => "error-hit",
+        }
+    }
+
+    /// The outcome of a request whose variant was already stored.
+    fn stored(url_state: Option<UrlState>) -> Self {
+        match url_state {
+            None | Some(UrlState::Fresh) => CacheOutcome::Hit,
+            Some(UrlState::Revalidated) => CacheOutcome::Revalidated,
+            Some(UrlState::Downloaded) => CacheOutcome::Miss,
+            Some(UrlState::Stale) => CacheOutcome::Stale,
+        }
+    }
+}
+
+/// A variant located but not yet loaded: enough to answer `If-None-Match`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub key: VariantKey,
+    pub spec: ResolvedSpec,
+    /// Strong ETag (quoted), derived from the key.
+    pub etag: String,
+    pub url_state: Option<UrlState>,
+}
+
+impl Target {
+    pub fn source_hash(&self) -> ContentHash {
+        self.key.hash
+    }
+
+    /// The outcome to report when the client's copy is still good (`304`).
+    pub fn unchanged_outcome(&self) -> CacheOutcome {
+        CacheOutcome::stored(self.url_state)
+    }
+}
+
+/// A processed image ready to send.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub bytes: Bytes,
+    pub format: OutputFormat,
+    pub cache: CacheOutcome,
+}
+
+/// A failed request, with what is known of it for the response headers.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub error: Error,
+    pub source_hash: Option<ContentHash>,
+    pub cached: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure {
+            error,
+            source_hash: None,
+            cached: false,
+        }
+    }
+}
+
+/// An original as the upload answer describes it.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    pub hash: ContentHash,
+    pub info: OriginalInfo,
+    pub duplicate: bool,
+}
+
+fn limits(shared: &Shared) -> Limits {
+    Limits {
+        max_pixels: shared.config.limits.max_pixels,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await?
+}
+
+/// Steps 1–3 and the spec's resolution: which variant the request names.
+pub async fn locate(
+    shared: &Arc<Shared>,
+    source: &Source,
+    spec: &Spec,
+    accept: Option<&str>,
+) -> Result<Target, Failure> {
+    let (hash, url_state) = match source {
+        Source::Hash(hash) => (*hash, None),
+        Source::Url(url) => {
+            let (hash, state) = resolve_url(shared, url).await?;
+            (hash, Some(state))
+        }
+    };
+    let with_hash = |error: Error| Failure {
+        error,
+        source_hash: Some(hash),
+        cached: false,
+    };
+    let info = shared
+        .maps
+        .originals
+        .get(&hash)
+        .map_err(|e| with_hash(e.into()))?
+        .ok_or_else(|| with_hash(Error::NotFound(format!("no original with hash {hash}"))))?;
+    let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
+    let resolved = spec.resolve(
+        source_format.and_then(SourceFormat::as_output),
+        info.has_alpha,
+        accept,
+    );
+    let key = VariantKey {
+        hash,
+        canonical_spec: resolved.canonical(),
+        processor_version: PROCESSOR_VERSION,
+    };
+    let digest: [u8; 32] = Sha256::digest(key.to_bytes()).into();
+    let etag = format!("\"{}\"", hex::encode(&digest[..16]));
+    Ok(Target {
+        key,
+        spec: resolved,
+        etag,
+        url_state,
+    })
+}
+
+/// Step 4: the stored variant, or one processing run shared by every concurrent asker.
+pub async fn variant(shared: &Arc<Shared>, target: &Target) -> Result<Served, Failure> {
+    let hash = target.source_hash();
+    let fail = |error: Error, cached: bool| Failure {
+        error,
+        source_hash: Some(hash),
+        cached,
+    };
+    let stored = shared
+        .maps
+        .variants
+        .get(&target.key)
+        .map_err(|e| fail(e.into(), false))?;
+    let (stored, processed) = match stored {
+        Some(v) => (v, false),
+        None => {
+            let (s, key, spec) = (shared.clone(), target.key.clone(), target.spec.clone());
+            shared
+                .variant_flights
+                .run(target.key.to_bytes(), produce(s, key, spec), |m| {
+                    Err(Error::Internal(format!("processing task failed: {m}")))
+                })
+                .await
+                .map_err(|e| fail(e, false))?
+        }
+    };
+    match stored {
+        StoredVariant::Image { format, bytes, .. } => Ok(Served {
+            bytes,
+            format,
+            cache: if processed {
+                CacheOutcome::Miss
+            } else {
+                CacheOutcome::stored(target.url_state)
+            },
+        }),
+        StoredVariant::Failed { kind, message } => {
+            Err(fail(Error::Process { kind, message }, !processed))
+        }
+    }
+}
+
+/// Processes one variant and stores the result (or the permanent error). Returns the stored
+/// value and whether this call did the processing.
+async fn produce(
+    shared: Arc<Shared>,
+    key: VariantKey,
+    spec: ResolvedSpec,
+) -> Result<(StoredVariant, bool), Error> {
+    // A flight that landed between our miss and our joining has stored the answer.
+    if let Some(v) = shared.maps.variants.get(&key)? {
+        return Ok((v, false));
+    }
+    let original = shared.blobs.get(&key.hash).await?.ok_or_else(|| {
+        Error::StorageUnavailable(format!(
+            "original {} is missing from the blob store",
+            key.hash
+        ))
+    })?;
+    let permit = shared
+        .cpu
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| Error::Internal("processing pool closed".into()))?;
+    let limits = limits(&shared);
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        processors::process(&original, &spec, &limits)
+    })
+    .await?;
+    Stats::bump(&shared.stats.processing_runs);
+    let stored = match result {
+        Ok(p) => StoredVariant::Image {
+            format: p.format,
+            width: p.width,
+            height: p.height,
+            bytes: Bytes::from(p.bytes),
+        },
+        Err(e) if e.is_permanent() => match Error::from(e) {
+            Error::Process { kind, message } => StoredVariant::Failed { kind, message },
+            other => return Err(other),
+        },
+        Err(e) => return Err(e.into()),
+    };
+    let (maps, k, v) = (shared.maps.clone(), key.clone(), stored.clone());
+    if let Err(e) = blocking(move || Ok(maps.variants.put(&k, &v)?)).await {
+        tracing::warn!(error = %e, "variant not stored; serving it anyway");
+    }
+    Ok((stored, true))
+}
+
+fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
+    now_ms().saturating_sub(entry.checked_at_ms) < revalidate_after.as_millis() as u64
+}
+
+/// Steps 1–3: the hash behind a URL, asking the origin only when the mapping is stale.
+async fn resolve_url(shared: &Arc<Shared>, url: &Url) -> Result<(ContentHash, UrlState), Failure> {
+    let revalidate_after = shared.config.fetch.revalidate_after;
+    if let Some(entry) = shared.maps.urls.get(url.as_str()).map_err(Error::from)? {
+        if is_fresh(&entry, revalidate_after) {
+            return Ok((entry.hash, UrlState::Fresh));
+        }
+    }
+    let (s, u) = (shared.clone(), url.clone());
+    shared
+        .url_flights
+        .run(url.as_str().to_string(), refresh_url(s, u), |m| {
+            Err(Error::Internal(format!("download task failed: {m}")))
+        })
+        .await
+        .map_err(Failure::from)
+}
+
+async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlState), Error> {
+    let entry = shared.maps.urls.get(url.as_str())?;
+    if let Some(e) = &entry {
+        if is_fresh(e, shared.config.fetch.revalidate_after) {
+            return Ok((e.hash, UrlState::Fresh));
+        }
+    }
+    let validators = entry.as_ref().map(|e| Validators {
+        etag: e.etag.clone(),
+        last_modified: e.last_modified.clone(),
+    });
+    match shared.fetcher.fetch(&url, validators.as_ref()).await {
+        Ok(FetchOutcome::NotModified) => {
+            Stats::bump(&shared.stats.not_modified);
+            // `NotModified` is only returned for conditional requests, which need an entry.
+            let mut entry = entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
+            entry.checked_at_ms = now_ms();
+            let (maps, u, e) = (shared.maps.clone(), url.to_string(), entry.clone());
+            blocking(move || Ok(maps.urls.put(&u, &e)?)).await?;
+            Ok((entry.hash, UrlState::Revalidated))
+        }
+        Ok(FetchOutcome::Fetched { bytes, validators }) => {
+            Stats::bump(&shared.stats.downloads);
+            let hash = store_download(&shared, &url, bytes, validators).await?;
+            let state = if entry.is_some() {
+                UrlState::Revalidated
+            } else {
+                UrlState::Downloaded
+            };
+            Ok((hash, state))
+        }
+        Err(e) if e.is_transient() && entry.is_some() => {
+            let entry = entry.ok_or_else(|| Error::Internal("stale without an entry".into()))?;
+            tracing::warn!(url = %url, error = %e, "origin failed; serving the stored mapping");
+            Ok((entry.hash, UrlState::Stale))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Hashes a download, stores its bytes if new, then points the URL at it.
+async fn store_download(
+    shared: &Arc<Shared>,
+    url: &Url,
+    bytes: Bytes,
+    validators: Validators,
+) -> Result<ContentHash, Error> {
+    let limits = limits(shared);
+    let b = bytes.clone();
+    let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
+    if shared.blobs.put_if_absent(&hash, bytes).await? == PutOutcome::Created {
+        Stats::bump(&shared.stats.originals_stored);
+    }
+    let entry = UrlEntry {
+        hash,
+        etag: validators.etag,
+        last_modified: validators.last_modified,
+        checked_at_ms: now_ms(),
+    };
+    let (maps, u) = (shared.maps.clone(), url.to_string());
+    blocking(move || Ok(maps.record_download(&u, &entry, &info)?)).await?;
+    Ok(hash)
+}
+
+/// Hash and header facts of any bytes (downloads are stored even when they are no image:
+/// the processing error is then cached per spec like any result).
+fn describe(bytes: &[u8], limits: &Limits) -> (ContentHash, OriginalInfo) {
+    let hash = ContentHash::of(bytes);
+    let probe = processors::probe(bytes, limits).ok();
+    let info = OriginalInfo {
+        format: sniff(bytes).map(|f| f.name().to_string()),
+        width: probe.map(|p| p.width),
+        height: probe.map(|p| p.height),
+        has_alpha: probe.is_some_and(|p| p.has_alpha),
+        bytes: bytes.len() as u64,
+        first_seen_ms: now_ms(),
+    };
+    (hash, info)
+}
+
+/// `POST /v1/originals`: validates that the bytes are a readable image, stores them once.
+pub async fn upload(shared: &Arc<Shared>, bytes: Bytes) -> Result<Uploaded, Error> {
+    let limits = limits(shared);
+    let b = bytes.clone();
+    let (hash, info) = blocking(move || {
+        processors::probe(&b, &limits)?;
+        Ok(describe(&b, &limits))
+    })
+    .await?;
+    if let Some(existing) = shared.maps.originals.get(&hash)? {
+        return Ok(Uploaded {
+            hash,
+            info: existing,
+            duplicate: true,
+        });
+    }
+    if shared.blobs.put_if_absent(&hash, bytes).await? == PutOutcome::Created {
+        Stats::bump(&shared.stats.originals_stored);
+    }
+    let (maps, i) = (shared.maps.clone(), info.clone());
+    let inserted = blocking(move || Ok(maps.originals.insert_durable(&hash, &i)?)).await?;
+    let info = if inserted {
+        info
+    } else {
+        shared.maps.originals.get(&hash)?.unwrap_or(info)
+    };
+    Ok(Uploaded {
+        hash,
+        info,
+        duplicate: !inserted,
+    })
+}

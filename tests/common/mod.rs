@@ -1,0 +1,314 @@
+//! Test harness: the whole app on a random loopback port (`spawn_app`), a counting origin
+//! server (axum on 127.0.0.1:0), and generated images. Tests speak HTTP to both, like a
+//! client and an origin would.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use image::{DynamicImage, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+
+use imgcas::app::{self, RunningApp, Shared};
+use imgcas::config::Config;
+use imgcas::stats::Stats;
+
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("test client")
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    pub client: reqwest::Client,
+    pub dir: Arc<tempfile::TempDir>,
+    running: Option<RunningApp>,
+}
+
+/// The app on its defaults, except: a temp data dir, a random port, and loopback origins
+/// allowed (every origin in these tests is on 127.0.0.1).
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().to_path_buf(),
+        ..Config::default()
+    };
+    config.fetch.allow_private_networks = true;
+    tweak(&mut config);
+    let running = app::start(config).await.expect("app starts");
+    TestApp {
+        addr: running.addr,
+        shared: running.shared.clone(),
+        client: client(),
+        dir,
+        running: Some(running),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `GET /v1/image?url=<source>&<query>`.
+    pub async fn image_by_url(&self, source: &str, query: &str) -> reqwest::Response {
+        let mut url = reqwest::Url::parse(&self.url("/v1/image")).unwrap();
+        url.query_pairs_mut().append_pair("url", source);
+        let full = if query.is_empty() {
+            url.to_string()
+        } else {
+            format!("{url}&{query}")
+        };
+        self.client.get(full).send().await.expect("request")
+    }
+
+    pub async fn upload(&self, bytes: Vec<u8>) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/originals"))
+            .header("content-type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .expect("upload")
+    }
+
+    pub fn downloads(&self) -> u64 {
+        Stats::get(&self.shared.stats.downloads)
+    }
+
+    pub fn processing_runs(&self) -> u64 {
+        Stats::get(&self.shared.stats.processing_runs)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+    }
+}
+
+/// One thing the origin serves at a path.
+#[derive(Clone)]
+enum Resource {
+    Body {
+        bytes: Bytes,
+        etag: String,
+        last_modified: String,
+        content_type: &'static str,
+        delay: Option<Duration>,
+    },
+    Status(u16),
+    Redirect(String),
+    Slow(Duration),
+}
+
+/// An origin server that counts what it is asked.
+#[derive(Default)]
+pub struct OriginState {
+    resources: Mutex<HashMap<String, Resource>>,
+    /// Every request received.
+    pub requests: AtomicU64,
+    /// 200 answers with a full body.
+    pub full: AtomicU64,
+    /// 304 answers to conditional requests.
+    pub not_modified: AtomicU64,
+    /// Requests that carried If-None-Match or If-Modified-Since.
+    pub conditional: AtomicU64,
+}
+
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub state: Arc<OriginState>,
+}
+
+impl Origin {
+    pub async fn start() -> Origin {
+        let state = Arc::new(OriginState::default());
+        let s = state.clone();
+        let router = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+            let s = s.clone();
+            async move { serve(&s, uri, headers).await }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        Origin { addr, state }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    fn set(&self, path: &str, r: Resource) {
+        self.state
+            .resources
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), r);
+    }
+
+    /// Serves `bytes` at `path` with an ETag and Last-Modified derived from the content.
+    pub fn put(&self, path: &str, bytes: Vec<u8>) {
+        self.put_slow(path, bytes, None);
+    }
+
+    /// Like `put`, but every answer is delayed (to make concurrent requests overlap).
+    pub fn put_slow(&self, path: &str, bytes: Vec<u8>, delay: Option<Duration>) {
+        let digest = imgcas::hash::ContentHash::of(&bytes).to_hex();
+        self.set(
+            path,
+            Resource::Body {
+                etag: format!("\"{}\"", &digest[..16]),
+                last_modified: "Wed, 21 Oct 2026 07:28:00 GMT".into(),
+                bytes: Bytes::from(bytes),
+                content_type: "image/jpeg",
+                delay,
+            },
+        );
+    }
+
+    pub fn status(&self, path: &str, status: u16) {
+        self.set(path, Resource::Status(status));
+    }
+
+    pub fn redirect(&self, path: &str, to: &str) {
+        self.set(path, Resource::Redirect(to.to_string()));
+    }
+
+    pub fn slow(&self, path: &str, delay: Duration) {
+        self.set(path, Resource::Slow(delay));
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn full(&self) -> u64 {
+        self.state.full.load(Ordering::SeqCst)
+    }
+
+    pub fn not_modified(&self) -> u64 {
+        self.state.not_modified.load(Ordering::SeqCst)
+    }
+
+    pub fn conditional(&self) -> u64 {
+        self.state.conditional.load(Ordering::SeqCst)
+    }
+}
+
+async fn serve(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    let resource = state.resources.lock().unwrap().get(uri.path()).cloned();
+    let inm = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    let ims = headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok());
+    if inm.is_some() || ims.is_some() {
+        state.conditional.fetch_add(1, Ordering::SeqCst);
+    }
+    match resource {
+        None => StatusCode::NOT_FOUND.into_response(),
+        Some(Resource::Status(code)) => StatusCode::from_u16(code).unwrap().into_response(),
+        Some(Resource::Redirect(to)) => {
+            (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
+        }
+        Some(Resource::Slow(delay)) => {
+            tokio::time::sleep(delay).await;
+            StatusCode::OK.into_response()
+        }
+        Some(Resource::Body {
+            bytes,
+            etag,
+            last_modified,
+            content_type,
+            delay,
+        }) => {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let unchanged = match inm {
+                Some(v) => v == etag,
+                None => ims == Some(last_modified.as_str()),
+            };
+            if unchanged {
+                state.not_modified.fetch_add(1, Ordering::SeqCst);
+                return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+            }
+            state.full.fetch_add(1, Ordering::SeqCst);
+            (
+                [
+                    (header::ETAG, etag),
+                    (header::LAST_MODIFIED, last_modified),
+                    (header::CONTENT_TYPE, content_type.to_string()),
+                ],
+                bytes,
+            )
+                .into_response()
+        }
+    }
+}
+
+/// A smooth, photo-like RGB picture; `seed` makes distinct pictures (distinct bytes).
+pub fn rgb_image(w: u32, h: u32, seed: u8) -> DynamicImage {
+    DynamicImage::ImageRgb8(RgbImage::from_fn(w, h, |x, y| {
+        Rgb([
+            ((x * 255) / w.max(1)) as u8 ^ seed,
+            ((y * 255) / h.max(1)) as u8,
+            (((x + y) * 127) / (w + h).max(1)) as u8 + seed / 2,
+        ])
+    }))
+}
+
+pub fn encode(image: &DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    image.write_to(&mut out, format).expect("encode fixture");
+    out.into_inner()
+}
+
+pub fn jpeg(w: u32, h: u32, seed: u8) -> Vec<u8> {
+    encode(&rgb_image(w, h, seed), ImageFormat::Jpeg)
+}
+
+pub fn png(w: u32, h: u32, seed: u8) -> Vec<u8> {
+    encode(&rgb_image(w, h, seed), ImageFormat::Png)
+}
+
+pub fn png_rgba(w: u32, h: u32) -> Vec<u8> {
+    let img = RgbaImage::from_fn(w, h, |x, _| Rgba([200, 10, 10, ((x * 255) / w) as u8]));
+    encode(&DynamicImage::ImageRgba8(img), ImageFormat::Png)
+}
+
+/// Decodes a response body and returns its dimensions.
+pub fn dimensions(bytes: &[u8]) -> (u32, u32) {
+    let img = image::load_from_memory(bytes).expect("response decodes");
+    (img.width(), img.height())
+}
+
+pub async fn json(response: reqwest::Response) -> serde_json::Value {
+    let bytes = response.bytes().await.expect("body");
+    serde_json::from_slice(&bytes).expect("JSON body")
+}
+
+pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}

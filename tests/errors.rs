@@ -1,0 +1,181 @@
+//! Every bad input gets SPEC's error shape and status, and permanent errors are cached like
+//! results: a corrupt image is decoded once per spec, not once per request.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[tokio::test]
+async fn a_corrupt_image_is_422_once_and_an_error_hit_after() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    let mut corrupt = jpeg(400, 300, 1);
+    let len = corrupt.len();
+    corrupt[600..len - 2].fill(0x00);
+    corrupt.truncate(len / 2);
+    origin.put("/broken.jpg", corrupt);
+
+    let first = app.image_by_url(&origin.url("/broken.jpg"), "w=100").await;
+    assert_eq!(first.status(), 422);
+    assert_eq!(header(&first, "cache-control"), Some("public, max-age=300"));
+    assert!(header(&first, "x-imgcas-source-hash").is_some());
+    let body = json(first).await;
+    assert_eq!(body["error"]["code"], "undecodable");
+    assert!(body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    assert_eq!(app.processing_runs(), 1);
+
+    let second = app.image_by_url(&origin.url("/broken.jpg"), "w=100").await;
+    assert_eq!(second.status(), 422);
+    assert_eq!(header(&second, "x-imgcas-cache"), Some("error-hit"));
+    assert_eq!(
+        app.processing_runs(),
+        1,
+        "the cached error is served, not recomputed"
+    );
+}
+
+#[tokio::test]
+async fn bytes_that_are_no_image_are_415() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/page.jpg", b"<!doctype html><p>soft 404</p>".to_vec());
+    let r = app.image_by_url(&origin.url("/page.jpg"), "w=100").await;
+    assert_eq!(r.status(), 415);
+    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+}
+
+#[tokio::test]
+async fn bad_options_name_the_option() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/a.jpg", jpeg(100, 100, 2));
+    for (query, option) in [
+        ("w=0", "w"),
+        ("w=abc", "w"),
+        ("fit=stretch", "fit"),
+        ("format=bmp", "format"),
+        ("q=101", "q"),
+        ("foo=1", "foo"),
+        ("rotate=45", "rotate"),
+    ] {
+        let r = app.image_by_url(&origin.url("/a.jpg"), query).await;
+        assert_eq!(r.status(), 400, "{query}");
+        let v = json(r).await;
+        assert_eq!(v["error"]["code"], "invalid_option", "{query}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`{option}`")),
+            "{query}: {message}"
+        );
+    }
+    assert_eq!(
+        origin.requests(),
+        0,
+        "bad options are refused before any fetch"
+    );
+
+    for path in [
+        "/v1/image?w=100",
+        "/v1/image?url=file:///etc/passwd",
+        "/v1/image?url=%20",
+    ] {
+        let r = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let v = json(r).await;
+        assert_eq!(v["error"]["code"], "invalid_option");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`url`"));
+    }
+}
+
+#[tokio::test]
+async fn origin_failures_map_to_their_codes() {
+    let app = spawn_app_with(|c| {
+        c.fetch.timeout = Duration::from_millis(500);
+        c.fetch.max_bytes = 50_000;
+    })
+    .await;
+    let origin = Origin::start().await;
+    origin.status("/gone.jpg", 410);
+    origin.status("/boom.jpg", 500);
+    origin.status("/forbidden.jpg", 403);
+    origin.slow("/slow.jpg", Duration::from_secs(3));
+    origin.put("/big.jpg", vec![0xFF; 100_000]);
+    for (path, status, code) in [
+        ("/missing.jpg", 404, "not_found"),
+        ("/gone.jpg", 404, "not_found"),
+        ("/boom.jpg", 502, "origin_error"),
+        ("/forbidden.jpg", 502, "origin_error"),
+        ("/slow.jpg", 504, "origin_timeout"),
+        ("/big.jpg", 413, "source_too_large"),
+    ] {
+        let r = app.image_by_url(&origin.url(path), "w=10").await;
+        assert_eq!(r.status(), status, "{path}");
+        let cc = header(&r, "cache-control").unwrap().to_string();
+        assert!(
+            !cc.contains("31536000"),
+            "{path}: errors are never cached for a year"
+        );
+        assert_eq!(json(r).await["error"]["code"], code, "{path}");
+    }
+    // A closed port: connection refused.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let r = app
+        .image_by_url(&format!("http://{closed}/x.jpg"), "w=10")
+        .await;
+    assert_eq!(r.status(), 502);
+    assert_eq!(json(r).await["error"]["code"], "origin_error");
+}
+
+#[tokio::test]
+async fn limits_and_constraints_are_422() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put(
+        "/lotta.jpg",
+        std::fs::read("testdata/malicious/lottapixel.jpg").unwrap(),
+    );
+    origin.put(
+        "/bomb.gif",
+        std::fs::read("testdata/pillow/decompression_bomb.gif").unwrap(),
+    );
+    origin.put("/small.jpg", jpeg(300, 200, 3));
+    for (path, query, code) in [
+        ("/lotta.jpg", "w=10", "too_many_pixels"),
+        ("/small.jpg", "min_w=1000", "source_too_small"),
+        (
+            "/small.jpg",
+            "w=8000&h=8000&fit=fill&enlarge=1",
+            "too_many_pixels",
+        ),
+    ] {
+        let r = app.image_by_url(&origin.url(path), query).await;
+        assert_eq!(r.status(), 422, "{path} {query}");
+        assert_eq!(json(r).await["error"]["code"], code, "{path} {query}");
+    }
+    // The bomb's giant is its frame, not its 32x32 screen: refused without allocating, as
+    // too large or as malformed (its frame lies outside the screen).
+    let r = app.image_by_url(&origin.url("/bomb.gif"), "w=10").await;
+    assert_eq!(r.status(), 422);
+    let code = json(r).await["error"]["code"].clone();
+    assert!(code == "too_many_pixels" || code == "undecodable", "{code}");
+    let avif = app
+        .image_by_url(&origin.url("/small.jpg"), "format=avif")
+        .await;
+    assert_eq!(avif.status(), 415);
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let app = spawn_app().await;
+    for path in ["/healthz", "/readyz"] {
+        let r = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+}

@@ -1,0 +1,97 @@
+//! The URL map's freshness rules: no origin traffic while fresh, a conditional request after,
+//! a new hash when the content changes, and the stored mapping when the origin fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use imgcas::hash::ContentHash;
+
+#[tokio::test]
+async fn within_revalidate_after_the_origin_sees_nothing() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/a.jpg", jpeg(300, 200, 1));
+    app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    assert_eq!(origin.requests(), 1);
+    for q in ["w=100", "w=50", "h=20&format=png"] {
+        let r = app.image_by_url(&origin.url("/a.jpg"), q).await;
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(origin.requests(), 1, "fresh mapping: no origin traffic");
+}
+
+#[tokio::test]
+async fn after_revalidate_after_one_conditional_request_answered_304() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::from_secs(1)).await;
+    let origin = Origin::start().await;
+    origin.put("/a.jpg", jpeg(300, 200, 2));
+    let first = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    assert_eq!(first.status(), 200);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let second = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(header(&second, "x-imgcas-cache"), Some("revalidated"));
+    assert_eq!(origin.conditional(), 1);
+    assert_eq!(origin.not_modified(), 1);
+    assert_eq!(origin.full(), 1, "no new download");
+    assert_eq!(app.downloads(), 1);
+    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1);
+    assert_eq!(app.processing_runs(), 1);
+    // The 304 refreshed the check time: fresh again.
+    app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    assert_eq!(origin.requests(), 2);
+}
+
+#[tokio::test]
+async fn changed_content_is_served_under_its_new_hash() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
+    let origin = Origin::start().await;
+    let old = jpeg(800, 600, 3);
+    origin.put("/p.jpg", old.clone());
+    let before = app.image_by_url(&origin.url("/p.jpg"), "w=100").await;
+    let old_etag = header(&before, "etag").unwrap().to_string();
+    assert_eq!(dimensions(&before.bytes().await.unwrap()), (100, 75));
+
+    let new = jpeg(600, 800, 4);
+    origin.put("/p.jpg", new.clone());
+    let after = app.image_by_url(&origin.url("/p.jpg"), "w=100").await;
+    assert_eq!(after.status(), 200);
+    let new_hash = ContentHash::of(&new).to_hex();
+    assert_eq!(
+        header(&after, "x-imgcas-source-hash"),
+        Some(new_hash.as_str())
+    );
+    assert_ne!(header(&after, "etag"), Some(old_etag.as_str()));
+    assert_eq!(dimensions(&after.bytes().await.unwrap()), (100, 133));
+    assert_eq!(origin.full(), 2);
+    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_failing_origin_leaves_the_stored_mapping_in_service() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
+    let origin = Origin::start().await;
+    let bytes = jpeg(300, 300, 5);
+    origin.put("/s.jpg", bytes.clone());
+    assert_eq!(
+        app.image_by_url(&origin.url("/s.jpg"), "w=64")
+            .await
+            .status(),
+        200
+    );
+
+    origin.status("/s.jpg", 503);
+    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("stale"));
+    let hash = ContentHash::of(&bytes).to_hex();
+    assert_eq!(header(&r, "x-imgcas-source-hash"), Some(hash.as_str()));
+
+    // Gone for good is not transient: the client is told.
+    origin.status("/s.jpg", 404);
+    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(json(r).await["error"]["code"], "not_found");
+}

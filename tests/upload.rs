@@ -1,0 +1,169 @@
+//! Merchant uploads: raw and multipart, dedup by content, and reading originals back.
+
+mod common;
+
+use common::*;
+use imgcas::hash::ContentHash;
+
+#[tokio::test]
+async fn the_same_bytes_uploaded_twice_are_one_original() {
+    let app = spawn_app().await;
+    let bytes = png(120, 80, 1);
+    let first = app.upload(bytes.clone()).await;
+    assert_eq!(first.status(), 201);
+    let location = header(&first, "location").unwrap().to_string();
+    let a = json(first).await;
+    let hash = ContentHash::of(&bytes).to_hex();
+    assert_eq!(a["hash"], hash.as_str());
+    assert_eq!(a["format"], "png");
+    assert_eq!(a["width"], 120);
+    assert_eq!(a["height"], 80);
+    assert_eq!(a["bytes"], bytes.len());
+    assert_eq!(a["duplicate"], false);
+    assert_eq!(a["url"], format!("/v1/image/{hash}"));
+    assert_eq!(location, format!("/v1/originals/{hash}"));
+
+    let second = app.upload(bytes.clone()).await;
+    assert_eq!(second.status(), 200);
+    let b = json(second).await;
+    assert_eq!(b["hash"], a["hash"]);
+    assert_eq!(b["duplicate"], true);
+    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn multipart_uploads_answer_per_file() {
+    let app = spawn_app().await;
+    let (one, two) = (jpeg(64, 64, 2), png(32, 16, 3));
+    let boundary = "imgcas-test-boundary";
+    let mut body = Vec::new();
+    for (name, bytes, ct) in [("a.jpg", &one, "image/jpeg"), ("b.png", &two, "image/png")] {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: {ct}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let post = || {
+        app.client
+            .post(app.url("/v1/originals"))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body.clone())
+            .send()
+    };
+    let r = post().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let v = json(r).await;
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0]["format"], "jpeg");
+    assert_eq!(v[1]["width"], 32);
+    let again = post().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(json(again).await[1]["duplicate"], true);
+}
+
+#[tokio::test]
+async fn originals_read_back_byte_for_byte_and_by_hash_images_are_immutable() {
+    let app = spawn_app().await;
+    let bytes = png(90, 60, 4);
+    let hash = ContentHash::of(&bytes).to_hex();
+    app.upload(bytes.clone()).await;
+
+    let r = app
+        .client
+        .get(app.url(&format!("/v1/originals/{hash}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), Some("image/png"));
+    assert_eq!(
+        header(&r, "cache-control"),
+        Some("public, max-age=31536000, immutable")
+    );
+    let etag = header(&r, "etag").unwrap().to_string();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), bytes.as_slice());
+    let cached = app
+        .client
+        .get(app.url(&format!("/v1/originals/{hash}")))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cached.status(), 304);
+
+    let info = json(
+        app.client
+            .get(app.url(&format!("/v1/originals/{hash}/info")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(info["format"], "png");
+    assert_eq!(info["width"], 90);
+    assert!(info["first_seen"].as_str().unwrap().ends_with('Z'));
+
+    let img = app
+        .client
+        .get(app.url(&format!("/v1/image/{hash}?w=30")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(img.status(), 200);
+    assert_eq!(
+        header(&img, "cache-control"),
+        Some("public, max-age=31536000, immutable")
+    );
+    assert_eq!(header(&img, "x-imgcas-source-hash"), Some(hash.as_str()));
+    assert_eq!(dimensions(&img.bytes().await.unwrap()), (30, 20));
+}
+
+#[tokio::test]
+async fn bad_uploads_are_refused_and_store_nothing() {
+    let app = spawn_app_with(|c| c.fetch.max_bytes = 10_000).await;
+    let r = app.upload(b"<html>hello</html>".to_vec()).await;
+    assert_eq!(r.status(), 415);
+    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+
+    let mut corrupt = jpeg(50, 50, 5);
+    corrupt.truncate(40);
+    let r = app.upload(corrupt).await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(json(r).await["error"]["code"], "undecodable");
+
+    let r = app.upload(vec![0xFF; 20_000]).await;
+    assert_eq!(r.status(), 413);
+    assert_eq!(json(r).await["error"]["code"], "source_too_large");
+
+    let lottapixel = std::fs::read("testdata/malicious/lottapixel.jpg").unwrap();
+    let r = app.upload(lottapixel).await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+
+    assert!(app.shared.blobs.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_hashes_are_404() {
+    let app = spawn_app().await;
+    for path in [
+        format!("/v1/originals/{}", "ab".repeat(32)),
+        format!("/v1/originals/{}/info", "ab".repeat(32)),
+        format!("/v1/image/{}?w=10", "ab".repeat(32)),
+        "/v1/originals/not-a-hash".to_string(),
+        "/v1/image/zz".to_string(),
+        "/no/such/route".to_string(),
+    ] {
+        let r = app.client.get(app.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(json(r).await["error"]["code"], "not_found", "{path}");
+    }
+}
