@@ -393,6 +393,10 @@ pub async fn upload(shared: &Arc<Shared>, bytes: Bytes) -> Result<Uploaded, Erro
     })
     .await?;
     if let Some(existing) = shared.maps.originals.get(&hash)? {
+        // The entry may come from a download, committed without fsync: the answer promises
+        // the original is kept, so make it durable first (a no-op when nothing is pending).
+        let maps = shared.maps.clone();
+        blocking(move || Ok(maps.flush()?)).await?;
         return Ok(Uploaded {
             hash,
             info: existing,

@@ -2,14 +2,16 @@
 //! originals index and the variants. Each map has its own module with a typed API; nothing
 //! outside this folder touches redb.
 //!
-//! Durability: the URL map and the variants can be rebuilt from origins and originals, so
-//! their commits skip the fsync (`Durability::None`) and are made durable by the next durable
-//! commit: an upload's, the periodic [`Maps::flush`], or the one at shutdown. An acknowledged
-//! upload's index entry is committed durably before the answer goes out.
+//! Durability by group commit: every write commits without an fsync (`Durability::None`,
+//! visible to readers at once) and gets a sequence number. [`Maps::sync`] makes all writes up
+//! to a number durable with one empty durable commit; callers who find that a concurrent sync
+//! already covered them skip theirs, so a burst of uploads shares fsyncs instead of paying ≈ 7 ms
+//! each. Uploads sync before they are acknowledged; the URL map and the variants (rebuildable
+//! from origins and originals) are synced by the periodic [`Maps::flush`] and at shutdown.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
@@ -61,8 +63,10 @@ pub fn now_ms() -> u64 {
 #[derive(Clone)]
 pub(crate) struct Db {
     db: Arc<Database>,
-    /// Set by non-durable commits, cleared by a durable one.
-    dirty: Arc<AtomicBool>,
+    /// Sequence number of the last committed (maybe not yet durable) write.
+    written: Arc<AtomicU64>,
+    /// Sequence number up to which writes are durable; the lock serializes syncs.
+    durable: Arc<Mutex<u64>>,
 }
 
 impl Db {
@@ -70,25 +74,32 @@ impl Db {
         Ok(self.db.begin_read()?)
     }
 
-    /// Runs `f` in one write transaction and commits it, durably or not.
+    /// Runs `f` in one write transaction and commits it without an fsync. Returns the value
+    /// and the write's sequence number, for [`Db::sync`].
     pub(crate) fn write<T>(
         &self,
-        durable: bool,
         f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
-    ) -> Result<T, MapError> {
+    ) -> Result<(T, u64), MapError> {
         let mut txn = self.db.begin_write()?;
-        if !durable {
-            txn.set_durability(Durability::None)?;
-        }
+        txn.set_durability(Durability::None)?;
         let out = f(&txn)?;
-        if !durable {
-            self.dirty.store(true, Ordering::Release);
-        }
         txn.commit()?;
-        if durable {
-            self.dirty.store(false, Ordering::Release);
+        let seq = self.written.fetch_add(1, Ordering::AcqRel) + 1;
+        Ok((out, seq))
+    }
+
+    /// Makes every write up to `seq` durable (group commit).
+    pub(crate) fn sync(&self, seq: u64) -> Result<(), MapError> {
+        let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        if *durable >= seq {
+            return Ok(());
         }
-        Ok(out)
+        // Everything committed before this load is covered by the commit below.
+        let covered = self.written.load(Ordering::Acquire);
+        let txn = self.db.begin_write()?;
+        txn.commit()?;
+        *durable = covered;
+        Ok(())
     }
 }
 
@@ -108,15 +119,17 @@ impl Maps {
         let database = Database::create(data_dir.join("imgcas.redb"))?;
         let db = Db {
             db: Arc::new(database),
-            dirty: Arc::new(AtomicBool::new(false)),
+            written: Arc::new(AtomicU64::new(0)),
+            durable: Arc::new(Mutex::new(0)),
         };
         // Readers expect every table to exist.
-        db.write(true, |txn| {
+        let ((), seq) = db.write(|txn| {
             url_map::create(txn)?;
             originals::create(txn)?;
             variants::create(txn)?;
             Ok(())
         })?;
+        db.sync(seq)?;
         Ok(Maps {
             urls: UrlMap { db: db.clone() },
             originals: OriginalsIndex { db: db.clone() },
@@ -133,23 +146,82 @@ impl Maps {
         entry: &UrlEntry,
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
-        self.db.write(false, |txn| {
+        let (new, _) = self.db.write(|txn| {
             let new = originals::insert_if_absent(txn, &entry.hash, info)?;
             url_map::put(txn, url, entry)?;
             Ok(new)
-        })
+        })?;
+        Ok(new)
     }
 
-    /// Makes every earlier non-durable commit durable (an empty durable commit), if any.
+    /// Makes every write so far durable (one empty durable commit, skipped when none is
+    /// pending).
     pub fn flush(&self) -> Result<(), MapError> {
-        if self.db.dirty.load(Ordering::Acquire) {
-            self.db.write(true, |_| Ok(()))?;
-        }
-        Ok(())
+        self.db.sync(self.db.written.load(Ordering::Acquire))
     }
 
     /// Readiness: a read transaction opens and a table answers.
     pub fn check(&self) -> Result<(), MapError> {
         self.originals.get(&ContentHash([0; 32])).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(n: u64) -> OriginalInfo {
+        OriginalInfo {
+            format: Some("png".into()),
+            width: Some(1),
+            height: Some(1),
+            has_alpha: false,
+            bytes: n,
+            first_seen_ms: now_ms(),
+        }
+    }
+
+    #[test]
+    fn synced_and_flushed_writes_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let hashes: Vec<ContentHash> = (0..64u32)
+            .map(|i| ContentHash::of(&i.to_le_bytes()))
+            .collect();
+        let url_entry = UrlEntry {
+            hash: hashes[0],
+            etag: Some("\"e\"".into()),
+            last_modified: None,
+            checked_at_ms: 1,
+        };
+        {
+            let maps = Maps::open(dir.path()).unwrap();
+            // Concurrent durable inserts share syncs; every one must land.
+            std::thread::scope(|s| {
+                for chunk in hashes.chunks(8) {
+                    let maps = maps.clone();
+                    s.spawn(move || {
+                        for h in chunk {
+                            assert!(maps.originals.insert_durable(h, &info(1)).unwrap());
+                        }
+                    });
+                }
+            });
+            assert!(!maps.originals.insert_durable(&hashes[0], &info(2)).unwrap());
+            maps.urls.put("http://a.example/x", &url_entry).unwrap();
+            assert_eq!(
+                maps.urls.get("http://a.example/x").unwrap(),
+                Some(url_entry.clone())
+            );
+            maps.flush().unwrap();
+            maps.flush().unwrap();
+        }
+        let maps = Maps::open(dir.path()).unwrap();
+        assert_eq!(maps.originals.hashes().unwrap().len(), 64);
+        assert_eq!(maps.originals.get(&hashes[0]).unwrap().unwrap().bytes, 1);
+        assert_eq!(
+            maps.urls.get("http://a.example/x").unwrap(),
+            Some(url_entry)
+        );
+        maps.check().unwrap();
     }
 }

@@ -58,13 +58,16 @@ impl OriginalsIndex {
         raw.map(|r| decode(hash, r.value())).transpose()
     }
 
-    /// Durable insert-if-absent, for uploads that are acknowledged right after.
+    /// Insert-if-absent made durable before returning (group commit), for uploads that are
+    /// acknowledged right after. Returns whether it was inserted.
     pub fn insert_durable(
         &self,
         hash: &ContentHash,
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
-        self.db.write(true, |txn| insert_if_absent(txn, hash, info))
+        let (inserted, seq) = self.db.write(|txn| insert_if_absent(txn, hash, info))?;
+        self.db.sync(seq)?;
+        Ok(inserted)
     }
 
     /// Every hash in the index, for `verify` and `gc`.

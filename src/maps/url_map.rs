@@ -47,7 +47,7 @@ impl UrlMap {
     }
 
     pub fn put(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        self.db.write(false, |txn| put(txn, url, entry))
+        self.db.write(|txn| put(txn, url, entry)).map(|((), _)| ())
     }
 
     /// Every entry, for `verify` and `gc`.

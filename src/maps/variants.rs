@@ -147,11 +147,13 @@ impl VariantMap {
     /// Stores a result without an fsync: a lost variant is recomputed, never wrong.
     pub fn put(&self, key: &VariantKey, variant: &StoredVariant) -> Result<(), MapError> {
         let value = variant.encode();
-        self.db.write(false, |txn| {
-            txn.open_table(TABLE)?
-                .insert(key.to_bytes().as_slice(), value.as_slice())?;
-            Ok(())
-        })
+        self.db
+            .write(|txn| {
+                txn.open_table(TABLE)?
+                    .insert(key.to_bytes().as_slice(), value.as_slice())?;
+                Ok(())
+            })
+            .map(|((), _)| ())
     }
 
     /// How many variants are stored.
