@@ -3,10 +3,11 @@
 //! A request walks down this list and nothing reaches back up:
 //! `http` → `pipeline` → { `maps`, `fetch`, `blob` } → `imgcas_processors`.
 //! `app` builds the one shared state; `config` reads settings; `coalesce` makes concurrent
-//! identical work run once.
+//! identical work run once; `cli` holds the offline commands.
 
 pub mod app;
 pub mod blob;
+pub mod cli;
 pub mod coalesce;
 pub mod config;
 pub mod error;

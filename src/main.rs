@@ -37,6 +37,20 @@ enum Command {
         #[arg(long)]
         allow_private_networks: bool,
     },
+    /// Process one file offline, on the same code path as the server.
+    Process {
+        /// Source image file.
+        input: PathBuf,
+        /// Processing options as in a URL query, e.g. 'w=400&format=webp'.
+        #[arg(long, default_value = "")]
+        spec: String,
+        /// Output file (`-` for stdout).
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Accept header to negotiate `format=auto` against.
+        #[arg(long)]
+        accept: Option<String>,
+    },
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -90,6 +104,36 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
+        Command::Process {
+            input,
+            spec,
+            output,
+            accept,
+        } => {
+            let config = match load_config(cli.config.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("imgcas: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let limits = imgcas_processors::Limits {
+                max_pixels: config.limits.max_pixels,
+            };
+            match imgcas::cli::process::run(&input, &spec, &output, accept.as_deref(), &limits) {
+                Ok(done) => {
+                    eprintln!(
+                        "{}x{} {} {} bytes",
+                        done.width, done.height, done.format, done.bytes
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{}", imgcas::cli::process::describe_error(&e));
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Serve {
             listen,
             data_dir,

@@ -1,11 +1,16 @@
-//! Bytes to upright pixels, with the pixel limit checked from the header before any pixel
-//! buffer is allocated.
+//! Bytes to upright pixels. [`open`] reads only headers (format, size, orientation, alpha,
+//! ICC) and enforces the limits there, before any pixel buffer exists; [`Source::decode`]
+//! then produces 8-bit RGB or RGBA, DCT-downscaled for JPEG when the caller allows it.
 
 use std::io::Cursor;
 
+use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
 
 use crate::error::ProcessError;
+use crate::gif::{self, GifHeader};
+use crate::ico;
+use crate::jpeg::{self, JpegHeader};
 use crate::sniff::{sniff, SourceFormat};
 
 /// Bounds on what one decode may cost.
@@ -23,24 +28,40 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Bytes a decoder may allocate: the RGBA picture twice over, plus working room.
+    fn max_alloc(&self) -> u64 {
+        self.max_pixels.saturating_mul(8).saturating_add(64 << 20)
+    }
+}
+
 /// What the header of a source says, read without decoding pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceInfo {
     pub format: SourceFormat,
-    /// As stored (before EXIF orientation).
+    /// As stored (before orientation).
     pub width: u32,
     pub height: u32,
     pub has_alpha: bool,
 }
 
-fn image_format(format: SourceFormat) -> Option<ImageFormat> {
-    match format {
-        SourceFormat::Jpeg => Some(ImageFormat::Jpeg),
-        SourceFormat::Png => Some(ImageFormat::Png),
-        SourceFormat::Gif => Some(ImageFormat::Gif),
-        SourceFormat::Webp => Some(ImageFormat::WebP),
-        _ => None,
-    }
+enum Kind<'a> {
+    Jpeg(JpegHeader<'a>),
+    Gif(GifHeader),
+    /// An ICO entry, rewrapped as a file of its own.
+    Ico(Vec<u8>, ImageFormat),
+    Other(ImageFormat),
+}
+
+/// An opened source: headers read and checked, pixels not yet decoded.
+pub struct Source<'a> {
+    bytes: &'a [u8],
+    pub info: SourceInfo,
+    /// EXIF (JPEG, WebP, PNG, TIFF) orientation, applied by [`Source::decode`].
+    pub orientation: Orientation,
+    /// The embedded colour profile, if any.
+    pub icc: Option<Vec<u8>>,
+    kind: Kind<'a>,
 }
 
 fn map_image_error(e: ImageError, limits: &Limits, dims: (u32, u32)) -> ProcessError {
@@ -49,34 +70,6 @@ fn map_image_error(e: ImageError, limits: &Limits, dims: (u32, u32)) -> ProcessE
         ImageError::Unsupported(u) => ProcessError::UnsupportedFormat(u.to_string()),
         other => ProcessError::Undecodable(other.to_string()),
     }
-}
-
-fn sniffed(bytes: &[u8]) -> Result<(SourceFormat, ImageFormat), ProcessError> {
-    let format = sniff(bytes).ok_or_else(|| {
-        ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
-    })?;
-    match image_format(format) {
-        Some(f) if format.can_decode() => Ok((format, f)),
-        _ => Err(ProcessError::UnsupportedFormat(format!(
-            "{} sources are not supported",
-            format.name()
-        ))),
-    }
-}
-
-fn open<'a>(
-    bytes: &'a [u8],
-    format: ImageFormat,
-    limits: &Limits,
-) -> Result<impl ImageDecoder + 'a, ProcessError> {
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    let mut decoder_limits = image::Limits::default();
-    // Headroom for a decoder's working buffers beside the RGBA output itself.
-    decoder_limits.max_alloc = Some(limits.max_pixels.saturating_mul(8) + (64 << 20));
-    reader.limits(decoder_limits);
-    reader
-        .into_decoder()
-        .map_err(|e| map_image_error(e, limits, (0, 0)))
 }
 
 fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessError> {
@@ -95,44 +88,234 @@ fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessE
     Ok(())
 }
 
-/// Reads the header only: format, stored size, alpha. Enforces the pixel limit.
-pub fn probe(bytes: &[u8], limits: &Limits) -> Result<SourceInfo, ProcessError> {
-    let (format, image_format) = sniffed(bytes)?;
-    let decoder = open(bytes, image_format, limits)?;
-    let (width, height) = decoder.dimensions();
-    check_pixels(width, height, limits)?;
-    Ok(SourceInfo {
-        format,
-        width,
-        height,
-        has_alpha: decoder.color_type().has_alpha(),
+fn image_format(format: SourceFormat) -> Option<ImageFormat> {
+    Some(match format {
+        SourceFormat::Png => ImageFormat::Png,
+        SourceFormat::Webp => ImageFormat::WebP,
+        SourceFormat::Tiff => ImageFormat::Tiff,
+        SourceFormat::Bmp => ImageFormat::Bmp,
+        _ => return None,
     })
 }
 
-/// Decodes to upright 8-bit RGB or RGBA (EXIF orientation applied; first frame only).
-pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(SourceInfo, DynamicImage), ProcessError> {
-    let (format, image_format) = sniffed(bytes)?;
-    let mut decoder = open(bytes, image_format, limits)?;
-    let (width, height) = decoder.dimensions();
-    check_pixels(width, height, limits)?;
-    let has_alpha = decoder.color_type().has_alpha();
-    // A broken EXIF block must not cost the picture: treat it as "no orientation".
-    let orientation = decoder
-        .orientation()
-        .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut image = DynamicImage::from_decoder(decoder)
-        .map_err(|e| map_image_error(e, limits, (width, height)))?;
-    image.apply_orientation(orientation);
-    let image = if has_alpha {
-        DynamicImage::ImageRgba8(image.into_rgba8())
-    } else {
-        DynamicImage::ImageRgb8(image.into_rgb8())
-    };
-    let info = SourceInfo {
+fn reader<'a>(
+    bytes: &'a [u8],
+    format: ImageFormat,
+    limits: &Limits,
+) -> ImageReader<Cursor<&'a [u8]>> {
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_alloc = Some(limits.max_alloc());
+    reader.limits(decoder_limits);
+    reader
+}
+
+/// The TIFF structure inside a WebP `EXIF` chunk (some writers prefix it with `Exif\0\0`).
+fn webp_exif(bytes: &[u8]) -> Option<&[u8]> {
+    let mut i = 12;
+    while i + 8 <= bytes.len() {
+        let fourcc = &bytes[i..i + 4];
+        let size = u32::from_le_bytes(bytes[i + 4..i + 8].try_into().ok()?) as usize;
+        let data = bytes.get(i + 8..i + 8 + size)?;
+        if fourcc == b"EXIF" {
+            return Some(data.strip_prefix(b"Exif\0\0").unwrap_or(data));
+        }
+        i += 8 + size + (size & 1);
+    }
+    None
+}
+
+/// The compression field of a BMP info header (0 RGB, 1 RLE8, 2 RLE4, 3 bitfields; OS/2
+/// core headers have none and count as 0).
+fn bmp_compression(bytes: &[u8]) -> Option<u32> {
+    let header_size = u32::from_le_bytes(bytes.get(14..18)?.try_into().ok()?);
+    if header_size < 40 {
+        return Some(0);
+    }
+    Some(u32::from_le_bytes(bytes.get(30..34)?.try_into().ok()?))
+}
+
+fn orientation_from_exif(tiff: Option<&[u8]>) -> Orientation {
+    tiff.map(|t| t.strip_prefix(b"Exif\0\0").unwrap_or(t))
+        .and_then(Orientation::from_exif_chunk)
+        .unwrap_or(Orientation::NoTransforms)
+}
+
+/// Reads a source's headers and checks them against the limits.
+pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
+    let format = sniff(bytes).ok_or_else(|| {
+        ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
+    })?;
+    if !format.can_decode() {
+        return Err(ProcessError::UnsupportedFormat(format!(
+            "{} sources are not supported",
+            format.name()
+        )));
+    }
+    let info = |width, height, has_alpha| SourceInfo {
         format,
         width,
         height,
         has_alpha,
     };
-    Ok((info, image))
+    match format {
+        SourceFormat::Jpeg => {
+            let header = jpeg::parse(bytes)?;
+            if let Some(reason) = header.unsupported_reason() {
+                return Err(ProcessError::UnsupportedFormat(reason));
+            }
+            check_pixels(header.width, header.height, limits)?;
+            Ok(Source {
+                bytes,
+                info: info(header.width, header.height, false),
+                orientation: orientation_from_exif(header.exif),
+                icc: header.icc.clone(),
+                kind: Kind::Jpeg(header),
+            })
+        }
+        SourceFormat::Gif => {
+            let header = gif::parse(bytes)?;
+            let pixels = header.declared_pixels();
+            if pixels > limits.max_pixels {
+                let (w, h) = if header.frame.0 as u64 * header.frame.1 as u64 == pixels {
+                    header.frame
+                } else {
+                    header.screen
+                };
+                return Err(ProcessError::too_many_pixels(w, h, limits.max_pixels));
+            }
+            let (w, h) = header.canvas();
+            check_pixels(w, h, limits)?;
+            Ok(Source {
+                bytes,
+                info: info(w, h, true),
+                orientation: Orientation::NoTransforms,
+                icc: None,
+                kind: Kind::Gif(header),
+            })
+        }
+        SourceFormat::Ico => {
+            let entry = ico::largest_entry(bytes)?;
+            let format = if entry.is_png {
+                ImageFormat::Png
+            } else {
+                ImageFormat::Bmp
+            };
+            let ((w, h), has_alpha) = {
+                let decoder = reader(&entry.bytes, format, limits)
+                    .into_decoder()
+                    .map_err(|e| map_image_error(e, limits, (0, 0)))?;
+                (decoder.dimensions(), decoder.color_type().has_alpha())
+            };
+            check_pixels(w, h, limits)?;
+            Ok(Source {
+                bytes,
+                info: info(w, h, has_alpha),
+                orientation: Orientation::NoTransforms,
+                icc: None,
+                kind: Kind::Ico(entry.bytes, format),
+            })
+        }
+        SourceFormat::Bmp if !matches!(bmp_compression(bytes), Some(0..=3)) => {
+            Err(ProcessError::UnsupportedFormat(format!(
+                "BMP compression {:?} is not supported",
+                bmp_compression(bytes)
+            )))
+        }
+        other => {
+            let image_format = image_format(other).ok_or_else(|| {
+                ProcessError::UnsupportedFormat(format!(
+                    "{} sources are not supported",
+                    other.name()
+                ))
+            })?;
+            let mut decoder = reader(bytes, image_format, limits)
+                .into_decoder()
+                .map_err(|e| map_image_error(e, limits, (0, 0)))?;
+            let (w, h) = decoder.dimensions();
+            check_pixels(w, h, limits)?;
+            let orientation = if other == SourceFormat::Webp {
+                orientation_from_exif(webp_exif(bytes))
+            } else {
+                decoder.orientation().unwrap_or(Orientation::NoTransforms)
+            };
+            let icc = decoder.icc_profile().ok().flatten();
+            Ok(Source {
+                bytes,
+                info: info(w, h, decoder.color_type().has_alpha()),
+                orientation,
+                icc,
+                kind: Kind::Other(image_format),
+            })
+        }
+    }
+}
+
+/// Reads the header only: format, stored size, alpha. Enforces the pixel limit.
+pub fn probe(bytes: &[u8], limits: &Limits) -> Result<SourceInfo, ProcessError> {
+    open(bytes, limits).map(|s| s.info)
+}
+
+fn swaps_axes(o: Orientation) -> bool {
+    matches!(
+        o,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    )
+}
+
+impl Source<'_> {
+    /// Width and height once orientation is applied.
+    pub fn upright_size(&self) -> (u32, u32) {
+        let (w, h) = (self.info.width, self.info.height);
+        if swaps_axes(self.orientation) {
+            (h, w)
+        } else {
+            (w, h)
+        }
+    }
+
+    /// Whether [`Source::decode`] can downscale while decoding (JPEG's DCT scaling).
+    pub fn can_shrink_on_load(&self) -> bool {
+        matches!(self.kind, Kind::Jpeg(_))
+    }
+
+    /// Decodes to upright 8-bit RGB or RGBA, at `1/denominator` scale where the format
+    /// allows it (JPEG: 1, 2, 4 or 8; others decode at full size).
+    pub fn decode(&self, limits: &Limits, denominator: u32) -> Result<DynamicImage, ProcessError> {
+        let dims = (self.info.width, self.info.height);
+        let mut image = match &self.kind {
+            Kind::Jpeg(header) => jpeg::decode(self.bytes, header, denominator)?,
+            Kind::Gif(header) => {
+                DynamicImage::ImageRgba8(gif::decode(self.bytes, header, limits.max_alloc())?)
+            }
+            Kind::Ico(entry, format) => {
+                let decoder = reader(entry, *format, limits)
+                    .into_decoder()
+                    .map_err(|e| map_image_error(e, limits, dims))?;
+                DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))?
+            }
+            Kind::Other(format) => {
+                let decoder = reader(self.bytes, *format, limits)
+                    .into_decoder()
+                    .map_err(|e| map_image_error(e, limits, dims))?;
+                DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))?
+            }
+        };
+        image.apply_orientation(self.orientation);
+        Ok(if image.color().has_alpha() {
+            DynamicImage::ImageRgba8(image.into_rgba8())
+        } else {
+            DynamicImage::ImageRgb8(image.into_rgb8())
+        })
+    }
+}
+
+/// Decodes at full size, upright (EXIF orientation applied; first frame only).
+pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(SourceInfo, DynamicImage), ProcessError> {
+    let source = open(bytes, limits)?;
+    let image = source.decode(limits, 1)?;
+    Ok((source.info, image))
 }

@@ -35,6 +35,46 @@ impl Plan {
     pub fn output_size(&self) -> (u32, u32) {
         self.pad.map_or(self.resize_to, |p| p.canvas)
     }
+
+    /// How many source pixels go into one output pixel, along the less-reduced axis.
+    pub fn reduction(&self, source: (u32, u32)) -> f64 {
+        let (sw, sh) = self
+            .crop
+            .map_or((f64::from(source.0), f64::from(source.1)), |c| {
+                (c.width, c.height)
+            });
+        (sw / f64::from(self.resize_to.0)).min(sh / f64::from(self.resize_to.1))
+    }
+
+    /// The same plan for the source decoded at another size (shrink-on-load): the crop moves
+    /// into the smaller picture's coordinates, the output stays.
+    pub fn rescaled(&self, from: (u32, u32), to: (u32, u32)) -> Plan {
+        if from == to {
+            return *self;
+        }
+        let (fx, fy) = (
+            f64::from(to.0) / f64::from(from.0),
+            f64::from(to.1) / f64::from(from.1),
+        );
+        Plan {
+            crop: self.crop.map(|c| SourceCrop {
+                left: c.left * fx,
+                top: c.top * fy,
+                width: (c.width * fx).min(f64::from(to.0)),
+                height: (c.height * fy).min(f64::from(to.1)),
+            }),
+            ..*self
+        }
+    }
+}
+
+/// The DCT scale denominator (1, 2, 4 or 8) for a plan's reduction, keeping at least twice the
+/// output's resolution for the final Lanczos pass, as libvips does.
+pub fn shrink_denominator(reduction: f64) -> u32 {
+    [8, 4, 2]
+        .into_iter()
+        .find(|d| reduction >= 2.0 * f64::from(*d))
+        .unwrap_or(1)
 }
 
 fn round_px(v: f64) -> u32 {
@@ -133,6 +173,26 @@ mod tests {
         assert_eq!(p((100, 50), "w=400&enlarge=1").output_size(), (400, 200));
         assert_eq!(p((100, 50), "").output_size(), (100, 50));
         assert_eq!(p((1000, 1), "w=10").output_size(), (10, 1), "never zero");
+    }
+
+    #[test]
+    fn shrink_on_load_keeps_a_two_times_margin() {
+        // 12 Mpx to 400 px wide: 1/4 scale (1000 px), not 1/8 (500 px < 2 x 400).
+        let plan = p((4000, 3000), "w=400");
+        assert_eq!(shrink_denominator(plan.reduction((4000, 3000))), 4);
+        assert_eq!(
+            shrink_denominator(p((4000, 3000), "w=2000").reduction((4000, 3000))),
+            1
+        );
+        assert_eq!(
+            shrink_denominator(p((4000, 3000), "w=100").reduction((4000, 3000))),
+            8
+        );
+        let cover = p((4000, 3000), "w=400&h=400&fit=cover");
+        let scaled = cover.rescaled((4000, 3000), (1000, 750));
+        let c = scaled.crop.unwrap();
+        assert_eq!((c.left, c.width, c.height), (125.0, 750.0, 750.0));
+        assert_eq!(scaled.resize_to, (400, 400));
     }
 
     #[test]

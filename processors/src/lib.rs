@@ -3,16 +3,21 @@
 //! Bytes and a spec in, bytes or a typed error out. No I/O, no async, no knowledge of HTTP or
 //! storage: the service composes this crate, and `imgcas process` runs the same code offline.
 //!
-//! The walk of one request: [`sniff`] the format, [`decode`] with the pixel limit checked from
-//! the header, orient, [`rotate`](ops::rotate), [`plan`](geometry::plan) the geometry, resize
-//! and pad, filter, [`encode`](encode::encode).
+//! The walk of one request: [`sniff`] the format, [`open`](decode::open) its headers (limits
+//! checked there), [`plan`](geometry::plan) the geometry, decode (DCT-downscaled for JPEG when
+//! the output is much smaller), orient and [`rotate`](ops::rotate), resize and pad, filter,
+//! [`encode`](encode::encode).
 
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod geometry;
+pub mod gif;
+pub mod ico;
+pub mod jpeg;
 pub mod ops;
 pub mod sniff;
 pub mod spec;
@@ -45,14 +50,27 @@ pub fn process(
             spec.format
         )));
     }
-    let (_, image) = decode::decode(bytes, limits)?;
-    check_minimum(image.width(), image.height(), &spec.shape)?;
-    let image = ops::rotate(image, spec.shape.rotate);
-    let plan = geometry::plan((image.width(), image.height()), spec);
+    let source = decode::open(bytes, limits)?;
+    let (uw, uh) = source.upright_size();
+    check_minimum(uw, uh, &spec.shape)?;
+    let rotated = if spec.shape.rotate % 180 == 90 {
+        (uh, uw)
+    } else {
+        (uw, uh)
+    };
+    let plan = geometry::plan(rotated, spec);
     let (ow, oh) = plan.output_size();
     if u64::from(ow) * u64::from(oh) > limits.max_pixels {
         return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
     }
+    // Shrink-on-load: decode JPEG at 1/2, 1/4 or 1/8 when the output is that much smaller.
+    let denominator = if source.can_shrink_on_load() {
+        geometry::shrink_denominator(plan.reduction(rotated))
+    } else {
+        1
+    };
+    let image = ops::rotate(source.decode(limits, denominator)?, spec.shape.rotate);
+    let plan = plan.rescaled(rotated, (image.width(), image.height()));
     let mut image = ops::apply_plan(image, &plan, spec.shape.background)?;
     if let Some(sigma) = spec.shape.blur {
         image = ops::blur(image, sigma.as_f64());

@@ -12,6 +12,7 @@ pub enum SourceFormat {
     Heic,
     Tiff,
     Bmp,
+    Ico,
 }
 
 impl SourceFormat {
@@ -25,6 +26,7 @@ impl SourceFormat {
             SourceFormat::Heic => "heic",
             SourceFormat::Tiff => "tiff",
             SourceFormat::Bmp => "bmp",
+            SourceFormat::Ico => "ico",
         }
     }
 
@@ -38,6 +40,7 @@ impl SourceFormat {
             SourceFormat::Heic,
             SourceFormat::Tiff,
             SourceFormat::Bmp,
+            SourceFormat::Ico,
         ]
         .into_iter()
         .find(|f| f.name() == name)
@@ -53,15 +56,13 @@ impl SourceFormat {
             SourceFormat::Heic => "image/heic",
             SourceFormat::Tiff => "image/tiff",
             SourceFormat::Bmp => "image/bmp",
+            SourceFormat::Ico => "image/x-icon",
         }
     }
 
     /// Whether this build decodes the format.
     pub fn can_decode(self) -> bool {
-        matches!(
-            self,
-            SourceFormat::Jpeg | SourceFormat::Png | SourceFormat::Gif | SourceFormat::Webp
-        )
+        !matches!(self, SourceFormat::Heic | SourceFormat::Avif)
     }
 
     /// The output format `format=original` means for this source, where imgcas writes it.
@@ -72,7 +73,7 @@ impl SourceFormat {
             SourceFormat::Gif => Some(OutputFormat::Gif),
             SourceFormat::Webp => Some(OutputFormat::Webp),
             SourceFormat::Avif => Some(OutputFormat::Avif),
-            SourceFormat::Heic | SourceFormat::Tiff | SourceFormat::Bmp => None,
+            SourceFormat::Heic | SourceFormat::Tiff | SourceFormat::Bmp | SourceFormat::Ico => None,
         }
     }
 }
@@ -97,6 +98,11 @@ pub fn sniff(bytes: &[u8]) -> Option<SourceFormat> {
     }
     if starts(b"BM") && bytes.len() >= 26 {
         return Some(SourceFormat::Bmp);
+    }
+    // ICO and CUR: reserved 0, type 1 or 2, then a non-zero image count.
+    if bytes.len() >= 6 && (starts(&[0, 0, 1, 0]) || starts(&[0, 0, 2, 0])) && bytes[4..6] != [0, 0]
+    {
+        return Some(SourceFormat::Ico);
     }
     if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
         // ISO-BMFF: the major brand, then compatible brands, name the image kind.

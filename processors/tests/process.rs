@@ -5,6 +5,7 @@ use std::io::Cursor;
 use std::path::PathBuf;
 
 use image::{DynamicImage, GenericImageView, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+use imgcas_processors::compare::mean_abs_error;
 use imgcas_processors::{probe, process, Limits, OutputFormat, ProcessError, Spec};
 
 fn testdata(name: &str) -> Vec<u8> {
@@ -29,18 +30,6 @@ fn encode(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
 }
 
 /// Mean absolute difference per channel, on RGB.
-fn mae(a: &DynamicImage, b: &DynamicImage) -> f64 {
-    assert_eq!(a.dimensions(), b.dimensions());
-    let (a, b) = (a.to_rgb8(), b.to_rgb8());
-    let sum: u64 = a
-        .as_raw()
-        .iter()
-        .zip(b.as_raw())
-        .map(|(x, y)| u64::from(x.abs_diff(*y)))
-        .sum();
-    sum as f64 / a.as_raw().len() as f64
-}
-
 #[test]
 fn exif_orientations_come_out_upright() {
     let reference = run(&testdata("exif-orientation/Landscape_1.jpg"), "format=png").unwrap();
@@ -48,7 +37,7 @@ fn exif_orientations_come_out_upright() {
     for name in ["Landscape_3.jpg", "Landscape_6.jpg"] {
         let out = run(&testdata(&format!("exif-orientation/{name}")), "format=png").unwrap();
         assert_eq!(out.dimensions(), (1800, 1200), "{name}");
-        let diff = mae(&out, &reference);
+        let diff = mean_abs_error(&out, &reference);
         assert!(
             diff < 6.0,
             "{name}: mean abs error {diff:.2} against Landscape_1"
@@ -245,4 +234,63 @@ fn cover_crops_with_gravity() {
         .to_rgb8();
     assert!(west.get_pixel(25, 25).0[0] < 10);
     assert!(east.get_pixel(25, 25).0[0] > 245);
+}
+
+#[test]
+fn webp_exif_orientation_is_applied() {
+    let reference = run(&testdata("pillow/hopper.webp"), "format=png").unwrap();
+    let rotated = run(&testdata("pillow/hopper_orientation_6.webp"), "format=png").unwrap();
+    assert_eq!(rotated.dimensions(), reference.dimensions());
+    let diff = mean_abs_error(&rotated, &reference);
+    assert!(
+        diff < 10.0,
+        "mean abs error {diff:.2} against the upright hopper"
+    );
+}
+
+#[test]
+fn tiny_jpegs_match_libjpeg() {
+    let out = run(&testdata("jpeg-decoder/jpg-size-3x3.jpg"), "format=png").unwrap();
+    let reference = image::load_from_memory(&testdata("jpeg-decoder/jpg-size-3x3.png")).unwrap();
+    assert!(mean_abs_error(&out, &reference) < 3.0);
+}
+
+#[test]
+fn lenient_and_unusual_containers() {
+    // An ICO whose PNG entry is RGB (no alpha), a plain BMP, a GIF with no colour table.
+    assert_eq!(
+        run(&testdata("image-rs/png_rgb8.ico"), "format=png")
+            .unwrap()
+            .width(),
+        32
+    );
+    assert!(run(&testdata("image-rs/rgb24.bmp"), "w=20").is_ok());
+    assert!(run(&testdata("pillow/no_palette.gif"), "format=png").is_ok());
+    // Valid but unread: a clean unsupported_format, never undecodable.
+    for name in [
+        "jpeg-decoder/jpeg_lossless_sel1.jpg",
+        "image-rs/rgba32abf.bmp",
+    ] {
+        let err = run(&testdata(name), "w=10").unwrap_err();
+        assert!(
+            matches!(err, ProcessError::UnsupportedFormat(_)),
+            "{name}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn shrink_on_load_matches_a_full_decode() {
+    // A smooth 2000x1500 JPEG to 200 px: decoded at 1/4 scale, it must look like the
+    // full-size decode resized (within JPEG noise).
+    let big = encode(&gradient(2000, 1500), ImageFormat::Jpeg);
+    let fast = run(&big, "w=200&format=png").unwrap();
+    let full = image::load_from_memory(&big).unwrap().resize_exact(
+        200,
+        150,
+        image::imageops::FilterType::Lanczos3,
+    );
+    assert_eq!(fast.dimensions(), (200, 150));
+    let diff = mean_abs_error(&fast, &full);
+    assert!(diff < 2.0, "mean abs error {diff:.2}");
 }

@@ -1,0 +1,105 @@
+//! ICO/CUR: the largest entry of the directory, handed to the PNG or BMP decoder as a file of
+//! its own. Reading the entry ourselves makes imgcas as lenient as browsers are: any PNG colour
+//! type, directory fields that disagree with the bitmap, a truncated AND mask.
+
+use crate::error::ProcessError;
+
+/// One entry, as a standalone file.
+pub struct IcoEntry {
+    pub bytes: Vec<u8>,
+    pub is_png: bool,
+}
+
+fn u16le(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from(u16::from_le_bytes(
+        b.get(at..at + 2)?.try_into().ok()?,
+    )))
+}
+
+fn u32le(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn undecodable(m: &str) -> ProcessError {
+    ProcessError::Undecodable(format!("ICO: {m}"))
+}
+
+/// The best (largest, then deepest) entry.
+pub fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
+    let count = u16le(b, 4).ok_or_else(|| undecodable("truncated header"))? as usize;
+    let mut best: Option<(u64, u32, &[u8])> = None;
+    for i in 0..count {
+        let at = 6 + 16 * i;
+        let Some(entry) = b.get(at..at + 16) else {
+            break;
+        };
+        let side = |v: u8| if v == 0 { 256u64 } else { u64::from(v) };
+        let area = side(entry[0]) * side(entry[1]);
+        let bpp = u16le(entry, 6).unwrap_or(0);
+        let (size, offset) = (
+            u32le(entry, 8).unwrap_or(0) as usize,
+            u32le(entry, 12).unwrap_or(0) as usize,
+        );
+        let Some(data) = b.get(offset..offset.saturating_add(size).min(b.len())) else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if best.is_none_or(|(a, d, _)| (area, bpp) > (a, d)) {
+            best = Some((area, bpp, data));
+        }
+    }
+    let (_, _, data) = best.ok_or_else(|| undecodable("no readable entry"))?;
+    if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return Ok(IcoEntry {
+            bytes: data.to_vec(),
+            is_png: true,
+        });
+    }
+    Ok(IcoEntry {
+        bytes: bmp_file(data).ok_or_else(|| undecodable("bad bitmap entry"))?,
+        is_png: false,
+    })
+}
+
+/// Wraps an ICO bitmap (a DIB whose height counts the AND mask too) as a BMP file.
+fn bmp_file(dib: &[u8]) -> Option<Vec<u8>> {
+    let header_size = u32le(dib, 0)?;
+    let height = u32le(dib, 8)? as i32;
+    let bpp = u16le(dib, 14)?;
+    let compression = if header_size >= 20 {
+        u32le(dib, 16)?
+    } else {
+        0
+    };
+    let colours_used = if header_size >= 36 {
+        u32le(dib, 32)?
+    } else {
+        0
+    };
+    let palette = if bpp <= 8 {
+        if colours_used == 0 {
+            1u32 << bpp
+        } else {
+            colours_used
+        }
+    } else {
+        0
+    };
+    let masks = if compression == 3 && header_size == 40 {
+        12
+    } else {
+        0
+    };
+    let offset = 14 + header_size + masks + palette * 4;
+    let mut out = Vec::with_capacity(14 + dib.len());
+    out.extend_from_slice(b"BM");
+    out.extend_from_slice(&(14 + dib.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(dib);
+    // Only the colour (XOR) half is read: halve the height.
+    out[14 + 8..14 + 12].copy_from_slice(&(height / 2).to_le_bytes());
+    Some(out)
+}

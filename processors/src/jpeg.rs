@@ -1,0 +1,251 @@
+//! JPEG: a marker walker that reads what decisions need before libjpeg is touched (frame
+//! size and type, scan count, EXIF, ICC, Adobe transform), and a libjpeg-turbo decode
+//! (through the `mozjpeg` crate) with DCT-domain downscaling for shrink-on-load.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use image::{DynamicImage, GrayImage, RgbImage};
+
+use crate::error::ProcessError;
+
+/// Most scans a file may have. Progressive JPEGs use about ten; thousands make a CPU bomb.
+pub const MAX_SCANS: u32 = 256;
+/// Largest ICC profile collected from APP2 segments.
+pub const MAX_ICC_BYTES: usize = 4 << 20;
+
+#[derive(Debug, Clone, Default)]
+pub struct JpegHeader<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub components: u8,
+    /// The SOF marker (0xC0 baseline, 0xC2 progressive, …).
+    pub sof: u8,
+    pub scans: u32,
+    /// The TIFF structure of the first Exif APP1 segment.
+    pub exif: Option<&'a [u8]>,
+    pub icc: Option<Vec<u8>>,
+    /// An Adobe APP14 segment is present (CMYK is then stored inverted).
+    pub adobe: bool,
+}
+
+fn undecodable(message: impl Into<String>) -> ProcessError {
+    ProcessError::Undecodable(message.into())
+}
+
+fn be16(b: &[u8], at: usize) -> Option<usize> {
+    Some(usize::from(u16::from_be_bytes([
+        *b.get(at)?,
+        *b.get(at + 1)?,
+    ])))
+}
+
+/// Walks the markers of a whole file, skipping entropy-coded data.
+pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
+    if !b.starts_with(&[0xFF, 0xD8]) {
+        return Err(undecodable("not a JPEG stream"));
+    }
+    let mut h = JpegHeader::default();
+    let mut icc_chunks: Vec<(u8, &[u8])> = Vec::new();
+    let mut icc_total = 0usize;
+    let mut i = 2;
+    while i + 1 < b.len() {
+        if b[i] != 0xFF {
+            i += 1;
+            continue;
+        }
+        let marker = b[i + 1];
+        match marker {
+            0xFF => {
+                i += 1;
+                continue;
+            }
+            0x00 | 0x01 | 0xD0..=0xD8 => {
+                i += 2;
+                continue;
+            }
+            0xD9 => break,
+            _ => {}
+        }
+        let Some(len) = be16(b, i + 2).filter(|l| *l >= 2) else {
+            break;
+        };
+        let end = (i + 2 + len).min(b.len());
+        let payload = &b[(i + 4).min(end)..end];
+        match marker {
+            // The first frame header (SOFn; C4, C8 and CC are other markers).
+            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) && h.sof == 0 => {
+                if payload.len() < 6 {
+                    return Err(undecodable("truncated frame header"));
+                }
+                h.sof = marker;
+                h.height = be16(payload, 1).unwrap_or(0) as u32;
+                h.width = be16(payload, 3).unwrap_or(0) as u32;
+                h.components = payload[5];
+            }
+            0xE1 if h.exif.is_none() && payload.starts_with(b"Exif\0\0") => {
+                h.exif = Some(&payload[6..]);
+            }
+            0xE2 if payload.starts_with(b"ICC_PROFILE\0") && payload.len() > 14 => {
+                icc_total += payload.len() - 14;
+                if icc_total <= MAX_ICC_BYTES {
+                    icc_chunks.push((payload[12], &payload[14..]));
+                }
+            }
+            0xEE if payload.starts_with(b"Adobe") => h.adobe = true,
+            0xDA => {
+                h.scans += 1;
+                if h.scans > MAX_SCANS {
+                    return Err(undecodable(format!(
+                        "more than {MAX_SCANS} scans: refused as a decoding-time bomb"
+                    )));
+                }
+                // Skip the entropy-coded segment up to the next real marker.
+                let mut j = end;
+                while j + 1 < b.len()
+                    && !(b[j] == 0xFF && b[j + 1] != 0 && !(0xD0..=0xD7).contains(&b[j + 1]))
+                {
+                    j += 1;
+                }
+                i = j;
+                continue;
+            }
+            _ => {}
+        }
+        i = end;
+    }
+    if h.sof == 0 {
+        return Err(undecodable("no frame header (SOF)"));
+    }
+    if h.width == 0 || h.height == 0 {
+        return Err(undecodable(format!(
+            "frame header declares {}x{}",
+            h.width, h.height
+        )));
+    }
+    if h.scans == 0 {
+        return Err(undecodable("no scan (SOS): no image data"));
+    }
+    if !icc_chunks.is_empty() && icc_total <= MAX_ICC_BYTES {
+        icc_chunks.sort_by_key(|(seq, _)| *seq);
+        h.icc = Some(
+            icc_chunks
+                .into_iter()
+                .flat_map(|(_, c)| c.iter().copied())
+                .collect(),
+        );
+    }
+    Ok(h)
+}
+
+impl JpegHeader<'_> {
+    /// Lossless, hierarchical and differential JPEG: valid, rare, and not read by imgcas.
+    pub fn unsupported_reason(&self) -> Option<String> {
+        match self.sof {
+            0xC0 | 0xC1 | 0xC2 | 0xC9 | 0xCA => None,
+            0xC3 | 0xCB => Some("lossless JPEG is not supported".into()),
+            other => Some(format!(
+                "hierarchical/differential JPEG (SOF {other:#04x}) is not supported"
+            )),
+        }
+    }
+}
+
+/// Decodes at `1/denominator` scale (1, 2, 4 or 8), DCT-domain, to RGB.
+pub fn decode(
+    b: &[u8],
+    header: &JpegHeader<'_>,
+    denominator: u32,
+) -> Result<DynamicImage, ProcessError> {
+    let adobe = header.adobe;
+    let result = catch_unwind(AssertUnwindSafe(|| -> std::io::Result<DynamicImage> {
+        let mut d = mozjpeg::Decompress::new_mem(b)?;
+        d.scale((8 / denominator.clamp(1, 8)) as u8);
+        Ok(match d.image()? {
+            mozjpeg::decompress::Format::RGB(mut s) => {
+                let (w, h) = (s.width() as u32, s.height() as u32);
+                let px = s.read_scanlines::<u8>()?;
+                let _ = s.finish();
+                DynamicImage::ImageRgb8(RgbImage::from_raw(w, h, px).ok_or_else(short)?)
+            }
+            mozjpeg::decompress::Format::Gray(mut s) => {
+                let (w, h) = (s.width() as u32, s.height() as u32);
+                let px = s.read_scanlines::<u8>()?;
+                let _ = s.finish();
+                DynamicImage::ImageLuma8(GrayImage::from_raw(w, h, px).ok_or_else(short)?)
+            }
+            mozjpeg::decompress::Format::CMYK(mut s) => {
+                let (w, h) = (s.width() as u32, s.height() as u32);
+                let px = s.read_scanlines::<u8>()?;
+                let _ = s.finish();
+                DynamicImage::ImageRgb8(cmyk_to_rgb(w, h, &px, adobe).ok_or_else(short)?)
+            }
+        })
+    }));
+    match result {
+        Ok(Ok(img)) => Ok(img),
+        Ok(Err(e)) => Err(undecodable(e.to_string())),
+        Err(payload) => Err(undecodable(
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "libjpeg failed".into()),
+        )),
+    }
+}
+
+fn short() -> std::io::Error {
+    std::io::Error::other("decoder returned fewer pixels than its size")
+}
+
+/// Naive CMYK → RGB. Adobe writers store CMYK inverted (0 = full ink).
+fn cmyk_to_rgb(w: u32, h: u32, px: &[u8], inverted: bool) -> Option<RgbImage> {
+    let mut out = Vec::with_capacity(px.len() / 4 * 3);
+    for p in px.chunks_exact(4) {
+        let [c, m, y, k] = [p[0], p[1], p[2], p[3]].map(u32::from);
+        let (c, m, y, k) = if inverted {
+            (c, m, y, k)
+        } else {
+            (255 - c, 255 - m, 255 - y, 255 - k)
+        };
+        out.extend_from_slice(&[
+            (c * k / 255) as u8,
+            (m * k / 255) as u8,
+            (y * k / 255) as u8,
+        ]);
+    }
+    RgbImage::from_raw(w, h, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_markers_and_counts_scans() {
+        let img = DynamicImage::new_rgb8(33, 17);
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        let bytes = out.into_inner();
+        let h = parse(&bytes).unwrap();
+        assert_eq!(
+            (h.width, h.height, h.components, h.sof, h.scans),
+            (33, 17, 3, 0xC0, 1)
+        );
+        assert!(parse(b"\xFF\xD8\xFF\xD9").is_err());
+        let decoded = decode(&bytes, &h, 2).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), (17, 9));
+    }
+
+    #[test]
+    fn a_repeated_scan_bomb_is_refused_before_decoding() {
+        let mut b = vec![0xFF, 0xD8];
+        b.extend_from_slice(&[0xFF, 0xC2, 0, 11, 8, 0, 8, 0, 8, 1, 1, 0x11, 0]);
+        for _ in 0..(MAX_SCANS + 1) {
+            b.extend_from_slice(&[0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0, 0x12, 0x34]);
+        }
+        b.extend_from_slice(&[0xFF, 0xD9]);
+        let err = parse(&b).unwrap_err();
+        assert!(err.to_string().contains("scans"), "{err}");
+    }
+}

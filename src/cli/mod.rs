@@ -1,0 +1,3 @@
+//! Offline commands of the `imgcas` binary (everything but `serve`).
+
+pub mod process;

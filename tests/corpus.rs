@@ -1,0 +1,293 @@
+//! The third-party corpus (`../shared/corpus/EXPECTATIONS.tsv`, present in CI): every row's
+//! expectation, checked through the real `imgcas process` binary. Each file runs in its own
+//! child process under an address-space limit and a 10 s deadline, so a panic, a hang or a
+//! runaway allocation fails this test with the file's name instead of taking the suite down.
+//!
+//! Rows that fail today are listed, with their reason, in `tests/corpus-known-failures.tsv`:
+//! any other failing row fails this test, and so does a listed row that passes (the list only
+//! shrinks). Without the corpus folder the test says so and passes; the curated subset in
+//! `testdata/` runs in every `cargo test` (see `processors/tests/process.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use image::{DynamicImage, GenericImageView};
+use imgcas_processors::compare::mean_abs_error;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+/// Address-space limit for one child, in KiB (3 GiB: a 50 Mpx RGBA picture and its copies fit).
+const MEMORY_KIB: u64 = 3 << 20;
+/// Mean absolute error per channel allowed against a reference decode (different IDCTs and
+/// chroma upsampling differ by a little).
+const MATCH_TOLERANCE: f64 = 3.0;
+/// Against an upright reference that was itself re-encoded lossily.
+const ORIENT_TOLERANCE: f64 = 10.0;
+
+#[derive(Debug)]
+enum Outcome {
+    Decoded(DynamicImage),
+    Failed(String),
+    Crashed(String),
+    TimedOut,
+}
+
+struct Row {
+    path: String,
+    expect: String,
+    notes: String,
+}
+
+fn corpus_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
+}
+
+fn rows(root: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(root.join("EXPECTATIONS.tsv")).expect("EXPECTATIONS.tsv");
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split('\t').collect();
+            (cols.len() >= 2).then(|| Row {
+                path: cols[0].to_string(),
+                expect: cols[1].to_string(),
+                notes: cols.get(3).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Runs `imgcas process <file> --spec format=png` in a limited child.
+fn run(file: &Path, out: &Path) -> Outcome {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {MEMORY_KIB}; exec \"$0\" process \"$1\" --spec format=png -o \"$2\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_imgcas"))
+        .arg(file)
+        .arg(out)
+        .env("IMGCAS_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn imgcas process");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Outcome::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut stderr);
+    }
+    match status.code() {
+        Some(0) => match image::open(out) {
+            Ok(img) => Outcome::Decoded(img),
+            Err(e) => Outcome::Crashed(format!("output unreadable: {e}")),
+        },
+        Some(1) => Outcome::Failed(stderr.trim().to_string()),
+        _ => Outcome::Crashed(format!("{status}: {}", stderr.trim())),
+    }
+}
+
+fn code(failure: &str) -> &str {
+    failure.split(':').next().unwrap_or("")
+}
+
+/// The upright reference a file must match, by the corpus's own naming rules.
+fn reference_for(row: &Row) -> Option<String> {
+    let dir = Path::new(&row.path).parent()?.to_str()?;
+    let name = Path::new(&row.path).file_name()?.to_str()?;
+    if row.notes == "upright reference" {
+        return Some(row.path.clone());
+    }
+    if let Some(r) = row
+        .notes
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ref="))
+    {
+        return Some(format!("{dir}/{r}"));
+    }
+    if let Some(rest) = row.notes.split("must equal ").nth(1) {
+        return Some(format!("{dir}/{}", rest.split_whitespace().next()?));
+    }
+    if name.starts_with("Landscape_") {
+        return Some(format!("{dir}/Landscape_1.jpg"));
+    }
+    if name.starts_with("Portrait_") {
+        return Some(format!("{dir}/Portrait_1.jpg"));
+    }
+    if let Some(ext) = name
+        .strip_prefix("hopper_orientation_")
+        .and_then(|r| r.split('.').nth(1))
+    {
+        return Some(format!("{dir}/hopper.{ext}"));
+    }
+    if name.starts_with("rot") && name.contains("mir") && name.ends_with(".avif") {
+        return Some(format!("{dir}/rot0mir0.avif"));
+    }
+    None
+}
+
+/// Display dimensions stated in the notes (`-> display 1080x1920`, `-> 1x2`).
+fn stated_dimensions(notes: &str) -> Option<(u32, u32)> {
+    let after = notes.rsplit("->").next().filter(|_| notes.contains("->"))?;
+    after.split_whitespace().find_map(|w| {
+        let (w, h) = w.split_once('x')?;
+        Some((w.parse().ok()?, h.parse().ok()?))
+    })
+}
+
+fn decode_reference(root: &Path, rel: &str, scratch: &Path) -> Result<DynamicImage, String> {
+    // References in formats the test's own decoder lacks (AVIF) go through imgcas too.
+    match image::open(root.join(rel)) {
+        Ok(img) => Ok(img),
+        Err(_) => match run(&root.join(rel), &scratch.join("reference.png")) {
+            Outcome::Decoded(img) => Ok(img),
+            other => Err(format!("reference {rel}: {other:?}")),
+        },
+    }
+}
+
+fn check(root: &Path, row: &Row, scratch: &Path) -> Result<(), String> {
+    let outcome = run(&root.join(&row.path), &scratch.join("out.png"));
+    let ok_or_error = matches!(outcome, Outcome::Decoded(_) | Outcome::Failed(_));
+    match (row.expect.as_str(), &outcome) {
+        (_, Outcome::Crashed(why)) => Err(format!("crashed: {why}")),
+        (_, Outcome::TimedOut) => Err("took longer than 10 s".into()),
+        ("decode", Outcome::Decoded(_)) => Ok(()),
+        ("decode_or_unsupported", Outcome::Decoded(_)) => Ok(()),
+        ("decode_or_unsupported", Outcome::Failed(f)) if code(f) == "unsupported_format" => Ok(()),
+        ("decode_or_error" | "no_crash" | "no_oom", _) if ok_or_error => Ok(()),
+        ("fail" | "fail_or_partial" | "fail_or_unsupported", Outcome::Failed(f))
+            if matches!(code(f), "undecodable" | "unsupported_format") =>
+        {
+            Ok(())
+        }
+        ("fail_or_partial", Outcome::Decoded(_)) => Ok(()),
+        ("reject_limits", Outcome::Failed(f)) if code(f) == "too_many_pixels" => Ok(()),
+        ("decode_match_ref" | "decode_autorotate", Outcome::Decoded(img)) => {
+            let tolerance = if row.expect == "decode_match_ref" {
+                MATCH_TOLERANCE
+            } else {
+                ORIENT_TOLERANCE
+            };
+            if let Some(rel) = reference_for(row) {
+                let reference = decode_reference(root, &rel, scratch)?;
+                if img.dimensions() != reference.dimensions() {
+                    return Err(format!(
+                        "{:?}, reference {rel} is {:?}",
+                        img.dimensions(),
+                        reference.dimensions()
+                    ));
+                }
+                let diff = mean_abs_error(img, &reference);
+                if diff > tolerance {
+                    return Err(format!("mean abs error {diff:.2} against {rel}"));
+                }
+                Ok(())
+            } else if let Some(dims) = stated_dimensions(&row.notes) {
+                if img.dimensions() == dims {
+                    Ok(())
+                } else {
+                    Err(format!("{:?}, expected {dims:?}", img.dimensions()))
+                }
+            } else {
+                Err(format!("no reference rule for notes {:?}", row.notes))
+            }
+        }
+        (expect, outcome) => Err(format!(
+            "expected {expect}, got {}",
+            match outcome {
+                Outcome::Decoded(img) => format!("a {:?} picture", img.dimensions()),
+                Outcome::Failed(f) => f.clone(),
+                _ => unreachable!("handled above"),
+            }
+        )),
+    }
+}
+
+#[test]
+fn corpus_expectations_hold() {
+    let root = corpus_root();
+    if !root.join("EXPECTATIONS.tsv").exists() {
+        eprintln!("corpus not found at {}: skipped", root.display());
+        return;
+    }
+    let rows: Vec<Row> = rows(&root)
+        .into_iter()
+        .filter(|r| !matches!(r.expect.as_str(), "doc" | "reference"))
+        .collect();
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let scratch = tempfile::tempdir().expect("scratch dir");
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(row) = rows.get(i) else { break };
+                    if let Err(why) = check(&root, row, scratch.path()) {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{} [{}]: {why}", row.path, row.expect));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    let known = known_failures();
+    let failed_paths: Vec<&str> = failures
+        .iter()
+        .filter_map(|f| f.split(" [").next())
+        .collect();
+    let unexpected: Vec<&String> = failures
+        .iter()
+        .filter(|f| !known.iter().any(|k| f.starts_with(&format!("{k} ["))))
+        .collect();
+    let fixed: Vec<&String> = known
+        .iter()
+        .filter(|k| !failed_paths.contains(&k.as_str()))
+        .collect();
+    eprintln!(
+        "corpus: {} rows checked, {} failed ({} listed as known), {} listed rows now pass",
+        rows.len(),
+        failures.len(),
+        failures.len() - unexpected.len(),
+        fixed.len()
+    );
+    assert!(
+        unexpected.is_empty() && fixed.is_empty(),
+        "{} corpus rows failed unexpectedly:\n{}\n\n{} rows listed in tests/corpus-known-failures.tsv pass now; remove them:\n{}",
+        unexpected.len(),
+        unexpected.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
+        fixed.len(),
+        fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
+    );
+}
+
+fn known_failures() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-known-failures.tsv");
+    std::fs::read_to_string(path)
+        .expect("tests/corpus-known-failures.tsv")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split('\t').next().map(str::to_string))
+        .collect()
+}
