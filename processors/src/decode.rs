@@ -7,6 +7,7 @@ use std::io::Cursor;
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
 
+use crate::avif::{self, AvifHeader};
 use crate::error::ProcessError;
 use crate::gif::{self, GifHeader};
 use crate::ico;
@@ -47,6 +48,7 @@ pub struct SourceInfo {
 
 enum Kind<'a> {
     Jpeg(JpegHeader<'a>),
+    Avif(AvifHeader),
     Gif(GifHeader),
     /// An ICO entry, rewrapped as a file of its own.
     Ico(Vec<u8>, ImageFormat),
@@ -173,6 +175,17 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
                 kind: Kind::Jpeg(header),
             })
         }
+        SourceFormat::Avif => {
+            let header = avif::parse(bytes)?;
+            check_pixels(header.width, header.height, limits)?;
+            Ok(Source {
+                bytes,
+                info: info(header.width, header.height, header.has_alpha),
+                orientation: Orientation::NoTransforms,
+                icc: None,
+                kind: Kind::Avif(header),
+            })
+        }
         SourceFormat::Gif => {
             let header = gif::parse(bytes)?;
             let pixels = header.declared_pixels();
@@ -267,8 +280,11 @@ fn swaps_axes(o: Orientation) -> bool {
 }
 
 impl Source<'_> {
-    /// Width and height once orientation is applied.
+    /// Width and height once orientation (EXIF, or AVIF's clap and irot) is applied.
     pub fn upright_size(&self) -> (u32, u32) {
+        if let Kind::Avif(header) = &self.kind {
+            return header.upright_size();
+        }
         let (w, h) = (self.info.width, self.info.height);
         if swaps_axes(self.orientation) {
             (h, w)
@@ -288,6 +304,8 @@ impl Source<'_> {
         let dims = (self.info.width, self.info.height);
         let mut image = match &self.kind {
             Kind::Jpeg(header) => jpeg::decode(self.bytes, header, denominator)?,
+            // Transforms are applied inside; `orientation` is NoTransforms.
+            Kind::Avif(header) => avif::decode(self.bytes, header)?,
             Kind::Gif(header) => {
                 DynamicImage::ImageRgba8(gif::decode(self.bytes, header, limits.max_alloc())?)
             }

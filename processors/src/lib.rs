@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod avif;
 pub mod compare;
 pub mod decode;
 pub mod encode;

@@ -62,19 +62,21 @@ impl SourceFormat {
 
     /// Whether this build decodes the format.
     pub fn can_decode(self) -> bool {
-        !matches!(self, SourceFormat::Heic | SourceFormat::Avif)
+        !matches!(self, SourceFormat::Heic)
     }
 
-    /// The output format `format=original` means for this source, where imgcas writes it.
+    /// The output format `format=original` means for this source, where imgcas writes it
+    /// (otherwise the caller falls back to JPEG, or PNG for sources with alpha).
     pub fn as_output(self) -> Option<OutputFormat> {
-        match self {
+        let same = match self {
             SourceFormat::Jpeg => Some(OutputFormat::Jpeg),
             SourceFormat::Png => Some(OutputFormat::Png),
             SourceFormat::Gif => Some(OutputFormat::Gif),
             SourceFormat::Webp => Some(OutputFormat::Webp),
             SourceFormat::Avif => Some(OutputFormat::Avif),
             SourceFormat::Heic | SourceFormat::Tiff | SourceFormat::Bmp | SourceFormat::Ico => None,
-        }
+        };
+        same.filter(|f| f.can_encode())
     }
 }
 

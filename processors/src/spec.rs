@@ -11,7 +11,7 @@ use std::fmt;
 
 /// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
 /// variants made by older code stop matching by themselves.
-pub const PROCESSOR_VERSION: u32 = 2;
+pub const PROCESSOR_VERSION: u32 = 3;
 
 /// Largest `w`/`h` a client may ask for (before `dpr`).
 pub const MAX_DIMENSION: u32 = 8192;

@@ -294,3 +294,20 @@ fn shrink_on_load_matches_a_full_decode() {
     let diff = mean_abs_error(&fast, &full);
     assert!(diff < 2.0, "mean abs error {diff:.2}");
 }
+
+#[test]
+fn avif_mirror_and_rotation_come_out_upright() {
+    let reference = run(&testdata("avif/kimono.jpg"), "format=png").unwrap();
+    for name in [
+        "kimono.mirror-horizontal.avif",
+        "kimono.mirror-vertical.rotate270.avif",
+    ] {
+        let out = run(&testdata(&format!("avif/{name}")), "format=png").unwrap();
+        assert_eq!(out.dimensions(), (722, 1024), "{name}");
+        let diff = mean_abs_error(&out, &reference);
+        assert!(
+            diff < 10.0,
+            "{name}: mean abs error {diff:.2} against kimono.jpg"
+        );
+    }
+}

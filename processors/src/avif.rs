@@ -1,0 +1,320 @@
+//! AVIF: a walker over the HEIF boxes for what decisions need before decoding (the primary
+//! item's size for the pixel limit, alpha, and the `clap`/`irot`/`imir` transforms, which
+//! libavif reports but never applies), and the decode itself through libavif (grids, image
+//! sequences' first frame, 8–12 bit, monochrome and alpha handled there).
+
+use image::{imageops, DynamicImage, RgbaImage};
+
+use crate::error::ProcessError;
+
+/// The clean aperture, resolved to whole pixels of the coded picture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanAperture {
+    pub left: u32,
+    pub top: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// What the container says of the primary image.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AvifHeader {
+    /// Coded size (`ispe`, or a sequence track's size), before transforms.
+    pub width: u32,
+    pub height: u32,
+    pub has_alpha: bool,
+    /// Anticlockwise quarter turns (`irot`).
+    pub rotation: u8,
+    /// `imir` axis: 0 exchanges top and bottom, 1 left and right (checked against the
+    /// Link-U `kimono.mirror-*` files, whose upright rendering is `kimono.jpg`).
+    pub mirror: Option<u8>,
+    /// Raw `clap` fields: width, height, horizontal and vertical offset, as fractions.
+    clap: Option<[(i64, i64); 4]>,
+}
+
+fn undecodable(m: &str) -> ProcessError {
+    ProcessError::Undecodable(format!("AVIF: {m}"))
+}
+
+fn u16be(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from(u16::from_be_bytes(
+        b.get(at..at + 2)?.try_into().ok()?,
+    )))
+}
+
+fn u32be(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The child boxes of `b`: `(type, payload)`.
+fn boxes(mut b: &[u8]) -> Vec<([u8; 4], &[u8])> {
+    let mut out = Vec::new();
+    while b.len() >= 8 {
+        let size = u32be(b, 0).unwrap_or(0) as u64;
+        let kind: [u8; 4] = [b[4], b[5], b[6], b[7]];
+        let (header, size) = match size {
+            1 => match b.get(8..16) {
+                Some(s) => (16, u64::from_be_bytes(s.try_into().unwrap_or([0; 8]))),
+                None => break,
+            },
+            0 => (8, b.len() as u64),
+            s => (8, s),
+        };
+        let Ok(size) = usize::try_from(size) else {
+            break;
+        };
+        if size < header || size > b.len() {
+            break;
+        }
+        out.push((kind, &b[header..size]));
+        b = &b[size..];
+    }
+    out
+}
+
+fn child<'a>(b: &'a [u8], kind: &[u8; 4]) -> Option<&'a [u8]> {
+    boxes(b)
+        .into_iter()
+        .find(|(k, _)| k == kind)
+        .map(|(_, p)| p)
+}
+
+/// Parses the container. Fails only when there is no image size to be found at all.
+pub fn parse(b: &[u8]) -> Result<AvifHeader, ProcessError> {
+    let mut h = AvifHeader::default();
+    if let Some(meta) = child(b, b"meta").and_then(|m| m.get(4..)) {
+        parse_meta(meta, &mut h);
+    }
+    if h.width == 0 || h.height == 0 {
+        // An image sequence without a still item: the first video track's size.
+        let tkhd = child(b, b"moov")
+            .and_then(|m| child(m, b"trak"))
+            .and_then(|t| child(t, b"tkhd"));
+        if let Some(t) = tkhd {
+            let at = if t.first() == Some(&1) { 88 } else { 76 };
+            h.width = u32be(t, at).unwrap_or(0) >> 16;
+            h.height = u32be(t, at + 4).unwrap_or(0) >> 16;
+        }
+    }
+    if h.width == 0 || h.height == 0 {
+        return Err(undecodable("no image size in the container"));
+    }
+    Ok(h)
+}
+
+fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
+    let primary = child(meta, b"pitm").and_then(|p| match p.first() {
+        Some(0) => u16be(p, 4),
+        _ => u32be(p, 4),
+    });
+    let Some(iprp) = child(meta, b"iprp") else {
+        return;
+    };
+    let properties: Vec<([u8; 4], &[u8])> = child(iprp, b"ipco").map(boxes).unwrap_or_default();
+    let Some(ipma) = child(iprp, b"ipma") else {
+        return;
+    };
+    let (version, flags) = (
+        ipma.first().copied().unwrap_or(0),
+        ipma.get(3).copied().unwrap_or(0),
+    );
+    let count = u32be(ipma, 4).unwrap_or(0);
+    let mut at = 8;
+    for _ in 0..count {
+        let item = if version < 1 {
+            u16be(ipma, at)
+        } else {
+            u32be(ipma, at)
+        };
+        at += if version < 1 { 2 } else { 4 };
+        let n = usize::from(ipma.get(at).copied().unwrap_or(0));
+        at += 1;
+        let mut indices = Vec::with_capacity(n);
+        for _ in 0..n {
+            let index = if flags & 1 != 0 {
+                let v = u16be(ipma, at).unwrap_or(0) & 0x7FFF;
+                at += 2;
+                v
+            } else {
+                let v = u32::from(ipma.get(at).copied().unwrap_or(0) & 0x7F);
+                at += 1;
+                v
+            };
+            indices.push(index as usize);
+        }
+        let props = indices
+            .iter()
+            .filter_map(|i| i.checked_sub(1).and_then(|i| properties.get(i)));
+        let is_primary = item.is_some() && item == primary;
+        for (kind, payload) in props {
+            match (kind, is_primary) {
+                (b"auxC", false) => {
+                    let urn = payload.get(4..).unwrap_or_default();
+                    if urn.windows(5).any(|w| w == b"alpha")
+                        || urn.starts_with(b"urn:mpeg:hevc:2015:auxid:1")
+                    {
+                        h.has_alpha = true;
+                    }
+                }
+                (b"ispe", true) => {
+                    h.width = u32be(payload, 4).unwrap_or(0);
+                    h.height = u32be(payload, 8).unwrap_or(0);
+                }
+                (b"irot", true) => h.rotation = payload.first().copied().unwrap_or(0) & 3,
+                (b"imir", true) => h.mirror = Some(payload.first().copied().unwrap_or(0) & 1),
+                (b"clap", true) if payload.len() >= 32 => {
+                    let field = |i: usize| i64::from(u32be(payload, i * 4).unwrap_or(0));
+                    let signed = |i: usize| i64::from(u32be(payload, i * 4).unwrap_or(0) as i32);
+                    h.clap = Some([
+                        (field(0), field(1)),
+                        (field(2), field(3)),
+                        (signed(4), field(5)),
+                        (signed(6), field(7)),
+                    ]);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl AvifHeader {
+    /// The clean aperture within a `width`×`height` picture, if valid.
+    pub fn clean_aperture(&self, width: u32, height: u32) -> Option<CleanAperture> {
+        let [(wn, wd), (hn, hd), (xn, xd), (yn, yd)] = self.clap?;
+        if wd <= 0 || hd <= 0 || xd <= 0 || yd <= 0 {
+            return None;
+        }
+        let (cw, ch) = (wn as f64 / wd as f64, hn as f64 / hd as f64);
+        // The aperture is centred on the picture's centre plus the offset.
+        let left = (xn as f64 / xd as f64) + (f64::from(width) - cw) / 2.0;
+        let top = (yn as f64 / yd as f64) + (f64::from(height) - ch) / 2.0;
+        let (left, top, cw, ch) = (left.round(), top.round(), cw.round(), ch.round());
+        let fits = left >= 0.0
+            && top >= 0.0
+            && cw >= 1.0
+            && ch >= 1.0
+            && left + cw <= f64::from(width)
+            && top + ch <= f64::from(height);
+        fits.then_some(CleanAperture {
+            left: left as u32,
+            top: top as u32,
+            width: cw as u32,
+            height: ch as u32,
+        })
+    }
+
+    /// Whether the transforms swap width and height.
+    pub fn swaps_axes(&self) -> bool {
+        self.rotation % 2 == 1
+    }
+
+    /// The displayed size: aperture, then rotation.
+    pub fn upright_size(&self) -> (u32, u32) {
+        let (w, h) = self
+            .clean_aperture(self.width, self.height)
+            .map_or((self.width, self.height), |c| (c.width, c.height));
+        if self.swaps_axes() {
+            (h, w)
+        } else {
+            (w, h)
+        }
+    }
+
+    /// Applies the transforms in MIAF order: clean aperture, rotation, mirror.
+    pub fn apply(&self, image: RgbaImage) -> RgbaImage {
+        let (w, h) = image.dimensions();
+        let image = match self.clean_aperture(w, h) {
+            Some(c) => imageops::crop_imm(&image, c.left, c.top, c.width, c.height).to_image(),
+            None => image,
+        };
+        // `irot` turns anticlockwise.
+        let image = match self.rotation {
+            1 => imageops::rotate270(&image),
+            2 => imageops::rotate180(&image),
+            3 => imageops::rotate90(&image),
+            _ => image,
+        };
+        match self.mirror {
+            Some(0) => imageops::flip_vertical(&image),
+            Some(_) => imageops::flip_horizontal(&image),
+            None => image,
+        }
+    }
+}
+
+/// Decodes the primary image (or a sequence's first frame) and applies its transforms.
+pub fn decode(b: &[u8], header: &AvifHeader) -> Result<DynamicImage, ProcessError> {
+    let pixels = libavif::decode_rgb(b).map_err(|e| undecodable(&format!("libavif: {e:?}")))?;
+    let (w, h) = (pixels.width(), pixels.height());
+    let rgba = RgbaImage::from_raw(w, h, pixels.to_vec())
+        .ok_or_else(|| undecodable("libavif returned fewer pixels than its size"))?;
+    let upright = header.apply(rgba);
+    Ok(if header.has_alpha {
+        DynamicImage::ImageRgba8(upright)
+    } else {
+        DynamicImage::ImageRgb8(DynamicImage::ImageRgba8(upright).into_rgb8())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_box(kind: &[u8; 4], body: &[u8]) -> Vec<u8> {
+        let mut b = ((body.len() + 8) as u32).to_be_bytes().to_vec();
+        b.extend_from_slice(kind);
+        b.extend_from_slice(body);
+        b
+    }
+
+    #[test]
+    fn primary_item_properties_are_found() {
+        let ispe = full_box(b"ispe", &[0, 0, 0, 0, 0, 0, 0, 40, 0, 0, 0, 20]);
+        let irot = full_box(b"irot", &[1]);
+        let imir = full_box(b"imir", &[1]);
+        let ipco = full_box(b"ipco", &[ispe, irot, imir].concat());
+        // ipma v0: one entry, item 1, three associations (indices 1, 2, 3).
+        let ipma = full_box(
+            b"ipma",
+            &[0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 3, 0x81, 0x82, 0x83],
+        );
+        let iprp = full_box(b"iprp", &[ipco, ipma].concat());
+        let pitm = full_box(b"pitm", &[0, 0, 0, 0, 0, 1]);
+        let mut meta_body = vec![0, 0, 0, 0];
+        meta_body.extend(pitm);
+        meta_body.extend(iprp);
+        let file = [
+            full_box(b"ftyp", b"avif\0\0\0\0avifmif1"),
+            full_box(b"meta", &meta_body),
+        ]
+        .concat();
+        let h = parse(&file).unwrap();
+        assert_eq!(
+            (h.width, h.height, h.rotation, h.mirror),
+            (40, 20, 1, Some(1))
+        );
+        assert_eq!(h.upright_size(), (20, 40));
+        assert!(parse(&full_box(b"ftyp", b"avif")).is_err());
+    }
+
+    #[test]
+    fn clean_aperture_is_centred_plus_offset() {
+        let h = AvifHeader {
+            width: 100,
+            height: 80,
+            clap: Some([(50, 1), (40, 1), (-10, 1), (0, 1)]),
+            ..AvifHeader::default()
+        };
+        assert_eq!(
+            h.clean_aperture(100, 80),
+            Some(CleanAperture {
+                left: 15,
+                top: 20,
+                width: 50,
+                height: 40
+            })
+        );
+        assert_eq!(h.upright_size(), (50, 40));
+    }
+}
