@@ -189,8 +189,12 @@ async fn format_auto_follows_accept_and_says_so_in_vary() {
         .append_pair("w", "100")
         .append_pair("format", "auto");
     let get = |accept: &'static str| app.client.get(url.clone()).header("accept", accept).send();
+    let avif = get("image/avif,image/webp,image/*,*/*;q=0.8")
+        .await
+        .unwrap();
     let webp = get("image/webp,image/*,*/*;q=0.8").await.unwrap();
     let jpeg = get("image/*").await.unwrap();
+    assert_eq!(header(&avif, "content-type"), Some("image/avif"));
     assert_eq!(header(&webp, "content-type"), Some("image/webp"));
     assert_eq!(header(&jpeg, "content-type"), Some("image/jpeg"));
     assert_eq!(header(&webp, "vary"), Some("Accept"));

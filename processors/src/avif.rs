@@ -30,6 +30,11 @@ pub struct AvifHeader {
     pub mirror: Option<u8>,
     /// Raw `clap` fields: width, height, horizontal and vertical offset, as fractions.
     clap: Option<[(i64, i64); 4]>,
+    /// Where the primary item's `clap` box type, and the first byte of its `ipma` association
+    /// (which holds the "essential" bit), sit in the file, so that a copy can hide the box from
+    /// libavif (see [`decode`]).
+    clap_type_at: Option<usize>,
+    clap_association_at: Option<usize>,
 }
 
 fn undecodable(m: &str) -> ProcessError {
@@ -85,6 +90,10 @@ pub fn parse(b: &[u8]) -> Result<AvifHeader, ProcessError> {
     if let Some(meta) = child(b, b"meta").and_then(|m| m.get(4..)) {
         parse_meta(meta, &mut h);
     }
+    // Offsets of sub-slices within the file; pointer arithmetic on addresses only.
+    let offset = |addr: Option<usize>| addr.and_then(|a| a.checked_sub(b.as_ptr() as usize));
+    h.clap_type_at = offset(h.clap_type_at).filter(|at| b.get(*at..*at + 4) == Some(b"clap"));
+    h.clap_association_at = offset(h.clap_association_at).filter(|at| *at < b.len());
     if h.width == 0 || h.height == 0 {
         // An image sequence without a still item: the first video track's size.
         let tkhd = child(b, b"moov")
@@ -131,6 +140,7 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
         at += 1;
         let mut indices = Vec::with_capacity(n);
         for _ in 0..n {
+            let association_addr = ipma.get(at).map(|b| b as *const u8 as usize);
             let index = if flags & 1 != 0 {
                 let v = u16be(ipma, at).unwrap_or(0) & 0x7FFF;
                 at += 2;
@@ -140,13 +150,14 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
                 at += 1;
                 v
             };
-            indices.push(index as usize);
+            indices.push((index as usize, association_addr));
         }
-        let props = indices
-            .iter()
-            .filter_map(|i| i.checked_sub(1).and_then(|i| properties.get(i)));
+        let props = indices.iter().filter_map(|(i, association)| {
+            let (kind, payload) = i.checked_sub(1).and_then(|i| properties.get(i))?;
+            Some((kind, payload, association))
+        });
         let is_primary = item.is_some() && item == primary;
-        for (kind, payload) in props {
+        for (kind, payload, association) in props {
             match (kind, is_primary) {
                 (b"auxC", false) => {
                     let urn = payload.get(4..).unwrap_or_default();
@@ -163,6 +174,9 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
                 (b"irot", true) => h.rotation = payload.first().copied().unwrap_or(0) & 3,
                 (b"imir", true) => h.mirror = Some(payload.first().copied().unwrap_or(0) & 1),
                 (b"clap", true) if payload.len() >= 32 => {
+                    // A plain 8-byte box header: the type is the 4 bytes before the payload.
+                    h.clap_type_at = (payload.as_ptr() as usize).checked_sub(4);
+                    h.clap_association_at = *association;
                     let field = |i: usize| i64::from(u32be(payload, i * 4).unwrap_or(0));
                     let signed = |i: usize| i64::from(u32be(payload, i * 4).unwrap_or(0) as i32);
                     h.clap = Some([
@@ -243,9 +257,38 @@ impl AvifHeader {
     }
 }
 
+/// A copy of `b` that libavif's strict mode (which its safe binding cannot relax) accepts, for
+/// the two refusals that concern nothing imgcas needs libavif for: a `clap` box it finds
+/// invalid (imgcas applies the aperture itself, so the copy's `clap` is renamed to an unknown
+/// property, no longer marked essential) and a missing `pixi` (added from `av1C`).
+fn strict_mode_repair(b: &[u8], header: &AvifHeader) -> Option<Vec<u8>> {
+    let mut copy = b.to_vec();
+    let mut changed = false;
+    if let Some(at) = header.clap_type_at {
+        copy.splice(at..at + 4, *b"xlap");
+        if let Some(association) = header.clap_association_at.and_then(|i| copy.get_mut(i)) {
+            *association &= 0x7F;
+        }
+        changed = true;
+    }
+    if let Some(with_pixi) = crate::avif_pixi::with_pixi(&copy) {
+        copy = with_pixi;
+        changed = true;
+    }
+    changed.then_some(copy)
+}
+
 /// Decodes the primary image (or a sequence's first frame) and applies its transforms.
 pub fn decode(b: &[u8], header: &AvifHeader) -> Result<DynamicImage, ProcessError> {
-    let pixels = libavif::decode_rgb(b).map_err(|e| undecodable(&format!("libavif: {e:?}")))?;
+    let repaired: Vec<u8>;
+    let pixels = match libavif::decode_rgb(b) {
+        Ok(pixels) => pixels,
+        Err(first) => {
+            repaired = strict_mode_repair(b, header)
+                .ok_or_else(|| undecodable(&format!("libavif: {first:?}")))?;
+            libavif::decode_rgb(&repaired).map_err(|e| undecodable(&format!("libavif: {e:?}")))?
+        }
+    };
     let (w, h) = (pixels.width(), pixels.height());
     let rgba = RgbaImage::from_raw(w, h, pixels.to_vec())
         .ok_or_else(|| undecodable("libavif returned fewer pixels than its size"))?;

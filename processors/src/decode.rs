@@ -235,6 +235,19 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
                 bmp_compression(bytes)
             )))
         }
+        SourceFormat::Tiff if crate::tif::refused_kind_header(bytes).is_some() => {
+            let (w, h, orientation) = crate::tif::refused_kind_header(bytes)
+                .ok_or_else(|| ProcessError::Undecodable("TIFF header".into()))?;
+            check_pixels(w, h, limits)?;
+            Ok(Source {
+                bytes,
+                info: info(w, h, false),
+                orientation: Orientation::from_exif(orientation)
+                    .unwrap_or(Orientation::NoTransforms),
+                icc: None,
+                kind: Kind::Other(ImageFormat::Tiff),
+            })
+        }
         other => {
             let image_format = image_format(other).ok_or_else(|| {
                 ProcessError::UnsupportedFormat(format!(
@@ -252,7 +265,10 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
             } else {
                 decoder.orientation().unwrap_or(Orientation::NoTransforms)
             };
-            let icc = decoder.icc_profile().ok().flatten();
+            let icc = match decoder.icc_profile().ok().flatten() {
+                None if other == SourceFormat::Tiff => crate::tif::icc_profile(bytes),
+                icc => icc,
+            };
             Ok(Source {
                 bytes,
                 info: info(w, h, decoder.color_type().has_alpha()),
@@ -309,25 +325,59 @@ impl Source<'_> {
             Kind::Gif(header) => {
                 DynamicImage::ImageRgba8(gif::decode(self.bytes, header, limits.max_alloc())?)
             }
-            Kind::Ico(entry, format) => {
-                let decoder = reader(entry, *format, limits)
-                    .into_decoder()
-                    .map_err(|e| map_image_error(e, limits, dims))?;
-                DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))?
+            Kind::Ico(entry, format) => with_image_crate(entry, *format, limits, dims)?,
+            Kind::Other(ImageFormat::Tiff)
+                if self.icc.is_some() && crate::tif::is_cmyk8(self.bytes) =>
+            {
+                let managed = self
+                    .icc
+                    .as_deref()
+                    .and_then(|icc| crate::tif::decode_cmyk(self.bytes, icc, limits.max_alloc()));
+                match managed {
+                    Some(result) => {
+                        // The profile has been applied: orientation is all that is left.
+                        let mut image = result?;
+                        image.apply_orientation(self.orientation);
+                        return Ok(image);
+                    }
+                    None => with_image_crate(self.bytes, ImageFormat::Tiff, limits, dims)?,
+                }
             }
-            Kind::Other(format) => {
-                let decoder = reader(self.bytes, *format, limits)
-                    .into_decoder()
-                    .map_err(|e| map_image_error(e, limits, dims))?;
-                DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))?
+            Kind::Other(ImageFormat::Tiff) if crate::tif::is_ycbcr8(self.bytes) => {
+                crate::tif::decode_ycbcr(self.bytes, limits.max_alloc())?
             }
+            Kind::Other(ImageFormat::Tiff) if crate::tif::is_fax3(self.bytes) => {
+                crate::tif::decode_fax3(self.bytes, limits.max_alloc())?
+            }
+            Kind::Other(format) => with_image_crate(self.bytes, *format, limits, dims)?,
         };
+        // JPEG handles its own profile (CMYK profiles need the raw inks).
+        if let (Some(icc), false) = (&self.icc, matches!(self.kind, Kind::Jpeg(_))) {
+            image = crate::color::to_srgb(normalize(image), icc);
+        }
         image.apply_orientation(self.orientation);
-        Ok(if image.color().has_alpha() {
-            DynamicImage::ImageRgba8(image.into_rgba8())
-        } else {
-            DynamicImage::ImageRgb8(image.into_rgb8())
-        })
+        Ok(normalize(image))
+    }
+}
+
+fn with_image_crate(
+    bytes: &[u8],
+    format: ImageFormat,
+    limits: &Limits,
+    dims: (u32, u32),
+) -> Result<DynamicImage, ProcessError> {
+    let decoder = reader(bytes, format, limits)
+        .into_decoder()
+        .map_err(|e| map_image_error(e, limits, dims))?;
+    DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
+}
+
+/// 8-bit RGB, or RGBA when the picture has alpha: the two layouts the pipeline works in.
+fn normalize(image: DynamicImage) -> DynamicImage {
+    match image {
+        DynamicImage::ImageRgb8(_) | DynamicImage::ImageRgba8(_) => image,
+        other if other.color().has_alpha() => DynamicImage::ImageRgba8(other.into_rgba8()),
+        other => DynamicImage::ImageRgb8(other.into_rgb8()),
     }
 }
 

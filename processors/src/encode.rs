@@ -6,18 +6,20 @@ use image::{DynamicImage, ImageEncoder};
 
 use crate::error::ProcessError;
 use crate::ops::flatten;
-use crate::spec::{OutputFormat, Rgb};
+use crate::spec::{OutputFormat, ResolvedSpec};
+
+/// libaom speed for AVIF (0 slowest … 10 fastest): a service answers while the client waits.
+const AVIF_SPEED: u8 = 8;
 
 /// Largest side libwebp accepts.
 const WEBP_MAX_SIDE: u32 = 16383;
 
-pub fn encode(
-    image: DynamicImage,
-    format: OutputFormat,
-    quality: Option<u8>,
-    background: Rgb,
-) -> Result<Vec<u8>, ProcessError> {
-    let q = quality.or(format.default_quality()).unwrap_or(80);
+/// Encodes `image` as `spec` says: its format, quality, `lossless`/`progressive`, and `bg` for
+/// formats without alpha.
+pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, ProcessError> {
+    let format = spec.format;
+    let background = spec.shape.background;
+    let q = spec.quality.or(format.default_quality()).unwrap_or(80);
     let internal = |what: &str, e: &dyn std::fmt::Display| {
         ProcessError::Internal(format!("{what} encoding failed: {e}"))
     };
@@ -32,6 +34,7 @@ pub fn encode(
             };
             let mut encoder = jpeg_encoder::Encoder::new(&mut out, q);
             encoder.set_optimized_huffman_tables(true);
+            encoder.set_progressive(spec.progressive);
             encoder
                 .encode(rgb.as_raw(), w16, h16, jpeg_encoder::ColorType::Rgb)
                 .map_err(|e| internal("JPEG", &e))?;
@@ -61,7 +64,13 @@ pub fn encode(
             };
             let mut config = webp::WebPConfig::new()
                 .map_err(|()| ProcessError::Internal("libwebp config failed".into()))?;
-            config.quality = f32::from(q);
+            if spec.lossless {
+                // Lossless: `quality` is effort here; 75 with method 4 is libwebp's own middle.
+                config.lossless = 1;
+                config.quality = 75.0;
+            } else {
+                config.quality = f32::from(q);
+            }
             config.method = 4;
             let memory = encoder
                 .encode_advanced(&config)
@@ -81,9 +90,21 @@ pub fn encode(
                 .map_err(|e| internal("GIF", &e))?;
         }
         OutputFormat::Avif => {
-            return Err(ProcessError::UnsupportedFormat(
-                "AVIF output is not available in this build".into(),
-            ))
+            // RGBA input gives the AVIF an alpha plane; RGB input none.
+            let (w, h) = (image.width(), image.height());
+            let pixels = libavif::RgbPixels::new(w, h, image.as_bytes())
+                .map_err(|e| internal("AVIF", &format!("{e:?}")))?;
+            let yuv = pixels.to_image(libavif::YuvFormat::Yuv420);
+            let mut encoder = libavif::Encoder::new();
+            encoder
+                .set_quality(q)
+                .set_alpha_quality(q.saturating_add(20).min(100))
+                .set_speed(AVIF_SPEED)
+                .set_max_threads(1);
+            let data = encoder
+                .encode(&yuv)
+                .map_err(|e| internal("AVIF", &format!("{e:?}")))?;
+            out.extend_from_slice(&data);
         }
     }
     Ok(out)

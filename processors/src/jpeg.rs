@@ -157,6 +157,7 @@ pub fn decode(
     denominator: u32,
 ) -> Result<DynamicImage, ProcessError> {
     let adobe = header.adobe;
+    let icc = header.icc.as_deref();
     let result = catch_unwind(AssertUnwindSafe(|| -> std::io::Result<DynamicImage> {
         let mut d = mozjpeg::Decompress::new_mem(b)?;
         d.scale((8 / denominator.clamp(1, 8)) as u8);
@@ -177,11 +178,22 @@ pub fn decode(
                 let (w, h) = (s.width() as u32, s.height() as u32);
                 let px = s.read_scanlines::<u8>()?;
                 let _ = s.finish();
-                DynamicImage::ImageRgb8(cmyk_to_rgb(w, h, &px, adobe).ok_or_else(short)?)
+                let managed = icc.and_then(|p| crate::color::cmyk_to_srgb(w, h, &px, p, adobe));
+                let rgb = match managed {
+                    Some(rgb) => rgb,
+                    None => cmyk_to_rgb(w, h, &px, adobe).ok_or_else(short)?,
+                };
+                DynamicImage::ImageRgb8(rgb)
             }
         })
     }));
     match result {
+        Ok(Ok(img)) if matches!(img, DynamicImage::ImageRgb8(_)) && !header_is_cmyk(header) => {
+            Ok(match icc {
+                Some(profile) => crate::color::to_srgb(img, profile),
+                None => img,
+            })
+        }
         Ok(Ok(img)) => Ok(img),
         Ok(Err(e)) => Err(undecodable(e.to_string())),
         Err(payload) => Err(undecodable(
@@ -192,6 +204,10 @@ pub fn decode(
                 .unwrap_or_else(|| "libjpeg failed".into()),
         )),
     }
+}
+
+fn header_is_cmyk(header: &JpegHeader<'_>) -> bool {
+    header.components == 4
 }
 
 fn short() -> std::io::Error {

@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 
 pub mod avif;
+mod avif_pixi;
+pub mod color;
 pub mod compare;
 pub mod decode;
 pub mod encode;
@@ -20,8 +22,10 @@ pub mod gif;
 pub mod ico;
 pub mod jpeg;
 pub mod ops;
+pub mod smart;
 pub mod sniff;
 pub mod spec;
+pub mod tif;
 
 pub use decode::{probe, Limits, SourceInfo};
 pub use error::ProcessError;
@@ -45,12 +49,6 @@ pub fn process(
     spec: &ResolvedSpec,
     limits: &Limits,
 ) -> Result<Processed, ProcessError> {
-    if !spec.format.can_encode() {
-        return Err(ProcessError::UnsupportedFormat(format!(
-            "{} output is not available in this build",
-            spec.format
-        )));
-    }
     let source = decode::open(bytes, limits)?;
     let (uw, uh) = source.upright_size();
     check_minimum(uw, uh, &spec.shape)?;
@@ -71,7 +69,10 @@ pub fn process(
         1
     };
     let image = ops::rotate(source.decode(limits, denominator)?, spec.shape.rotate);
-    let plan = plan.rescaled(rotated, (image.width(), image.height()));
+    let mut plan = plan.rescaled(rotated, (image.width(), image.height()));
+    if spec.shape.gravity == spec::Gravity::Smart {
+        plan.crop = plan.crop.map(|crop| smart::place(&image, crop));
+    }
     let mut image = ops::apply_plan(image, &plan, spec.shape.background)?;
     if let Some(sigma) = spec.shape.blur {
         image = ops::blur(image, sigma.as_f64());
@@ -80,7 +81,7 @@ pub fn process(
         image = ops::sharpen(image, sigma.as_f64());
     }
     let (width, height) = (image.width(), image.height());
-    let bytes = encode::encode(image, spec.format, spec.quality, spec.shape.background)?;
+    let bytes = encode::encode(image, spec)?;
     Ok(Processed {
         bytes,
         format: spec.format,

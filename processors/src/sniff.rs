@@ -68,15 +68,14 @@ impl SourceFormat {
     /// The output format `format=original` means for this source, where imgcas writes it
     /// (otherwise the caller falls back to JPEG, or PNG for sources with alpha).
     pub fn as_output(self) -> Option<OutputFormat> {
-        let same = match self {
+        match self {
             SourceFormat::Jpeg => Some(OutputFormat::Jpeg),
             SourceFormat::Png => Some(OutputFormat::Png),
             SourceFormat::Gif => Some(OutputFormat::Gif),
             SourceFormat::Webp => Some(OutputFormat::Webp),
             SourceFormat::Avif => Some(OutputFormat::Avif),
             SourceFormat::Heic | SourceFormat::Tiff | SourceFormat::Bmp | SourceFormat::Ico => None,
-        };
-        same.filter(|f| f.can_encode())
+        }
     }
 }
 

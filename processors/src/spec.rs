@@ -11,7 +11,7 @@ use std::fmt;
 
 /// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
 /// variants made by older code stop matching by themselves.
-pub const PROCESSOR_VERSION: u32 = 3;
+pub const PROCESSOR_VERSION: u32 = 4;
 
 /// Largest `w`/`h` a client may ask for (before `dpr`).
 pub const MAX_DIMENSION: u32 = 8192;
@@ -54,13 +54,16 @@ pub enum Gravity {
     NorthWest,
     SouthEast,
     SouthWest,
+    /// The crop window goes where the picture has the most detail (edge energy and
+    /// saturation), found on the decoded pixels: `fit=cover` only.
+    Smart,
 }
 
 impl Gravity {
     /// Where the kept region sits along each axis: 0 = left/top, 0.5 = middle, 1 = right/bottom.
     pub fn anchor(self) -> (f64, f64) {
         match self {
-            Gravity::Center => (0.5, 0.5),
+            Gravity::Center | Gravity::Smart => (0.5, 0.5),
             Gravity::North => (0.5, 0.0),
             Gravity::South => (0.5, 1.0),
             Gravity::East => (1.0, 0.5),
@@ -125,9 +128,9 @@ impl OutputFormat {
         }
     }
 
-    /// Whether this build can encode the format. Negotiation never picks one it cannot.
-    pub fn can_encode(self) -> bool {
-        !matches!(self, OutputFormat::Avif)
+    /// Whether the format keeps an alpha channel (JPEG output is flattened onto `bg`).
+    pub fn keeps_alpha(self) -> bool {
+        !matches!(self, OutputFormat::Jpeg)
     }
 }
 
@@ -269,6 +272,10 @@ pub struct Spec {
     pub dpr: Hundredths,
     pub format: FormatRequest,
     pub quality: Option<u8>,
+    /// `lossless=1`: lossless WebP (other formats are lossless already or cannot be).
+    pub lossless: bool,
+    /// `progressive=1`: progressive JPEG.
+    pub progressive: bool,
 }
 
 impl Default for Spec {
@@ -278,15 +285,39 @@ impl Default for Spec {
             dpr: Hundredths(100),
             format: FormatRequest::Original,
             quality: None,
+            lossless: false,
+            progressive: false,
         }
     }
 }
 
 /// Option names the spec understands; anything else is refused.
 pub const OPTION_NAMES: &[&str] = &[
-    "w", "h", "fit", "gravity", "enlarge", "dpr", "format", "q", "rotate", "blur", "sharpen", "bg",
-    "min_w", "min_h",
+    "w",
+    "h",
+    "fit",
+    "gravity",
+    "enlarge",
+    "dpr",
+    "format",
+    "q",
+    "lossless",
+    "progressive",
+    "rotate",
+    "blur",
+    "sharpen",
+    "bg",
+    "min_w",
+    "min_h",
 ];
+
+fn parse_flag(option: &str, value: &str) -> Result<bool, SpecError> {
+    match value {
+        "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        _ => Err(SpecError::new(option, "must be 0 or 1")),
+    }
+}
 
 fn parse_u32(option: &str, value: &str, min: u32, max: u32) -> Result<u32, SpecError> {
     value
@@ -346,13 +377,9 @@ impl Spec {
             "dpr" => self.dpr = Hundredths::parse(name, value, 100, 400)?,
             "blur" => self.shape.blur = Some(Hundredths::parse(name, value, 30, 10_000)?),
             "sharpen" => self.shape.sharpen = Some(Hundredths::parse(name, value, 30, 10_000)?),
-            "enlarge" => {
-                self.shape.enlarge = match value {
-                    "0" | "false" => false,
-                    "1" | "true" => true,
-                    _ => return Err(SpecError::new(name, "must be 0 or 1")),
-                }
-            }
+            "enlarge" => self.shape.enlarge = parse_flag(name, value)?,
+            "lossless" => self.lossless = parse_flag(name, value)?,
+            "progressive" => self.progressive = parse_flag(name, value)?,
             "rotate" => {
                 self.shape.rotate = match value {
                     "0" => 0,
@@ -387,9 +414,10 @@ impl Spec {
                     "northwest" => Gravity::NorthWest,
                     "southeast" => Gravity::SouthEast,
                     "southwest" => Gravity::SouthWest,
+                    "smart" => Gravity::Smart,
                     _ => return Err(SpecError::new(
                         name,
-                        "must be one of center, north, south, east, west, northeast, northwest, southeast, southwest",
+                        "must be one of center, north, south, east, west, northeast, northwest, southeast, southwest, smart",
                     )),
                 }
             }
@@ -441,6 +469,12 @@ impl Spec {
         if let Some(q) = self.quality {
             parts.push(("q", q.to_string()));
         }
+        if self.lossless {
+            parts.push(("lossless", "1".into()));
+        }
+        if self.progressive {
+            parts.push(("progressive", "1".into()));
+        }
         join(parts)
     }
 
@@ -480,20 +514,28 @@ impl Spec {
         if !matches!(shape.fit, Fit::Cover | Fit::Pad) {
             shape.gravity = Gravity::Center;
         }
+        if shape.fit == Fit::Pad && shape.gravity == Gravity::Smart {
+            // Padding has no content to look at: smart placement is the middle.
+            shape.gravity = Gravity::Center;
+        }
         shape.enlarge &= has_box;
+        let lossless = self.lossless && format == OutputFormat::Webp;
         let quality = format
             .default_quality()
+            .filter(|_| !lossless)
             .map(|default| self.quality.unwrap_or(default));
         ResolvedSpec {
             shape,
             format,
             quality,
+            lossless,
+            progressive: self.progressive && format == OutputFormat::Jpeg,
         }
     }
 }
 
 /// The best output format an `Accept` header allows: AVIF, then WebP, then PNG where the
-/// source has alpha, else JPEG. Formats this build cannot write are skipped.
+/// source has alpha, else JPEG. Formats that would drop the source's alpha are skipped.
 pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
     let accepts = |mime: &str| {
         accept.split(',').any(|item| {
@@ -509,7 +551,7 @@ pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
         })
     };
     for candidate in [OutputFormat::Avif, OutputFormat::Webp] {
-        if candidate.can_encode() && accepts(candidate.mime()) {
+        if (candidate.keeps_alpha() || !has_alpha) && accepts(candidate.mime()) {
             return candidate;
         }
     }
@@ -540,6 +582,7 @@ fn gravity_name(g: Gravity) -> &'static str {
         Gravity::NorthWest => "northwest",
         Gravity::SouthEast => "southeast",
         Gravity::SouthWest => "southwest",
+        Gravity::Smart => "smart",
     }
 }
 
@@ -558,6 +601,10 @@ pub struct ResolvedSpec {
     pub format: OutputFormat,
     /// `None` for lossless formats.
     pub quality: Option<u8>,
+    /// Lossless WebP (only ever set with `format == Webp`).
+    pub lossless: bool,
+    /// Progressive JPEG (only ever set with `format == Jpeg`).
+    pub progressive: bool,
 }
 
 impl ResolvedSpec {
@@ -571,6 +618,12 @@ impl ResolvedSpec {
             if q != default {
                 parts.push(("q", q.to_string()));
             }
+        }
+        if self.lossless {
+            parts.push(("lossless", "1".into()));
+        }
+        if self.progressive {
+            parts.push(("progressive", "1".into()));
         }
         join(parts)
     }
@@ -673,11 +726,56 @@ mod tests {
     }
 
     #[test]
-    fn negotiation_prefers_webp_then_legacy_by_alpha() {
+    fn lossless_and_progressive_only_stay_where_they_change_the_output() {
+        let resolve = |q: &str| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve(Some(OutputFormat::Jpeg), false, None)
+                .canonical()
+        };
+        assert_eq!(
+            resolve("format=webp&lossless=1&q=50"),
+            "format=webp&lossless=1"
+        );
+        assert_eq!(resolve("format=jpeg&lossless=1"), "format=jpeg");
+        assert_eq!(resolve("format=png&lossless=1&progressive=1"), "format=png");
+        assert_eq!(resolve("progressive=1&q=82"), "format=jpeg&progressive=1");
+        assert_eq!(resolve("format=webp&progressive=1"), "format=webp");
+        assert_eq!(resolve("lossless=0&progressive=0"), "format=jpeg");
+        assert_eq!(err("lossless=yes").option, "lossless");
+        assert_eq!(err("progressive=2").option, "progressive");
+    }
+
+    #[test]
+    fn smart_gravity_is_kept_for_cover_only() {
+        let resolve = |q: &str| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve(Some(OutputFormat::Png), false, None)
+        };
+        assert_eq!(
+            resolve("w=10&h=10&fit=cover&gravity=smart").shape.gravity,
+            Gravity::Smart
+        );
+        assert_eq!(
+            resolve("w=10&h=10&fit=pad&gravity=smart").shape.gravity,
+            Gravity::Center
+        );
+        assert_eq!(resolve("w=10&gravity=smart").canonical(), "format=png&w=10");
+    }
+
+    #[test]
+    fn negotiation_prefers_avif_then_webp_then_legacy_by_alpha() {
         assert_eq!(
             negotiate("image/avif,image/webp,*/*", false),
-            OutputFormat::Webp
+            OutputFormat::Avif
         );
+        assert_eq!(
+            negotiate("image/avif,image/webp,*/*", true),
+            OutputFormat::Avif,
+            "AVIF keeps alpha"
+        );
+        assert_eq!(negotiate("image/webp,*/*", true), OutputFormat::Webp);
         assert_eq!(negotiate("image/webp;q=0, */*", false), OutputFormat::Jpeg);
         assert_eq!(negotiate("*/*", true), OutputFormat::Png);
         assert_eq!(negotiate("", false), OutputFormat::Jpeg);

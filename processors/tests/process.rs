@@ -153,13 +153,14 @@ fn every_output_format_round_trips() {
             assert_eq!((out.width, out.height), (150, 100));
         }
     }
-    let spec = Spec::parse("format=avif")
+    // AVIF: encoded by libavif/libaom, read back by imgcas itself.
+    let spec = Spec::parse("w=150&format=avif")
         .unwrap()
         .resolve(None, false, None);
-    assert!(matches!(
-        process(&rgb, &spec, &Limits::default()),
-        Err(ProcessError::UnsupportedFormat(_))
-    ));
+    let out = process(&rgb, &spec, &Limits::default()).unwrap();
+    assert_eq!(&out.bytes[4..12], b"ftypavif");
+    let (_, back) = imgcas_processors::decode::decode(&out.bytes, &Limits::default()).unwrap();
+    assert_eq!(back.dimensions(), (150, 100));
     assert_eq!(OutputFormat::Webp.default_quality(), Some(80));
 }
 
@@ -310,4 +311,145 @@ fn avif_mirror_and_rotation_come_out_upright() {
             "{name}: mean abs error {diff:.2} against kimono.jpg"
         );
     }
+}
+
+#[test]
+fn avif_clean_aperture_is_applied_even_where_libavif_is_strict() {
+    // libavif refuses this file's `clap` in strict mode; imgcas decodes it anyway and crops.
+    let reference = image::load_from_memory(&testdata("avif/kimono.crop.png")).unwrap();
+    let out = run(&testdata("avif/kimono.crop.avif"), "format=png").unwrap();
+    assert_eq!(out.dimensions(), (385, 330));
+    let diff = mean_abs_error(&out, &reference);
+    assert!(
+        diff < 10.0,
+        "mean abs error {diff:.2} against kimono.crop.png"
+    );
+}
+
+/// The centre pixel of a source processed to PNG, as RGB.
+fn centre_rgb(name: &str) -> [u8; 3] {
+    let out = run(&testdata(name), "format=png").unwrap().to_rgb8();
+    out.get_pixel(out.width() / 2, out.height() / 2).0
+}
+
+fn assert_near(name: &str, got: [u8; 3], want: [u8; 3], tolerance: u8) {
+    let close = got
+        .iter()
+        .zip(want)
+        .all(|(g, w)| g.abs_diff(w) <= tolerance);
+    assert!(close, "{name}: got {got:?}, want {want:?} ± {tolerance}");
+}
+
+#[test]
+fn embedded_profiles_are_converted_to_srgb() {
+    // Expected values: the same files through LittleCMS (Pillow's ImageCms, perceptual intent),
+    // an independent colour engine.
+    assert_near(
+        "prophoto.png",
+        centre_rgb("sharp/prophoto.png"),
+        [117, 160, 210],
+        3,
+    );
+    assert_near("p3.png", centre_rgb("sharp/p3.png"), [255, 0, 0], 3);
+    // FOGRA39 CMYK (0, 100, 100, 0): printing red, far from the naive (255, 0, 0).
+    assert_near(
+        "fogra-0-100-100-0.tif",
+        centre_rgb("sharp/fogra-0-100-100-0.tif"),
+        [227, 6, 20],
+        8,
+    );
+}
+
+#[test]
+fn lossless_webp_keeps_every_pixel_and_lossy_does_not() {
+    let source = encode(&gradient(120, 80), ImageFormat::Png);
+    let lossless = run(&source, "format=webp&lossless=1").unwrap();
+    assert_eq!(lossless.to_rgb8(), gradient(120, 80).to_rgb8());
+    let lossy = run(&source, "format=webp").unwrap();
+    assert_ne!(lossy.to_rgb8(), gradient(120, 80).to_rgb8());
+}
+
+#[test]
+fn progressive_jpeg_is_written_on_request() {
+    let source = encode(&gradient(300, 200), ImageFormat::Png);
+    let sof = |query: &str| {
+        let spec = Spec::parse(query).unwrap().resolve(None, false, None);
+        let out = process(&source, &spec, &Limits::default()).unwrap();
+        image::load_from_memory(&out.bytes).expect("decodes");
+        // The first start-of-frame marker: C0 baseline (C1 extended), C2 progressive.
+        out.bytes
+            .windows(2)
+            .find(|w| w[0] == 0xFF && (0xC0..=0xC2).contains(&w[1]))
+            .map(|w| w[1])
+    };
+    assert_eq!(sof("format=jpeg&progressive=1"), Some(0xC2));
+    assert_ne!(sof("format=jpeg"), Some(0xC2));
+}
+
+#[test]
+fn avif_output_keeps_alpha() {
+    let half = DynamicImage::ImageRgba8(RgbaImage::from_fn(64, 64, |x, _| {
+        Rgba([200, 40, 40, if x < 32 { 255 } else { 0 }])
+    }));
+    let source = encode(&half, ImageFormat::Png);
+    let spec = Spec::parse("format=avif")
+        .unwrap()
+        .resolve(None, true, None);
+    let out = process(&source, &spec, &Limits::default()).unwrap();
+    let (info, back) = imgcas_processors::decode::decode(&out.bytes, &Limits::default()).unwrap();
+    assert!(info.has_alpha);
+    let back = back.to_rgba8();
+    assert!(back.get_pixel(8, 30).0[3] > 240);
+    assert!(back.get_pixel(56, 30).0[3] < 15);
+}
+
+#[test]
+fn smart_gravity_crops_towards_the_subject() {
+    // A plain backdrop with a detailed subject near the right edge.
+    let scene = DynamicImage::ImageRgb8(RgbImage::from_fn(1200, 400, |x, y| {
+        if x > 900 && x < 1180 && y > 60 && y < 340 && (x / 6 + y / 6) % 2 == 0 {
+            Rgb([220, 30, 40])
+        } else if x > 900 && x < 1180 && y > 60 && y < 340 {
+            Rgb([20, 20, 20])
+        } else {
+            Rgb([200, 200, 195])
+        }
+    }));
+    let source = encode(&scene, ImageFormat::Png);
+    let busy = |img: &DynamicImage| {
+        let rgb = img.to_rgb8();
+        rgb.pixels()
+            .filter(|p| p.0[0] > 150 && p.0[1] < 100)
+            .count()
+    };
+    let smart = run(&source, "w=200&h=200&fit=cover&gravity=smart&format=png").unwrap();
+    let centre = run(&source, "w=200&h=200&fit=cover&format=png").unwrap();
+    assert_eq!(smart.dimensions(), (200, 200));
+    assert_eq!(busy(&centre), 0, "the centre crop misses the subject");
+    assert!(
+        busy(&smart) > 5000,
+        "the smart crop holds it: {}",
+        busy(&smart)
+    );
+}
+
+#[test]
+fn avif_without_pixi_decodes_like_its_twin_with_one() {
+    // libavif's strict mode requires `pixi`; imgcas adds it from `av1C` and decodes.
+    let fixed = run(&testdata("pillow/hopper-missing-pixi.avif"), "format=png").unwrap();
+    let twin = run(&testdata("pillow/hopper.avif"), "format=png").unwrap();
+    assert_eq!(fixed.dimensions(), (128, 128));
+    // The twin is a separate, smaller encode of the same picture: close, not identical.
+    let diff = mean_abs_error(&fixed, &twin);
+    assert!(diff < 6.0, "mean abs error {diff:.2} against hopper.avif");
+}
+
+#[test]
+fn a_ycck_jpeg_goes_through_its_cmyk_profile() {
+    // Reference: the same file through its SWOP profile by LittleCMS (perceptual intent).
+    let reference = image::load_from_memory(&testdata("jpeg-decoder/ycck.lcms-srgb.png")).unwrap();
+    let out = run(&testdata("jpeg-decoder/ycck.jpg"), "format=png").unwrap();
+    assert_eq!(out.dimensions(), reference.dimensions());
+    let diff = mean_abs_error(&out, &reference);
+    assert!(diff < 1.5, "mean abs error {diff:.2} against LittleCMS");
 }
