@@ -28,16 +28,14 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
         OutputFormat::Jpeg => {
             let rgb = flatten(image, background);
             let (w, h) = rgb.dimensions();
-            let (w16, h16) = match (u16::try_from(w), u16::try_from(h)) {
-                (Ok(w), Ok(h)) => (w, h),
-                _ => return Err(ProcessError::too_many_pixels(w, h, u64::from(u16::MAX))),
-            };
-            let mut encoder = jpeg_encoder::Encoder::new(&mut out, q);
-            encoder.set_optimized_huffman_tables(true);
-            encoder.set_progressive(spec.progressive);
-            encoder
-                .encode(rgb.as_raw(), w16, h16, jpeg_encoder::ColorType::Rgb)
-                .map_err(|e| internal("JPEG", &e))?;
+            if w > crate::jpeg::MAX_SIDE || h > crate::jpeg::MAX_SIDE {
+                return Err(ProcessError::too_many_pixels(
+                    w,
+                    h,
+                    u64::from(crate::jpeg::MAX_SIDE),
+                ));
+            }
+            out = crate::jpeg::encode(&rgb, q, spec.progressive)?;
         }
         OutputFormat::Png => {
             let encoder =

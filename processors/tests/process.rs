@@ -453,3 +453,21 @@ fn a_ycck_jpeg_goes_through_its_cmyk_profile() {
     let diff = mean_abs_error(&out, &reference);
     assert!(diff < 1.5, "mean abs error {diff:.2} against LittleCMS");
 }
+
+#[test]
+fn jpeg_chroma_keeps_full_resolution_from_quality_90() {
+    let source = encode(&gradient(64, 64), ImageFormat::Png);
+    let luma_sampling = |query: &str| {
+        let spec = Spec::parse(query).unwrap().resolve(None, false, None);
+        let out = process(&source, &spec, &Limits::default()).unwrap().bytes;
+        // SOF0: FF C0, length (2), precision (1), height (2), width (2), count (1), then per
+        // component: id, sampling factors, table. The first component is luma.
+        let at = out
+            .windows(2)
+            .position(|w| w == [0xFF, 0xC0])
+            .expect("SOF0");
+        out[at + 11]
+    };
+    assert_eq!(luma_sampling("format=jpeg"), 0x22, "4:2:0 below q=90");
+    assert_eq!(luma_sampling("format=jpeg&q=90"), 0x11, "4:4:4 from q=90");
+}
