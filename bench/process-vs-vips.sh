@@ -3,8 +3,12 @@
 # 23.5 MP) to 400 px JPEG and WebP. Prints mean times, the ratio (vips / imgcas: above 1 means
 # imgcas is faster) and each output's PSNR against a full-decode Lanczos3 reference.
 #
-# Needs: libvips-tools and hyperfine (Debian: apt-get install libvips-tools hyperfine).
-# Everything runs locally on files; no network.
+# Then, in-process: where one thumbnail's time goes (best of 15), next to libjpeg-turbo's own
+# shrink-on-load decode of the same file (`djpeg -scale 1/4`, if libjpeg-turbo-progs is there),
+# which is the floor for any JPEG thumbnailer on that file.
+#
+# Needs: libvips-tools and hyperfine (Debian: apt-get install libvips-tools hyperfine
+# libjpeg-turbo-progs). Everything runs locally on files; no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,9 +17,10 @@ for tool in vips vipsthumbnail hyperfine python3; do
 done
 
 cargo build --release -q --bin imgcas
-cargo build --release -q -p imgcas-processors --example compare
+cargo build --release -q -p imgcas-processors --example compare --example breakdown
 imgcas=target/release/imgcas
 compare=target/release/examples/compare
+breakdown=target/release/examples/breakdown
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -45,4 +50,18 @@ print(r[0]['mean']*1000, r[1]['mean']*1000)")
     printf '%-6s %-5s %12.1f %12.1f %8.2f %12s %12s\n' "$size" "$fmt" "$ours" "$theirs" \
       "$(python3 -c "print($theirs/$ours)")" "$p_ours" "$p_vips"
   done
+done
+
+echo
+echo "in-process, w=400 JPEG (imgcas-processors, best of 15 runs per stage):"
+for size in 12mp 24mp; do
+  printf '%-6s %s\n' "$size" "$($breakdown "$work/$size.jpg" 'w=400&format=jpeg')"
+  if command -v djpeg >/dev/null; then
+    hyperfine -N --warmup 3 --runs 20 --export-json "$work/d.json" \
+      "djpeg -scale 1/4 -outfile /dev/null $work/$size.jpg" >/dev/null 2>&1
+    floor=$(python3 -c "
+import json; r=json.load(open('$work/d.json'))['results'][0]
+print(round(r['min']*1000, 1))")
+    printf '%-6s djpeg -scale 1/4 (decode only, whole command, fastest run): %s ms\n' "$size" "$floor"
+  fi
 done

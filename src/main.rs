@@ -99,8 +99,9 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// No async runtime for the offline commands: `imgcas process` is one CPU-bound call, and
+/// starting worker threads would only add to its wall time.
+fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
@@ -155,17 +156,31 @@ async fn main() -> ExitCode {
             if allow_private_networks {
                 config.fetch.allow_private_networks = true;
             }
-            let running = match app::start(config).await {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("imgcas: {e}");
+                    eprintln!("imgcas: cannot start the async runtime: {e}");
                     return ExitCode::from(1);
                 }
             };
-            // The one line on stdout: scripts and tests read the bound address from it.
-            println!("imgcas listening on http://{}", running.addr);
-            running.wait(shutdown_signal()).await;
-            ExitCode::SUCCESS
+            runtime.block_on(serve(config))
         }
     }
+}
+
+async fn serve(config: Config) -> ExitCode {
+    let running = match app::start(config).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("imgcas: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // The one line on stdout: scripts and tests read the bound address from it.
+    println!("imgcas listening on http://{}", running.addr);
+    running.wait(shutdown_signal()).await;
+    ExitCode::SUCCESS
 }

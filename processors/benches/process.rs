@@ -89,5 +89,34 @@ fn cover_crops(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, thumbnails, cover_crops);
+/// A real photograph (testdata, MIT) upscaled to 12 MP and saved at quality 80, like a
+/// marketplace upload: smoother than `photo_like`, so entropy decoding costs less.
+fn upscaled_photo() -> Vec<u8> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/exif-orientation/Landscape_1.jpg"
+    );
+    let small = image::open(path).expect("testdata photo");
+    let big = small.resize_exact(4000, 3000, image::imageops::FilterType::CatmullRom);
+    let mut out = Cursor::new(Vec::new());
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 80)
+        .encode_image(&big.to_rgb8())
+        .expect("encode fixture");
+    out.into_inner()
+}
+
+fn photo_thumbnails(c: &mut Criterion) {
+    let source = upscaled_photo();
+    let mut group = c.benchmark_group("12mp_photo_q80_to_400px");
+    group.sample_size(20);
+    group.bench_function("imgcas_jpeg", |b| {
+        b.iter(|| ours(black_box(&source), "w=400&format=jpeg"))
+    });
+    group.bench_function("peer_image_crate_jpeg", |b| {
+        b.iter(|| peer_image_crate(black_box(&source), 400))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, thumbnails, photo_thumbnails, cover_crops);
 criterion_main!(benches);
