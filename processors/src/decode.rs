@@ -127,6 +127,24 @@ fn webp_exif(bytes: &[u8]) -> Option<&[u8]> {
     None
 }
 
+/// The canvas a WebP declares in its first chunk (`VP8X` canvas or `VP8L` header), read here
+/// because the `image` crate's reader wraps a 16384-pixel lossless side to 0.
+fn webp_declared_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let fourcc = bytes.get(12..16)?;
+    let u24 = |at: usize| -> Option<u32> {
+        let b = bytes.get(at..at + 3)?;
+        Some(u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16)
+    };
+    match fourcc {
+        b"VP8X" => Some((u24(24)? + 1, u24(27)? + 1)),
+        b"VP8L" if bytes.get(20) == Some(&0x2F) => {
+            let bits = u32::from_le_bytes(bytes.get(21..25)?.try_into().ok()?);
+            Some(((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1))
+        }
+        _ => None,
+    }
+}
+
 /// The compression field of a BMP info header (0 RGB, 1 RLE8, 2 RLE4, 3 bitfields; OS/2
 /// core headers have none and count as 0).
 fn bmp_compression(bytes: &[u8]) -> Option<u32> {
@@ -247,6 +265,13 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
                 icc: None,
                 kind: Kind::Other(ImageFormat::Tiff),
             })
+        }
+        SourceFormat::Webp
+            if webp_declared_size(bytes)
+                .is_some_and(|(w, h)| u64::from(w) * u64::from(h) > limits.max_pixels) =>
+        {
+            let (w, h) = webp_declared_size(bytes).unwrap_or((0, 0));
+            Err(ProcessError::too_many_pixels(w, h, limits.max_pixels))
         }
         other => {
             let image_format = image_format(other).ok_or_else(|| {

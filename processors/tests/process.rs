@@ -4,7 +4,10 @@
 use std::io::Cursor;
 use std::path::PathBuf;
 
-use image::{DynamicImage, GenericImageView, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+use image::codecs::png::{CompressionType, FilterType as PngFilter};
+use image::{
+    DynamicImage, GenericImageView, ImageEncoder, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage,
+};
 use imgcas_processors::compare::mean_abs_error;
 use imgcas_processors::{probe, process, Limits, OutputFormat, ProcessError, Spec};
 
@@ -470,4 +473,159 @@ fn jpeg_chroma_keeps_full_resolution_from_quality_90() {
     };
     assert_eq!(luma_sampling("format=jpeg"), 0x22, "4:2:0 below q=90");
     assert_eq!(luma_sampling("format=jpeg&q=90"), 0x11, "4:4:4 from q=90");
+}
+
+/// CRC-32 (IEEE) for hand-built PNG chunks.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for b in bytes {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn metadata_payloads_never_reach_an_output() {
+    const PHP: &[u8] = b"<?php system($_GET['c']); ?>";
+    // A JPEG with the payload in a comment, an EXIF block and an XMP packet.
+    let plain = encode(&gradient(64, 48), ImageFormat::Jpeg);
+    let segment = |marker: u8, body: &[u8]| {
+        let mut s = vec![0xFF, marker];
+        s.extend_from_slice(&u16::try_from(body.len() + 2).unwrap().to_be_bytes());
+        s.extend_from_slice(body);
+        s
+    };
+    let mut jpeg = plain[..2].to_vec();
+    jpeg.extend(segment(0xFE, PHP));
+    jpeg.extend(segment(
+        0xE1,
+        &[b"Exif\0\0MM\0*\0\0\0\x08\0\0".as_slice(), PHP].concat(),
+    ));
+    jpeg.extend(segment(
+        0xE1,
+        &[b"http://ns.adobe.com/xap/1.0/\0<x:xmpmeta>".as_slice(), PHP].concat(),
+    ));
+    jpeg.extend_from_slice(&plain[2..]);
+    // A PNG with the payload in a tEXt chunk.
+    let plain = encode(&gradient(64, 48), ImageFormat::Png);
+    let iend = plain.len() - 12;
+    let mut text = b"tEXtComment\0".to_vec();
+    text.extend_from_slice(PHP);
+    let mut png = plain[..iend].to_vec();
+    png.extend_from_slice(&u32::try_from(text.len() - 4).unwrap().to_be_bytes());
+    png.extend_from_slice(&text);
+    png.extend_from_slice(&crc32(&text).to_be_bytes());
+    png.extend_from_slice(&plain[iend..]);
+
+    for (name, source) in [("jpeg", &jpeg), ("png", &png)] {
+        assert!(
+            source.windows(PHP.len()).any(|w| w == PHP),
+            "{name} carries it"
+        );
+        for format in ["jpeg", "png", "webp", "avif", "gif"] {
+            let spec = Spec::parse(&format!("w=32&format={format}"))
+                .unwrap()
+                .resolve(None, false, None);
+            let out = process(source, &spec, &Limits::default())
+                .unwrap_or_else(|e| panic!("{name} to {format}: {e}"))
+                .bytes;
+            for needle in [PHP, b"<?php", b"Exif", b"xmpmeta", b"tEXt"] {
+                assert!(
+                    !out.windows(needle.len()).any(|w| w == needle),
+                    "{name} to {format} carries {:?}",
+                    String::from_utf8_lossy(needle)
+                );
+            }
+        }
+    }
+}
+
+/// A PNG chunk: length, type, data, CRC.
+fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut typed = kind.to_vec();
+    typed.extend_from_slice(data);
+    let mut out = u32::try_from(data.len()).unwrap().to_be_bytes().to_vec();
+    out.extend_from_slice(&typed);
+    out.extend_from_slice(&crc32(&typed).to_be_bytes());
+    out
+}
+
+#[test]
+fn a_lossless_webp_header_declaring_16384_squared_is_refused_before_decoding() {
+    // VP8L: signature 0x2F, then 14 bits width-1, 14 bits height-1, alpha, 3 bits version.
+    let bits: u32 = 16383 | (16383 << 14);
+    let mut vp8l = vec![0x2F];
+    vp8l.extend_from_slice(&bits.to_le_bytes());
+    vp8l.extend_from_slice(&[0; 16]);
+    let mut webp = b"RIFF".to_vec();
+    webp.extend_from_slice(&u32::try_from(4 + 8 + vp8l.len()).unwrap().to_le_bytes());
+    webp.extend_from_slice(b"WEBPVP8L");
+    webp.extend_from_slice(&u32::try_from(vp8l.len()).unwrap().to_le_bytes());
+    webp.extend_from_slice(&vp8l);
+    let err = run(&webp, "w=10").unwrap_err();
+    assert!(matches!(err, ProcessError::TooManyPixels { .. }), "{err:?}");
+}
+
+#[test]
+fn an_apng_declaring_two_billion_frames_costs_one() {
+    let still = encode(&gradient(16, 16), ImageFormat::Png);
+    // Insert acTL (num_frames = 2^31, plays forever) right after IHDR (8 + 25 bytes).
+    let mut actl = 0x8000_0000u32.to_be_bytes().to_vec();
+    actl.extend_from_slice(&0u32.to_be_bytes());
+    let mut apng = still[..33].to_vec();
+    apng.extend(png_chunk(b"acTL", &actl));
+    apng.extend_from_slice(&still[33..]);
+    let started = std::time::Instant::now();
+    let out = run(&apng, "format=png").unwrap();
+    assert_eq!(out.dimensions(), (16, 16));
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn a_text_chunk_bomb_does_not_stop_the_picture() {
+    // 64 MiB of zeros as a zTXt chunk (≈64 KB compressed). The png crate keeps zTXt compressed
+    // until asked and imgcas never asks (outputs carry no text): the picture decodes, quickly.
+    // A zlib stream of 64 MiB of zeros: the IDAT of an all-black 8192x8192 grey PNG.
+    let black = {
+        let mut out = Vec::new();
+        image::codecs::png::PngEncoder::new_with_quality(
+            &mut out,
+            CompressionType::Best,
+            PngFilter::NoFilter,
+        )
+        .write_image(
+            &vec![0u8; 8192 * 8192],
+            8192,
+            8192,
+            image::ExtendedColorType::L8,
+        )
+        .unwrap();
+        out
+    };
+    let mut compressed = Vec::new();
+    let mut at = 8;
+    while at + 12 <= black.len() {
+        let len = u32::from_be_bytes(black[at..at + 4].try_into().unwrap()) as usize;
+        if &black[at + 4..at + 8] == b"IDAT" {
+            compressed.extend_from_slice(&black[at + 8..at + 8 + len]);
+        }
+        at += 12 + len;
+    }
+    let mut data = b"Comment\0\0".to_vec();
+    data.extend_from_slice(&compressed);
+    let still = encode(&gradient(16, 16), ImageFormat::Png);
+    let mut png = still[..33].to_vec();
+    png.extend(png_chunk(b"zTXt", &data));
+    png.extend_from_slice(&still[33..]);
+    let started = std::time::Instant::now();
+    let out = run(&png, "format=png").unwrap();
+    assert_eq!(out.dimensions(), (16, 16));
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }
