@@ -5,6 +5,8 @@
 //! `app` builds the one shared state; `config` reads settings; `coalesce` makes concurrent
 //! identical work run once; `cli` holds the offline commands.
 
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod blob;
 pub mod cli;
