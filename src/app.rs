@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::blob::{BlobStore, FsBlobStore};
+use crate::blob::{BlobStore, FsBlobStore, S3BlobStore};
 use crate::coalesce::SingleFlight;
 use crate::config::{Config, StorageBackend};
 use crate::error::Error;
@@ -47,7 +47,7 @@ pub struct Shared {
 pub struct StartError(pub String);
 
 impl Shared {
-    pub fn open(config: Config) -> Result<Arc<Shared>, StartError> {
+    pub async fn open(config: Config) -> Result<Arc<Shared>, StartError> {
         config.validate().map_err(|e| StartError(e.to_string()))?;
         let maps = Maps::open(&config.data_dir).map_err(|e| {
             StartError(format!(
@@ -59,7 +59,11 @@ impl Shared {
             StorageBackend::Fs => Arc::new(
                 FsBlobStore::open(&config.data_dir).map_err(|e| StartError(e.to_string()))?,
             ),
-            StorageBackend::S3 => return Err(StartError("the s3 backend is not built yet".into())),
+            StorageBackend::S3 => Arc::new(
+                S3BlobStore::connect(&config.storage.s3)
+                    .await
+                    .map_err(|e| StartError(format!("cannot use the S3 blob store: {e}")))?,
+            ),
         };
         let fetcher = Fetcher::new(&config.fetch).map_err(StartError)?;
         let cpu = Arc::new(Semaphore::new(config.limits.process_concurrency));
@@ -109,7 +113,7 @@ impl RunningApp {
 /// Opens the data dir, binds `config.listen`, and serves until stopped.
 pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let listen = config.listen;
-    let shared = Shared::open(config)?;
+    let shared = Shared::open(config).await?;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| StartError(format!("cannot listen on {listen}: {e}")))?;

@@ -274,10 +274,11 @@ impl Config {
                 "URL signing is not built yet; unset IMGCAS_SIGNING_KEY rather than run unsigned",
             ));
         }
-        if self.storage.backend == StorageBackend::S3 {
+        let no_bucket = self.storage.s3.bucket.as_deref().is_none_or(str::is_empty);
+        if self.storage.backend == StorageBackend::S3 && no_bucket {
             return Err(bad(
-                "storage.backend",
-                "the s3 backend is not built yet; use `fs`",
+                "storage.s3.bucket",
+                "the s3 backend needs a bucket (IMGCAS_S3_BUCKET)",
             ));
         }
         Ok(())

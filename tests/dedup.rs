@@ -91,6 +91,11 @@ async fn identical_bytes_behind_100_urls_are_stored_and_processed_once() {
     assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1, "one blob");
     assert_eq!(app.processing_runs(), 1, "one processing run for the spec");
     assert_eq!(etags.len(), 1, "one variant");
+    if let Some(s3) = &app.s3 {
+        // On S3 (IMGCAS_TEST_STORAGE=s3): one object, under its SHA-256 key.
+        let hash = imgcas::hash::ContentHash::of(&bytes);
+        assert_eq!(s3.keys().await, vec![imgcas::blob::key_for(&hash)]);
+    }
 }
 
 #[tokio::test]

@@ -12,8 +12,13 @@ struct Server {
     base: String,
 }
 
-fn start(data_dir: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_imgcas"))
+/// The binary on `data_dir`, its originals in `s3`'s bucket when the suite runs on S3.
+fn start(data_dir: &std::path::Path, s3: Option<&s3::S3Target>) -> Server {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+    for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
+        command.env(k, v);
+    }
+    let mut child = command
         .arg("serve")
         .env("IMGCAS_LISTEN", "127.0.0.1:0")
         .env("IMGCAS_DATA_DIR", data_dir)
@@ -48,6 +53,11 @@ impl Server {
 async fn a_restart_on_the_same_data_dir_serves_hits_without_downloads() {
     let dir = tempfile::tempdir().unwrap();
     let origin = Origin::start().await;
+    let s3 = if s3::pipeline_on_s3() {
+        Some(s3::S3Target::new().await)
+    } else {
+        None
+    };
     origin.put("/a.jpg", jpeg(640, 480, 1));
     let client = client();
     let get = |base: String| {
@@ -58,14 +68,14 @@ async fn a_restart_on_the_same_data_dir_serves_hits_without_downloads() {
         client.get(url).send()
     };
 
-    let server = start(dir.path());
+    let server = start(dir.path(), s3.as_ref());
     let r = get(server.base.clone()).await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("miss"));
     let etag = header(&r, "etag").unwrap().to_string();
     server.terminate();
 
-    let server = start(dir.path());
+    let server = start(dir.path(), s3.as_ref());
     let r = get(server.base.clone()).await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));

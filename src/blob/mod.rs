@@ -11,8 +11,13 @@ use bytes::Bytes;
 use crate::hash::ContentHash;
 
 pub mod fs;
+pub mod s3;
 
 pub use fs::FsBlobStore;
+pub use s3::S3BlobStore;
+
+/// Where originals live in either backend; everything else under the root is not theirs.
+pub const KEY_PREFIX: &str = "originals/";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
@@ -56,7 +61,7 @@ pub trait BlobStore: Send + Sync + 'static {
 /// The key of an original, shared by every backend.
 pub fn key_for(hash: &ContentHash) -> String {
     let hex = hash.to_hex();
-    format!("originals/{}/{}/{}", &hex[0..2], &hex[2..4], hex)
+    format!("{KEY_PREFIX}{}/{}/{}", &hex[0..2], &hex[2..4], hex)
 }
 
 #[cfg(test)]

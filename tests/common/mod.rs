@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod s3;
+
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::net::SocketAddr;
@@ -33,6 +35,8 @@ pub struct TestApp {
     pub shared: Arc<Shared>,
     pub client: reqwest::Client,
     pub dir: Arc<tempfile::TempDir>,
+    /// The bucket (and in-process server) originals go to when the suite runs on S3.
+    pub s3: Option<Arc<s3::S3Target>>,
     running: Option<RunningApp>,
 }
 
@@ -50,6 +54,13 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         ..Config::default()
     };
     config.fetch.allow_private_networks = true;
+    let s3 = if s3::pipeline_on_s3() {
+        let target = s3::S3Target::new().await;
+        target.configure(&mut config);
+        Some(Arc::new(target))
+    } else {
+        None
+    };
     tweak(&mut config);
     let running = app::start(config).await.expect("app starts");
     TestApp {
@@ -57,6 +68,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         shared: running.shared.clone(),
         client: client(),
         dir,
+        s3,
         running: Some(running),
     }
 }

@@ -1,0 +1,370 @@
+//! The S3-compatible blob store (AWS S3, MinIO, any store speaking the S3 protocol).
+//!
+//! Keys are the filesystem store's (`originals/ab/cd/<sha256>`), so a data set moves between
+//! backends by copying. Writes are conditional (`If-None-Match: *`), so two processes storing
+//! the same content never race; stores that do not implement conditional writes get a HEAD
+//! then a PUT, which is still correct because the key is the content's hash. Large originals
+//! go up in parts. Credentials come from the standard AWS provider chain; the SDK retries
+//! throttling and 5xx answers with backoff.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::Client;
+use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+use bytes::Bytes;
+
+use super::{key_for, BlobError, BlobStore, PutOutcome, KEY_PREFIX};
+use crate::config::S3Config;
+use crate::hash::ContentHash;
+
+/// Originals above this size are uploaded in parts.
+const MULTIPART_FROM: usize = 16 << 20;
+/// Part size for multipart uploads (S3's minimum is 5 MiB).
+const PART_SIZE: usize = 8 << 20;
+
+pub struct S3BlobStore {
+    client: Client,
+    bucket: String,
+}
+
+/// Why a request failed, in the store's terms.
+fn failure<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    what: &str,
+    e: &SdkError<E, R>,
+) -> BlobError {
+    let detail = match e {
+        SdkError::ServiceError(s) => {
+            let err = s.err();
+            match (err.code(), err.message()) {
+                (Some(code), Some(message)) => format!("{code} ({message})"),
+                (Some(code), None) => code.to_string(),
+                _ => format!("{err:?}"),
+            }
+        }
+        SdkError::TimeoutError(_) => "timed out".into(),
+        SdkError::DispatchFailure(d) => format!("cannot connect: {d:?}"),
+        other => format!("{other:?}"),
+    };
+    BlobError::Unavailable(format!("S3 {what} failed: {detail}"))
+}
+
+fn status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
+    match e {
+        SdkError::ServiceError(s) => Some(s.raw().status_code()),
+        SdkError::ResponseError(r) => Some(r.raw().status_code()),
+        _ => None,
+    }
+}
+
+/// The HTTP status of a raw response, whatever its type parameter.
+trait HasStatus {
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl S3BlobStore {
+    /// Builds the client and checks that the bucket answers, so that a wrong bucket or wrong
+    /// credentials stop `imgcas serve` with one clear line instead of failing requests later.
+    pub async fn connect(config: &S3Config) -> Result<S3BlobStore, BlobError> {
+        let bucket = config
+            .bucket
+            .clone()
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| {
+                BlobError::Io("storage.s3.bucket (IMGCAS_S3_BUCKET) is not set".into())
+            })?;
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .http_client(http);
+        if let Some(endpoint) = &config.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        let shared = loader.load().await;
+        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(config.force_path_style)
+            // S3-compatible stores (MinIO, moto, s3s) do not all know the newer checksums.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(4)
+                    .with_initial_backoff(Duration::from_millis(100)),
+            )
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(3))
+                    .operation_attempt_timeout(Duration::from_secs(30))
+                    .build(),
+            )
+            .build();
+        let store = S3BlobStore {
+            client: Client::from_conf(s3_config),
+            bucket,
+        };
+        store.check().await?;
+        Ok(store)
+    }
+
+    async fn exists(&self, key: &str) -> Result<bool, BlobError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if status(&e) == Some(404) => Ok(false),
+            Err(e) => Err(failure("HEAD", &e)),
+        }
+    }
+
+    async fn stored_size(&self, key: &str) -> Option<u64> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .ok()?;
+        head.content_length().and_then(|n| u64::try_from(n).ok())
+    }
+
+    async fn put_whole(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        conditional: bool,
+    ) -> Result<PutOutcome, BlobError> {
+        let size = bytes.len();
+        let mut put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type(&bytes))
+            .metadata("imgcas-size", size.to_string())
+            .body(ByteStream::from(bytes));
+        if conditional {
+            put = put.if_none_match("*");
+        }
+        match put.send().await {
+            Ok(_) => Ok(PutOutcome::Created),
+            // 412: the key exists (content-addressed, so it holds these very bytes). 409: a
+            // concurrent conditional write of the same key is in progress.
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(PutOutcome::AlreadyPresent),
+            Err(e) if conditional && matches!(status(&e), Some(501 | 400)) => {
+                Err(BlobError::Io(format!("conditional PUT refused: {e:?}")))
+            }
+            Err(e) => Err(failure("PUT", &e)),
+        }
+    }
+
+    async fn put_in_parts(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type(&bytes))
+            .metadata("imgcas-size", bytes.len().to_string())
+            .send()
+            .await
+            .map_err(|e| failure("multipart start", &e))?;
+        let upload_id = created
+            .upload_id()
+            .ok_or_else(|| BlobError::Unavailable("S3 multipart start gave no upload id".into()))?
+            .to_string();
+        let mut parts = Vec::new();
+        for (i, chunk) in bytes.chunks(PART_SIZE).enumerate() {
+            let number =
+                i32::try_from(i + 1).map_err(|_| BlobError::Io("too many parts".into()))?;
+            let sent = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .part_number(number)
+                .body(ByteStream::from(bytes.slice_ref(chunk)))
+                .send()
+                .await;
+            match sent {
+                Ok(part) => parts.push(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(part.e_tag().map(str::to_string))
+                        .build(),
+                ),
+                Err(e) => {
+                    let _ = self
+                        .client
+                        .abort_multipart_upload()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .upload_id(&upload_id)
+                        .send()
+                        .await;
+                    return Err(failure("multipart part", &e));
+                }
+            }
+        }
+        let completed = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await;
+        match completed {
+            Ok(_) => Ok(()),
+            // Some S3-compatible servers (moto) answer 200 with a body the SDK cannot parse:
+            // the object itself, whole, is what counts.
+            Err(e) if self.stored_size(key).await == Some(bytes.len() as u64) => {
+                tracing::debug!("multipart completion answer unreadable, object complete: {e:?}");
+                Ok(())
+            }
+            Err(e) => Err(failure("multipart completion", &e)),
+        }
+    }
+}
+
+/// The original's media type from its bytes, for whoever reads the bucket directly.
+fn content_type(bytes: &[u8]) -> &'static str {
+    imgcas_processors::sniff(bytes).map_or("application/octet-stream", |f| f.mime())
+}
+
+#[async_trait]
+impl BlobStore for S3BlobStore {
+    async fn put_if_absent(
+        &self,
+        hash: &ContentHash,
+        bytes: Bytes,
+    ) -> Result<PutOutcome, BlobError> {
+        let key = key_for(hash);
+        if bytes.len() >= MULTIPART_FROM {
+            if self.exists(&key).await? {
+                return Ok(PutOutcome::AlreadyPresent);
+            }
+            self.put_in_parts(&key, bytes).await?;
+            return Ok(PutOutcome::Created);
+        }
+        match self.put_whole(&key, bytes.clone(), true).await {
+            Err(BlobError::Io(_)) => {
+                // A store without conditional writes: look, then write.
+                if self.exists(&key).await? {
+                    return Ok(PutOutcome::AlreadyPresent);
+                }
+                self.put_whole(&key, bytes, false).await
+            }
+            other => other,
+        }
+    }
+
+    async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError> {
+        let got = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key_for(hash))
+            .send()
+            .await;
+        let object = match got {
+            Ok(o) => o,
+            Err(e) if status(&e) == Some(404) => return Ok(None),
+            Err(e) => return Err(failure("GET", &e)),
+        };
+        let body = object
+            .body
+            .collect()
+            .await
+            .map_err(|e| BlobError::Unavailable(format!("S3 GET body failed: {e}")))?;
+        Ok(Some(body.into_bytes()))
+    }
+
+    async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key_for(hash))
+            .send()
+            .await;
+        match head {
+            Ok(h) => Ok(h.content_length().and_then(|n| u64::try_from(n).ok())),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(failure("HEAD", &e)),
+        }
+    }
+
+    async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key_for(hash))
+            .send()
+            .await
+            .map_err(|e| failure("DELETE", &e))?;
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<ContentHash>, BlobError> {
+        let mut hashes = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(KEY_PREFIX)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| failure("LIST", &e))?;
+            for object in page.contents() {
+                let name = object.key().and_then(|k| k.rsplit('/').next());
+                if let Some(hash) = name.and_then(|n| n.parse::<ContentHash>().ok()) {
+                    hashes.push(hash);
+                }
+            }
+        }
+        hashes.sort();
+        Ok(hashes)
+    }
+
+    async fn check(&self) -> Result<(), BlobError> {
+        match self.client.head_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(match status(&e) {
+                Some(404) => {
+                    BlobError::Unavailable(format!("S3 bucket `{}` does not exist", self.bucket))
+                }
+                Some(403 | 401) => BlobError::Unavailable(format!(
+                    "S3 refused access to bucket `{}`: check the credentials",
+                    self.bucket
+                )),
+                _ => failure("HEAD bucket", &e),
+            }),
+        }
+    }
+}
