@@ -119,31 +119,32 @@ impl S3BlobStore {
         Ok(store)
     }
 
-    async fn exists(&self, key: &str) -> Result<bool, BlobError> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if status(&e) == Some(404) => Ok(false),
-            Err(e) => Err(failure("HEAD", &e)),
-        }
-    }
-
-    async fn stored_size(&self, key: &str) -> Option<u64> {
+    /// The object's size, `None` when there is no such object.
+    async fn head_size(&self, key: &str) -> Result<Option<u64>, BlobError> {
         let head = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-            .ok()?;
-        head.content_length().and_then(|n| u64::try_from(n).ok())
+            .await;
+        match head {
+            Ok(h) => Ok(Some(
+                h.content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0),
+            )),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(failure("HEAD", &e)),
+        }
+    }
+
+    async fn exists(&self, key: &str) -> Result<bool, BlobError> {
+        Ok(self.head_size(key).await?.is_some())
+    }
+
+    async fn stored_size(&self, key: &str) -> Option<u64> {
+        self.head_size(key).await.ok().flatten()
     }
 
     async fn put_whole(
@@ -305,18 +306,7 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
-        let head = self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key_for(hash))
-            .send()
-            .await;
-        match head {
-            Ok(h) => Ok(h.content_length().and_then(|n| u64::try_from(n).ok())),
-            Err(e) if status(&e) == Some(404) => Ok(None),
-            Err(e) => Err(failure("HEAD", &e)),
-        }
+        self.head_size(&key_for(hash)).await
     }
 
     async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
