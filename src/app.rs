@@ -11,9 +11,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::blob::{BlobStore, FsBlobStore, S3BlobStore};
+use crate::blob::BlobStore;
 use crate::coalesce::SingleFlight;
-use crate::config::{Config, StorageBackend};
+use crate::config::Config;
 use crate::error::Error;
 use crate::fetch::Fetcher;
 use crate::hash::ContentHash;
@@ -55,16 +55,9 @@ impl Shared {
                 config.data_dir.display()
             ))
         })?;
-        let blobs: Arc<dyn BlobStore> = match config.storage.backend {
-            StorageBackend::Fs => Arc::new(
-                FsBlobStore::open(&config.data_dir).map_err(|e| StartError(e.to_string()))?,
-            ),
-            StorageBackend::S3 => Arc::new(
-                S3BlobStore::connect(&config.storage.s3)
-                    .await
-                    .map_err(|e| StartError(format!("cannot use the S3 blob store: {e}")))?,
-            ),
-        };
+        let blobs = crate::blob::open(&config)
+            .await
+            .map_err(|e| StartError(e.to_string()))?;
         let fetcher = Fetcher::new(&config.fetch).map_err(StartError)?;
         let cpu = Arc::new(Semaphore::new(config.limits.process_concurrency));
         Ok(Arc::new(Shared {

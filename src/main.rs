@@ -51,6 +51,19 @@ enum Command {
         #[arg(long)]
         accept: Option<String>,
     },
+    /// Check that every map entry points at a stored blob whose SHA-256 matches (run while
+    /// the server is stopped). Exit 1 when something dangles and was not repaired.
+    Verify {
+        /// Drop dangling entries (and corrupt blobs) so they are downloaded afresh.
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Find blobs and variants nothing references (run while the server is stopped).
+    Gc {
+        /// Remove them; without it, only report (dry run).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -156,17 +169,56 @@ fn main() -> ExitCode {
             if allow_private_networks {
                 config.fetch.allow_private_networks = true;
             }
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("imgcas: cannot start the async runtime: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            runtime.block_on(serve(config))
+            match runtime(&mut tokio::runtime::Builder::new_multi_thread()) {
+                Ok(runtime) => runtime.block_on(serve(config)),
+                Err(code) => code,
+            }
+        }
+        Command::Verify { repair } => maintenance(cli.config.as_ref(), |config| async move {
+            let report = imgcas::cli::maintenance::verify(&config, repair).await?;
+            println!("{}", imgcas::cli::maintenance::describe_verify(&report));
+            Ok(report.is_clean() || report.repaired)
+        }),
+        Command::Gc { apply } => maintenance(cli.config.as_ref(), |config| async move {
+            let report = imgcas::cli::maintenance::gc(&config, apply).await?;
+            println!("{}", imgcas::cli::maintenance::describe_gc(&report));
+            Ok(true)
+        }),
+    }
+}
+
+/// An async runtime from `builder`, or the exit code for failing to start one.
+fn runtime(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("imgcas: cannot start the async runtime: {e}");
+        ExitCode::from(1)
+    })
+}
+
+/// Runs an offline maintenance command on a small runtime: exit 0 when it reports success,
+/// 1 when it found trouble, 2 for a bad configuration.
+fn maintenance<F, Fut>(config_path: Option<&PathBuf>, run: F) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = Result<bool, imgcas::error::Error>>,
+{
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("imgcas: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match runtime.block_on(run(config)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("imgcas: {e}");
+            ExitCode::from(1)
         }
     }
 }

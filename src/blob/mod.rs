@@ -16,6 +16,25 @@ pub mod s3;
 pub use fs::FsBlobStore;
 pub use s3::S3BlobStore;
 
+/// The store the configuration names: the data dir's `originals/`, or the S3 bucket (checked
+/// to answer before this returns).
+pub async fn open(
+    config: &crate::config::Config,
+) -> Result<std::sync::Arc<dyn BlobStore>, BlobError> {
+    Ok(match config.storage.backend {
+        crate::config::StorageBackend::Fs => {
+            std::sync::Arc::new(FsBlobStore::open(&config.data_dir)?)
+        }
+        crate::config::StorageBackend::S3 => std::sync::Arc::new(
+            S3BlobStore::connect(&config.storage.s3)
+                .await
+                .map_err(|e| {
+                    BlobError::Unavailable(format!("cannot use the S3 blob store: {e}"))
+                })?,
+        ),
+    })
+}
+
 /// Where originals live in either backend; everything else under the root is not theirs.
 pub const KEY_PREFIX: &str = "originals/";
 

@@ -1,3 +1,4 @@
 //! Offline commands of the `imgcas` binary (everything but `serve`).
 
+pub mod maintenance;
 pub mod process;

@@ -70,6 +70,15 @@ impl OriginalsIndex {
         Ok(inserted)
     }
 
+    /// Drops an entry, durably (for `verify --repair`, when its blob is gone or wrong).
+    pub fn remove_durable(&self, hash: &ContentHash) -> Result<(), MapError> {
+        let ((), seq) = self.db.write(|txn| {
+            txn.open_table(TABLE)?.remove(hash.as_bytes().as_slice())?;
+            Ok(())
+        })?;
+        self.db.sync(seq)
+    }
+
     /// Every hash in the index, for `verify` and `gc`.
     pub fn hashes(&self) -> Result<Vec<ContentHash>, MapError> {
         let txn = self.db.read()?;

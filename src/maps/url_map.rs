@@ -50,6 +50,16 @@ impl UrlMap {
         self.db.write(|txn| put(txn, url, entry)).map(|((), _)| ())
     }
 
+    /// Drops an entry: the URL is downloaded afresh on its next request.
+    pub fn remove(&self, url: &str) -> Result<(), MapError> {
+        self.db
+            .write(|txn| {
+                txn.open_table(TABLE)?.remove(url)?;
+                Ok(())
+            })
+            .map(|((), _)| ())
+    }
+
     /// Every entry, for `verify` and `gc`.
     pub fn all(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
         let txn = self.db.read()?;

@@ -156,6 +156,39 @@ impl VariantMap {
             .map(|((), _)| ())
     }
 
+    /// Counts the variants whose original fails `keep`, and with `remove` drops them (they
+    /// would never be served: nothing resolves to an unindexed hash).
+    pub fn sweep_sources(
+        &self,
+        keep: impl Fn(&ContentHash) -> bool,
+        remove: bool,
+    ) -> Result<u64, MapError> {
+        let doomed: Vec<Vec<u8>> = {
+            let txn = self.db.read()?;
+            let table = txn.open_table(TABLE)?;
+            let mut out = Vec::new();
+            for row in redb::ReadableTable::iter(&table)? {
+                let (k, _) = row?;
+                let key = k.value();
+                let source = key.get(..32).and_then(ContentHash::from_slice);
+                if !source.is_some_and(|h| keep(&h)) {
+                    out.push(key.to_vec());
+                }
+            }
+            out
+        };
+        if remove && !doomed.is_empty() {
+            self.db.write(|txn| {
+                let mut table = txn.open_table(TABLE)?;
+                for key in &doomed {
+                    table.remove(key.as_slice())?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(doomed.len() as u64)
+    }
+
     /// How many variants are stored.
     pub fn len(&self) -> Result<u64, MapError> {
         use redb::ReadableTableMetadata;
