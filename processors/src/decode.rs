@@ -172,6 +172,13 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
             format.name()
         )));
     }
+    // Headers the `image` crate misreads or refuses, read once here for the arms below.
+    let tiff_refused = (format == SourceFormat::Tiff)
+        .then(|| crate::tif::refused_kind_header(bytes))
+        .flatten();
+    let webp_declared = (format == SourceFormat::Webp)
+        .then(|| webp_declared_size(bytes))
+        .flatten();
     let info = |width, height, has_alpha| SourceInfo {
         format,
         width,
@@ -253,9 +260,8 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
                 bmp_compression(bytes)
             )))
         }
-        SourceFormat::Tiff if crate::tif::refused_kind_header(bytes).is_some() => {
-            let (w, h, orientation) = crate::tif::refused_kind_header(bytes)
-                .ok_or_else(|| ProcessError::Undecodable("TIFF header".into()))?;
+        SourceFormat::Tiff if tiff_refused.is_some() => {
+            let (w, h, orientation) = tiff_refused.unwrap_or_default();
             check_pixels(w, h, limits)?;
             Ok(Source {
                 bytes,
@@ -267,10 +273,10 @@ pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessE
             })
         }
         SourceFormat::Webp
-            if webp_declared_size(bytes)
+            if webp_declared
                 .is_some_and(|(w, h)| u64::from(w) * u64::from(h) > limits.max_pixels) =>
         {
-            let (w, h) = webp_declared_size(bytes).unwrap_or((0, 0));
+            let (w, h) = webp_declared.unwrap_or_default();
             Err(ProcessError::too_many_pixels(w, h, limits.max_pixels))
         }
         other => {

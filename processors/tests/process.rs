@@ -557,6 +557,14 @@ fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `png` with one more chunk right after IHDR (signature 8 bytes + IHDR 25 bytes).
+fn with_chunk_after_ihdr(png: &[u8], kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut out = png[..33].to_vec();
+    out.extend(png_chunk(kind, data));
+    out.extend_from_slice(&png[33..]);
+    out
+}
+
 #[test]
 fn a_lossless_webp_header_declaring_16384_squared_is_refused_before_decoding() {
     // VP8L: signature 0x2F, then 14 bits width-1, 14 bits height-1, alpha, 3 bits version.
@@ -576,12 +584,10 @@ fn a_lossless_webp_header_declaring_16384_squared_is_refused_before_decoding() {
 #[test]
 fn an_apng_declaring_two_billion_frames_costs_one() {
     let still = encode(&gradient(16, 16), ImageFormat::Png);
-    // Insert acTL (num_frames = 2^31, plays forever) right after IHDR (8 + 25 bytes).
+    // acTL: num_frames = 2^31, plays forever.
     let mut actl = 0x8000_0000u32.to_be_bytes().to_vec();
     actl.extend_from_slice(&0u32.to_be_bytes());
-    let mut apng = still[..33].to_vec();
-    apng.extend(png_chunk(b"acTL", &actl));
-    apng.extend_from_slice(&still[33..]);
+    let apng = with_chunk_after_ihdr(&still, b"acTL", &actl);
     let started = std::time::Instant::now();
     let out = run(&apng, "format=png").unwrap();
     assert_eq!(out.dimensions(), (16, 16));
@@ -621,9 +627,7 @@ fn a_text_chunk_bomb_does_not_stop_the_picture() {
     let mut data = b"Comment\0\0".to_vec();
     data.extend_from_slice(&compressed);
     let still = encode(&gradient(16, 16), ImageFormat::Png);
-    let mut png = still[..33].to_vec();
-    png.extend(png_chunk(b"zTXt", &data));
-    png.extend_from_slice(&still[33..]);
+    let png = with_chunk_after_ihdr(&still, b"zTXt", &data);
     let started = std::time::Instant::now();
     let out = run(&png, "format=png").unwrap();
     assert_eq!(out.dimensions(), (16, 16));
