@@ -8,17 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::admission::Admission;
 use crate::blob::BlobStore;
 use crate::coalesce::SingleFlight;
 use crate::config::Config;
 use crate::error::Error;
 use crate::fetch::Fetcher;
 use crate::hash::ContentHash;
+use crate::hot::HotVariants;
 use crate::maps::{Maps, StoredVariant};
-use crate::pipeline::UrlState;
+use crate::metrics::Metrics;
+use crate::negative::OriginFailures;
+use crate::pipeline::{Failure, UrlState};
 use crate::stats::Stats;
 
 /// Everything a request may touch.
@@ -29,17 +33,25 @@ pub struct Shared {
     pub maps: Maps,
     /// Original bytes by hash.
     pub blobs: Arc<dyn BlobStore>,
-    /// The guarded origin client.
+    /// Recent variants in memory, in front of `maps.variants`.
+    pub hot: HotVariants,
+    /// The guarded origin client, with its download slots per origin.
     pub fetcher: Fetcher,
+    /// Origin failures per URL, held for their class's lifetime (with backoff).
+    pub origin_failures: OriginFailures,
     /// One origin request per URL at a time; latecomers share its answer.
-    pub url_flights: SingleFlight<String, Result<(ContentHash, UrlState), Error>>,
+    pub url_flights: SingleFlight<String, Result<(ContentHash, UrlState), Failure>>,
     /// One processing run per variant key at a time.
     pub variant_flights: SingleFlight<Vec<u8>, Result<(StoredVariant, bool), Error>>,
-    /// Processing permits: at most `limits.process_concurrency` runs use the CPU at once,
-    /// on the blocking pool, never on the async workers.
-    pub cpu: Arc<Semaphore>,
+    /// Processing admission: at most `limits.process_concurrency` runs use the CPU at once,
+    /// on the blocking pool, and work that would wait past `limits.queue_target` is refused.
+    pub admission: Admission,
+    /// Signing keys (`security.signing_key`); empty: URLs need no `sig`.
+    pub signing_keys: Vec<Vec<u8>>,
     /// Work counters.
     pub stats: Stats,
+    /// The recorder behind `/metrics`.
+    pub metrics: Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,16 +71,23 @@ impl Shared {
             .await
             .map_err(|e| StartError(e.to_string()))?;
         let fetcher = Fetcher::new(&config.fetch).map_err(StartError)?;
-        let cpu = Arc::new(Semaphore::new(config.limits.process_concurrency));
+        let admission = Admission::new(
+            config.limits.process_concurrency,
+            config.limits.queue_target,
+        );
         Ok(Arc::new(Shared {
+            hot: HotVariants::new(config.limits.hot_cache_bytes),
+            signing_keys: config.security.signing_keys(),
             config,
             maps,
             blobs,
             fetcher,
+            origin_failures: OriginFailures::default(),
             url_flights: SingleFlight::default(),
             variant_flights: SingleFlight::default(),
-            cpu,
+            admission,
             stats: Stats::default(),
+            metrics: Metrics::default(),
         }))
     }
 }

@@ -6,19 +6,32 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
 pub struct SingleFlight<K, V> {
     inflight: Mutex<HashMap<K, Arc<OnceCell<V>>>>,
+    /// Callers inside `run` now (leaders and followers).
+    callers: AtomicUsize,
 }
 
 impl<K, V> Default for SingleFlight<K, V> {
     fn default() -> Self {
         SingleFlight {
             inflight: Mutex::new(HashMap::new()),
+            callers: AtomicUsize::new(0),
         }
+    }
+}
+
+/// Counts a caller for as long as it waits, even when its request is dropped mid-wait.
+struct Caller<'a>(&'a AtomicUsize);
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -33,6 +46,8 @@ where
     where
         F: Future<Output = V> + Send + 'static,
     {
+        self.callers.fetch_add(1, Ordering::Relaxed);
+        let _caller = Caller(&self.callers);
         let cell = {
             let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(key.clone()).or_default().clone()
@@ -56,6 +71,13 @@ where
     /// How many keys have a run under way.
     pub fn in_flight(&self) -> usize {
         self.inflight.lock().map_or(0, |m| m.len())
+    }
+
+    /// Callers waiting on a run another caller started.
+    pub fn waiters(&self) -> usize {
+        self.callers
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.in_flight())
     }
 }
 
@@ -85,11 +107,14 @@ mod tests {
                     .await
             }));
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(flight.waiters(), 19, "one leader, nineteen waiting on it");
         for h in handles {
             assert_eq!(h.await.unwrap(), 1);
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(flight.in_flight(), 0);
+        assert_eq!(flight.waiters(), 0);
         // After the flight lands, a new call runs again.
         let again = flight.run("k", async { 7 }, |_| 0).await;
         assert_eq!(again, 7);

@@ -72,6 +72,11 @@ pub struct FetchConfig {
     pub timeout: Duration,
     #[serde(deserialize_with = "de_duration")]
     pub revalidate_after: Duration,
+    /// Extension: downloads in flight per origin host:port (`IMGCAS_FETCH_PER_HOST`), so one
+    /// slow host cannot hold every download slot.
+    pub per_host_concurrency: usize,
+    /// Extension: downloads in flight in all (`IMGCAS_FETCH_CONCURRENCY`).
+    pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -81,12 +86,35 @@ pub struct LimitsConfig {
     /// Extension: how many processing runs may use the CPU at once (`IMGCAS_PROCESS_CONCURRENCY`).
     /// Defaults to the number of cores.
     pub process_concurrency: usize,
+    /// Extension: the longest a processing run may wait for the CPU (`IMGCAS_QUEUE_TARGET`).
+    /// Work that would wait longer is refused with 503 `overloaded` instead of queued.
+    #[serde(deserialize_with = "de_duration")]
+    pub queue_target: Duration,
+    /// Extension: bytes of recent variants kept in memory in front of the variants map
+    /// (`IMGCAS_HOT_CACHE_BYTES`; 0 turns the hot cache off).
+    pub hot_cache_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
+    /// HMAC-SHA256 keys, comma-separated: every key verifies, so a new key can be added
+    /// before signers switch to it and the old one removed after.
     pub signing_key: Option<String>,
+}
+
+impl SecurityConfig {
+    /// The configured signing keys (empty: signing off).
+    pub fn signing_keys(&self) -> Vec<Vec<u8>> {
+        self.signing_key
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(|k| k.as_bytes().to_vec())
+            .collect()
+    }
 }
 
 impl Default for Config {
@@ -130,6 +158,8 @@ impl Default for FetchConfig {
             max_bytes: 32 << 20,
             timeout: Duration::from_secs(10),
             revalidate_after: Duration::from_secs(300),
+            per_host_concurrency: 8,
+            concurrency: 64,
         }
     }
 }
@@ -139,6 +169,8 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_pixels: 50_000_000,
             process_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            queue_target: Duration::from_millis(500),
+            hot_cache_bytes: 256 << 20,
         }
     }
 }
@@ -248,6 +280,19 @@ impl Config {
         if let Some(v) = get("IMGCAS_PROCESS_CONCURRENCY") {
             self.limits.process_concurrency = parse_num("IMGCAS_PROCESS_CONCURRENCY", &v)?;
         }
+        if let Some(v) = get("IMGCAS_QUEUE_TARGET") {
+            self.limits.queue_target =
+                parse_duration(&v).map_err(|m| bad("IMGCAS_QUEUE_TARGET", m))?;
+        }
+        if let Some(v) = get("IMGCAS_HOT_CACHE_BYTES") {
+            self.limits.hot_cache_bytes = parse_num("IMGCAS_HOT_CACHE_BYTES", &v)?;
+        }
+        if let Some(v) = get("IMGCAS_FETCH_PER_HOST") {
+            self.fetch.per_host_concurrency = parse_num("IMGCAS_FETCH_PER_HOST", &v)?;
+        }
+        if let Some(v) = get("IMGCAS_FETCH_CONCURRENCY") {
+            self.fetch.concurrency = parse_num("IMGCAS_FETCH_CONCURRENCY", &v)?;
+        }
         if let Some(v) = get("IMGCAS_SIGNING_KEY") {
             self.security.signing_key = Some(v);
         }
@@ -268,10 +313,20 @@ impl Config {
         if self.limits.process_concurrency == 0 {
             return Err(bad("limits.process_concurrency", "must be above 0"));
         }
-        if self.security.signing_key.is_some() {
+        if self.limits.queue_target.is_zero() {
+            return Err(bad("limits.queue_target", "must be above 0"));
+        }
+        if self.fetch.per_host_concurrency == 0 || self.fetch.concurrency == 0 {
+            return Err(bad("fetch.concurrency", "download limits must be above 0"));
+        }
+        let keys = self.security.signing_keys();
+        if self.security.signing_key.is_some() && keys.is_empty() {
+            return Err(bad("security.signing_key", "is set but holds no key"));
+        }
+        if keys.iter().any(|k| k.len() < 16) {
             return Err(bad(
                 "security.signing_key",
-                "URL signing is not built yet; unset IMGCAS_SIGNING_KEY rather than run unsigned",
+                "each key must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
             ));
         }
         let no_bucket = self.storage.s3.bucket.as_deref().is_none_or(str::is_empty);

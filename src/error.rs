@@ -39,6 +39,14 @@ pub enum Error {
     #[error("{0}")]
     StorageUnavailable(String),
     #[error("{0}")]
+    BadSignature(String),
+    /// Processing refused by admission control; retry after the estimated drain time.
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after_secs: u64,
+    },
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -84,6 +92,7 @@ impl From<FetchError> for Error {
             FetchError::TooLarge { limit } => Error::SourceTooLarge { limit },
             FetchError::Timeout => Error::OriginTimeout(message),
             FetchError::Status(_)
+            | FetchError::RateLimited { .. }
             | FetchError::Connect(_)
             | FetchError::Body(_)
             | FetchError::TooManyRedirects

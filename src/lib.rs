@@ -3,10 +3,13 @@
 //! A request walks down this list and nothing reaches back up:
 //! `http` → `pipeline` → { `maps`, `fetch`, `blob` } → `imgcas_processors`.
 //! `app` builds the one shared state; `config` reads settings; `coalesce` makes concurrent
-//! identical work run once; `cli` holds the offline commands.
+//! identical work run once; `admission` bounds processing by cost; `hot` keeps recent variants
+//! in memory; `negative` holds origin failures per URL; `signing` checks `sig`; `metrics`
+//! renders `/metrics`; `cli` holds the offline commands.
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod app;
 pub mod blob;
 pub mod cli;
@@ -15,7 +18,11 @@ pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod hash;
+pub mod hot;
 pub mod http;
 pub mod maps;
+pub mod metrics;
+pub mod negative;
 pub mod pipeline;
+pub mod signing;
 pub mod stats;

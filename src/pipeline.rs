@@ -5,7 +5,7 @@
 //! requests may want at once runs once, through the single-flight maps in [`Shared`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -16,10 +16,11 @@ use imgcas_processors::{
     PROCESSOR_VERSION,
 };
 
+use crate::admission::Overloaded;
 use crate::app::Shared;
 use crate::blob::PutOutcome;
 use crate::error::Error;
-use crate::fetch::{FetchOutcome, Validators};
+use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, OriginalInfo, StoredVariant, UrlEntry, VariantKey};
 use crate::stats::Stats;
@@ -110,7 +111,11 @@ pub struct Served {
 pub struct Failure {
     pub error: Error,
     pub source_hash: Option<ContentHash>,
+    /// Answered from a cache of errors (variants map or origin failures).
     pub cached: bool,
+    /// How long the error is held for this URL: the response's `max-age` (and `Retry-After`
+    /// for a 5xx), so shared caches and clients come back when the service would retry.
+    pub held_for: Option<Duration>,
 }
 
 impl From<Error> for Failure {
@@ -119,6 +124,7 @@ impl From<Error> for Failure {
             error,
             source_hash: None,
             cached: false,
+            held_for: None,
         }
     }
 }
@@ -161,6 +167,7 @@ pub async fn locate(
         error,
         source_hash: Some(hash),
         cached: false,
+        held_for: None,
     };
     let info = shared
         .maps
@@ -196,12 +203,26 @@ pub async fn variant(shared: &Arc<Shared>, target: &Target) -> Result<Served, Fa
         error,
         source_hash: Some(hash),
         cached,
+        held_for: None,
     };
-    let stored = shared
-        .maps
-        .variants
-        .get(&target.key)
-        .map_err(|e| fail(e.into(), false))?;
+    let stored = match shared.hot.get(&target.key) {
+        Some(v) => {
+            Stats::bump(&shared.stats.hot_hits);
+            Some(v)
+        }
+        None => {
+            Stats::bump(&shared.stats.variant_map_reads);
+            let v = shared
+                .maps
+                .variants
+                .get(&target.key)
+                .map_err(|e| fail(e.into(), false))?;
+            if let Some(v) = &v {
+                shared.hot.insert(target.key.clone(), v.clone());
+            }
+            v
+        }
+    };
     let (stored, processed) = match stored {
         Some(v) => (v, false),
         None => {
@@ -242,24 +263,46 @@ async fn produce(
     if let Some(v) = shared.maps.variants.get(&key)? {
         return Ok((v, false));
     }
+    let limits = limits(&shared);
+    let info = shared.maps.originals.get(&key.hash)?;
+    let format = info
+        .as_ref()
+        .and_then(|i| i.format.as_deref())
+        .and_then(SourceFormat::from_name);
+    // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
+    let side = (limits.max_pixels as f64).sqrt() as u32;
+    let size = info
+        .as_ref()
+        .and_then(|i| Some((i.width?, i.height?)))
+        .unwrap_or((side, side));
+    let cost = processors::cost(format, size, &spec);
+    let mut ticket = shared
+        .admission
+        .admit(cost)
+        .map_err(|o| overloaded(&shared, o))?;
     let original = shared.blobs.get(&key.hash).await?.ok_or_else(|| {
         Error::StorageUnavailable(format!(
             "original {} is missing from the blob store",
             key.hash
         ))
     })?;
-    let permit = shared
-        .cpu
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| Error::Internal("processing pool closed".into()))?;
-    let limits = limits(&shared);
+    let running = ticket.start().await.map_err(|o| overloaded(&shared, o))?;
+    let waited = running.waited.as_secs_f64();
+    shared.metrics.with(|| {
+        metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
+    });
+    let started = Instant::now();
     let result = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let _permit = running.permit;
         processors::process(&original, &spec, &limits)
     })
     .await?;
+    let ran = started.elapsed();
+    ticket.record(ran);
+    drop(ticket);
+    shared.metrics.with(|| {
+        metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
+    });
     Stats::bump(&shared.stats.processing_runs);
     let stored = match result {
         Ok(p) => StoredVariant::Image {
@@ -274,11 +317,27 @@ async fn produce(
         },
         Err(e) => return Err(e.into()),
     };
+    shared.hot.insert(key.clone(), stored.clone());
     let (maps, k, v) = (shared.maps.clone(), key.clone(), stored.clone());
     if let Err(e) = blocking(move || Ok(maps.variants.put(&k, &v)?)).await {
         tracing::warn!(error = %e, "variant not stored; serving it anyway");
     }
     Ok((stored, true))
+}
+
+/// A refusal from admission control, counted by reason.
+fn overloaded(shared: &Shared, o: Overloaded) -> Error {
+    shared.metrics.with(|| {
+        metrics::counter!("imgcas_admission_rejections_total", "reason" => o.reason).increment(1);
+    });
+    Error::Overloaded {
+        message: format!(
+            "processing is at capacity ({}); retry in {} s",
+            o.reason.replace('_', " "),
+            o.retry_after.as_secs().max(1)
+        ),
+        retry_after_secs: o.retry_after.as_secs().max(1),
+    }
 }
 
 fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
@@ -288,23 +347,36 @@ fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
 /// Steps 1–3: the hash behind a URL, asking the origin only when the mapping is stale.
 async fn resolve_url(shared: &Arc<Shared>, url: &Url) -> Result<(ContentHash, UrlState), Failure> {
     let revalidate_after = shared.config.fetch.revalidate_after;
-    if let Some(entry) = shared.maps.urls.get(url.as_str()).map_err(Error::from)? {
-        if is_fresh(&entry, revalidate_after) {
+    let entry = shared.maps.urls.get(url.as_str()).map_err(Error::from)?;
+    if let Some(entry) = &entry {
+        if is_fresh(entry, revalidate_after) {
             return Ok((entry.hash, UrlState::Fresh));
         }
+    }
+    // A recent failure of this URL answers without origin traffic while it is held.
+    if let Some((failure, left)) = shared.origin_failures.active(url.as_str()) {
+        Stats::bump(&shared.stats.origin_failure_hits);
+        if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
+            return Ok((entry.hash, UrlState::Stale));
+        }
+        return Err(Failure {
+            error: failure.error.into(),
+            source_hash: None,
+            cached: true,
+            held_for: Some(left),
+        });
     }
     let (s, u) = (shared.clone(), url.clone());
     shared
         .url_flights
         .run(url.as_str().to_string(), refresh_url(s, u), |m| {
-            Err(Error::Internal(format!("download task failed: {m}")))
+            Err(Error::Internal(format!("download task failed: {m}")).into())
         })
         .await
-        .map_err(Failure::from)
 }
 
-async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlState), Error> {
-    let entry = shared.maps.urls.get(url.as_str())?;
+async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlState), Failure> {
+    let entry = shared.maps.urls.get(url.as_str()).map_err(Error::from)?;
     if let Some(e) = &entry {
         if is_fresh(e, shared.config.fetch.revalidate_after) {
             return Ok((e.hash, UrlState::Fresh));
@@ -314,8 +386,13 @@ async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlS
         etag: e.etag.clone(),
         last_modified: e.last_modified.clone(),
     });
-    match shared.fetcher.fetch(&url, validators.as_ref()).await {
-        Ok(FetchOutcome::NotModified) => {
+    let fetched = match shared.fetcher.fetch(&url, validators.as_ref()).await {
+        Ok(fetched) => fetched,
+        Err(e) => return origin_failed(&shared, &url, e, entry),
+    };
+    shared.origin_failures.clear(url.as_str());
+    match fetched {
+        FetchOutcome::NotModified => {
             Stats::bump(&shared.stats.not_modified);
             // `NotModified` is only returned for conditional requests, which need an entry.
             let mut entry = entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
@@ -324,8 +401,9 @@ async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlS
             blocking(move || Ok(maps.urls.put(&u, &e)?)).await?;
             Ok((entry.hash, UrlState::Revalidated))
         }
-        Ok(FetchOutcome::Fetched { bytes, validators }) => {
+        FetchOutcome::Fetched { bytes, validators } => {
             Stats::bump(&shared.stats.downloads);
+            Stats::add(&shared.stats.downloaded_bytes, bytes.len() as u64);
             let hash = store_download(&shared, &url, bytes, validators).await?;
             let state = if entry.is_some() {
                 UrlState::Revalidated
@@ -334,13 +412,31 @@ async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlS
             };
             Ok((hash, state))
         }
-        Err(e) if e.is_transient() && entry.is_some() => {
-            let entry = entry.ok_or_else(|| Error::Internal("stale without an entry".into()))?;
-            tracing::warn!(url = %url, error = %e, "origin failed; serving the stored mapping");
-            Ok((entry.hash, UrlState::Stale))
-        }
-        Err(e) => Err(e.into()),
     }
+}
+
+/// Records an origin failure (held per its class, with backoff) and serves the stored mapping
+/// instead when the failure says nothing about the content.
+fn origin_failed(
+    shared: &Shared,
+    url: &Url,
+    error: FetchError,
+    entry: Option<UrlEntry>,
+) -> Result<(ContentHash, UrlState), Failure> {
+    let held_for = shared.origin_failures.record(url.as_str(), &error);
+    if let (true, Some(entry)) = (error.is_transient(), entry) {
+        tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
+        return Ok((entry.hash, UrlState::Stale));
+    }
+    if error.is_transient() {
+        tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed");
+    }
+    Err(Failure {
+        error: error.into(),
+        source_hash: None,
+        cached: false,
+        held_for,
+    })
 }
 
 /// Hashes a download, stores its bytes if new, then points the URL at it.
@@ -353,8 +449,10 @@ async fn store_download(
     let limits = limits(shared);
     let b = bytes.clone();
     let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
-    if shared.blobs.put_if_absent(&hash, bytes).await? == PutOutcome::Created {
-        Stats::bump(&shared.stats.originals_stored);
+    let size = bytes.len() as u64;
+    match shared.blobs.put_if_absent(&hash, bytes).await? {
+        PutOutcome::Created => Stats::bump(&shared.stats.originals_stored),
+        PutOutcome::AlreadyPresent => Stats::add(&shared.stats.dedup_bytes_saved, size),
     }
     let entry = UrlEntry {
         hash,
@@ -397,6 +495,7 @@ pub async fn upload(shared: &Arc<Shared>, bytes: Bytes) -> Result<Uploaded, Erro
         // the original is kept, so make it durable first (a no-op when nothing is pending).
         let maps = shared.maps.clone();
         blocking(move || Ok(maps.flush()?)).await?;
+        Stats::add(&shared.stats.dedup_bytes_saved, bytes.len() as u64);
         return Ok(Uploaded {
             hash,
             info: existing,

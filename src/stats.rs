@@ -1,5 +1,5 @@
-//! Counters of the work the service did: the evidence that repeated work disappears.
-//! (Exported as Prometheus metrics by a later issue; tests read them directly.)
+//! Counters of the work the service did: the evidence that repeated work disappears. Plain
+//! atomics, bumped on the hot path for the price of an add; `metrics.rs` exports them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -7,17 +7,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Stats {
     /// Full downloads from origins (200 answers with a body).
     pub downloads: AtomicU64,
+    /// Bytes of those downloads.
+    pub downloaded_bytes: AtomicU64,
     /// Conditional requests the origin answered `304`.
     pub not_modified: AtomicU64,
     /// Times the processors ran (a result or an error each).
     pub processing_runs: AtomicU64,
     /// Originals stored because their hash was new.
     pub originals_stored: AtomicU64,
+    /// Bytes not stored again because a download or upload matched a stored original.
+    pub dedup_bytes_saved: AtomicU64,
+    /// Variants read from the variants map (a hot-cache miss).
+    pub variant_map_reads: AtomicU64,
+    /// Variants served from the hot cache.
+    pub hot_hits: AtomicU64,
+    /// Requests answered from the negative cache of origin failures (no origin traffic).
+    pub origin_failure_hits: AtomicU64,
 }
 
 impl Stats {
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn get(counter: &AtomicU64) -> u64 {

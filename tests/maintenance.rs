@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use common::s3::{InProcessS3, S3Target};
@@ -71,19 +70,7 @@ impl Backend {
 
 /// `imgcas <args>` on `data_dir`: exit code and stdout.
 fn imgcas(data_dir: &std::path::Path, backend: &Backend, args: &[&str]) -> (i32, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
-    command
-        .args(args)
-        .env("IMGCAS_DATA_DIR", data_dir)
-        .env("IMGCAS_LOG", "off");
-    for (k, v) in backend.env() {
-        command.env(k, v);
-    }
-    let out = command.output().expect("imgcas runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    common::binary::run(data_dir, &backend.env(), args)
 }
 
 async fn tampered_data_dir_is_found_and_repaired(s3: Option<S3Target>) {

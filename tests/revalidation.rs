@@ -89,7 +89,14 @@ async fn a_failing_origin_leaves_the_stored_mapping_in_service() {
     let hash = ContentHash::of(&bytes).to_hex();
     assert_eq!(header(&r, "x-imgcas-source-hash"), Some(hash.as_str()));
 
-    // Gone for good is not transient: the client is told.
+    // While the failure is held (1 s after a first failure), the origin is left alone.
+    let asked = origin.requests();
+    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("stale"));
+    assert_eq!(origin.requests(), asked);
+
+    // Gone for good is not transient: the client is told, once the backoff has passed.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     origin.status("/s.jpg", 404);
     let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
     assert_eq!(r.status(), 404);

@@ -20,6 +20,21 @@ async fn the_default_config_refuses_loopback_origins_without_traffic() {
         format!("http://0x7f000001:{port}/a.jpg"),
         format!("http://[::1]:{port}/a.jpg"),
         format!("http://[::ffff:127.0.0.1]:{port}/a.jpg"),
+        format!("http://[::ffff:7f00:1]:{port}/a.jpg"),
+        format!("http://[0:0:0:0:0:ffff:127.0.0.1]:{port}/a.jpg"),
+        format!("http://[::]:{port}/a.jpg"),
+        format!("http://127.0.0.1.:{port}/a.jpg"),
+        format!("http://0177.0.0.1:{port}/a.jpg"),
+        format!("http://0x7f.0.0.1:{port}/a.jpg"),
+        format!("http://127.0.1:{port}/a.jpg"),
+        format!("http://0:{port}/a.jpg"),
+        format!("http://0.0.0.0:{port}/a.jpg"),
+        format!("http://LocalHost:{port}/a.jpg"),
+        format!("http://api.localhost:{port}/a.jpg"),
+        format!("http://%31%32%37.0.0.1:{port}/a.jpg"),
+        format!("http://\u{ff11}\u{ff12}\u{ff17}.0.0.1:{port}/a.jpg"),
+        format!("http://127.0.0.1:{port}#@images.example/a.jpg"),
+        format!("http://127.0.0.1:{port}\\@images.example/a.jpg"),
     ] {
         let r = app.image_by_url(&source, "w=10").await;
         assert_eq!(r.status(), 403, "{source}");
@@ -28,6 +43,14 @@ async fn the_default_config_refuses_loopback_origins_without_traffic() {
             "source_not_allowed",
             "{source}"
         );
+    }
+    // Credentials in the URL (`trusted@127.0.0.1`) are refused outright, whatever the host.
+    for source in [
+        format!("http://images.example@127.0.0.1:{port}/a.jpg"),
+        format!("http://images.example:x@localhost:{port}/a.jpg"),
+    ] {
+        let r = app.image_by_url(&source, "w=10").await;
+        assert_eq!(r.status(), 400, "{source}");
     }
     assert_eq!(origin.requests(), 0, "the origin must see no request");
 }

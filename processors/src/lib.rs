@@ -90,6 +90,28 @@ pub fn process(
     })
 }
 
+/// What a run will cost, in pixels touched: the larger of the decoded source (after
+/// shrink-on-load, which only JPEG has) and the output. Decoding and resizing dominate the
+/// time of a run and scale with this; the service admits processing work by it.
+/// `size` is the stored source size; unknown sizes should be passed as the pixel limit.
+pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
+    let (w, h) = (size.0.max(1), size.1.max(1));
+    let rotated = if spec.shape.rotate % 180 == 90 {
+        (h, w)
+    } else {
+        (w, h)
+    };
+    let plan = geometry::plan(rotated, spec);
+    let denominator = if format == Some(SourceFormat::Jpeg) {
+        u64::from(geometry::shrink_denominator(plan.reduction(rotated)))
+    } else {
+        1
+    };
+    let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
+    let (ow, oh) = plan.output_size();
+    decoded.max(u64::from(ow) * u64::from(oh)).max(1)
+}
+
 /// `min_w`/`min_h` constrain the upright source, before any `rotate`.
 fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(), ProcessError> {
     let too_narrow = spec.min_width.is_some_and(|m| width < m);
@@ -103,4 +125,33 @@ fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(), ProcessErr
         return Err(ProcessError::SourceTooSmall { width, height, min });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(query: &[(&str, &str)]) -> ResolvedSpec {
+        Spec::from_pairs(query.iter().copied()).unwrap().resolve(
+            Some(OutputFormat::Jpeg),
+            false,
+            None,
+        )
+    }
+
+    #[test]
+    fn cost_counts_decoded_pixels_after_shrink_on_load() {
+        let thumb = resolved(&[("w", "400")]);
+        let full = 4000 * 3000;
+        // A 10× reduction decodes JPEG at 1/4: 1000×750 pixels.
+        assert_eq!(
+            cost(Some(SourceFormat::Jpeg), (4000, 3000), &thumb),
+            full / 16
+        );
+        // PNG has no shrink-on-load.
+        assert_eq!(cost(Some(SourceFormat::Png), (4000, 3000), &thumb), full);
+        // Enlarging costs the output.
+        let big = resolved(&[("w", "2000"), ("enlarge", "1")]);
+        assert_eq!(cost(Some(SourceFormat::Png), (100, 100), &big), 2000 * 2000);
+    }
 }

@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use url::{Host, Url};
 
 use super::guard::{refusal, GuardedResolver, Refused};
+use super::politeness::OriginSlots;
 use super::FetchError;
 use crate::config::FetchConfig;
 
@@ -38,6 +39,8 @@ pub enum FetchOutcome {
 pub struct Fetcher {
     client: reqwest::Client,
     config: FetchConfig,
+    /// Download slots per origin and in all; waiting for one counts against the timeout.
+    pub slots: OriginSlots,
 }
 
 /// Parses a client-supplied source URL into the canonical form the URL map is keyed by.
@@ -76,6 +79,7 @@ impl Fetcher {
         Ok(Fetcher {
             client,
             config: config.clone(),
+            slots: OriginSlots::new(config.per_host_concurrency, config.concurrency),
         })
     }
 
@@ -131,7 +135,12 @@ impl Fetcher {
         url: &Url,
         validators: Option<&Validators>,
     ) -> Result<FetchOutcome, FetchError> {
-        match tokio::time::timeout(self.config.timeout, self.fetch_inner(url, validators)).await {
+        self.check(url)?;
+        let download = async {
+            let _slot = self.slots.acquire(url).await;
+            self.fetch_inner(url, validators).await
+        };
+        match tokio::time::timeout(self.config.timeout, download).await {
             Ok(result) => result,
             Err(_) => Err(FetchError::Timeout),
         }
@@ -181,6 +190,13 @@ impl Fetcher {
                 StatusCode::NOT_FOUND | StatusCode::GONE => {
                     Err(FetchError::NotFound(status.as_u16()))
                 }
+                StatusCode::TOO_MANY_REQUESTS => Err(FetchError::RateLimited {
+                    retry_after: response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after),
+                }),
                 s if s.is_success() => self.read_body(response).await,
                 s => Err(FetchError::Status(s.as_u16())),
             };
@@ -221,6 +237,19 @@ impl Fetcher {
     }
 }
 
+/// `Retry-After` as delta-seconds or an HTTP date.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
 fn map_send_error(e: reqwest::Error) -> FetchError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(err) = source {
@@ -254,6 +283,19 @@ mod tests {
         assert!(canonical_url("gopher://x/").is_err());
         assert!(canonical_url("http://user:pw@example.com/").is_err());
         assert!(canonical_url("not a url").is_err());
+    }
+
+    #[test]
+    fn retry_after_in_both_forms() {
+        assert_eq!(parse_retry_after(" 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        let d = parse_retry_after(&httpdate::fmt_http_date(later)).unwrap();
+        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120));
+        assert_eq!(parse_retry_after("soon"), None);
     }
 
     #[test]

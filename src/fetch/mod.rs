@@ -1,8 +1,9 @@
 //! Origin fetching: a bounded, conditional, redirect-checked GET ([`client`]) behind an
-//! address guard ([`guard`]).
+//! address guard ([`guard`]), with download slots per origin host ([`politeness`]).
 
 pub mod client;
 pub mod guard;
+pub mod politeness;
 
 pub use client::{FetchOutcome, Fetcher, Validators};
 
@@ -17,6 +18,11 @@ pub enum FetchError {
     NotFound(u16),
     #[error("the origin answered {0}")]
     Status(u16),
+    #[error("the origin answered 429 (too many requests)")]
+    RateLimited {
+        /// The origin's `Retry-After`, when it gave one in seconds or as a date.
+        retry_after: Option<std::time::Duration>,
+    },
     #[error("the source is larger than {limit} bytes")]
     TooLarge { limit: u64 },
     #[error("the origin did not answer in time")]
@@ -38,7 +44,10 @@ impl FetchError {
     pub fn is_transient(&self) -> bool {
         match self {
             FetchError::Status(s) => *s >= 500 || *s == 429 || *s == 408,
-            FetchError::Timeout | FetchError::Connect(_) | FetchError::Body(_) => true,
+            FetchError::RateLimited { .. }
+            | FetchError::Timeout
+            | FetchError::Connect(_)
+            | FetchError::Body(_) => true,
             _ => false,
         }
     }

@@ -18,6 +18,7 @@ pub fn classify(error: &Error) -> (StatusCode, &'static str, &'static str) {
     match error {
         Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, "invalid_option", MINUTE),
         Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, "source_not_allowed", MINUTE),
+        Error::BadSignature(_) => (StatusCode::FORBIDDEN, "bad_signature", MINUTE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", MINUTE),
         Error::SourceTooLarge { .. } => (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -53,6 +54,7 @@ pub fn classify(error: &Error) -> (StatusCode, &'static str, &'static str) {
             "storage_unavailable",
             NO_STORE,
         ),
+        Error::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", NO_STORE),
         Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", NO_STORE),
     }
 }
@@ -71,15 +73,25 @@ impl IntoResponse for Error {
             HeaderValue::from_static(cache_control),
         );
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            let after = match self {
+                Error::Overloaded {
+                    retry_after_secs, ..
+                } => retry_after_secs,
+                _ => 1,
+            };
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(after));
         }
         response
     }
 }
 
+fn status_is_retryable(error: &Error) -> bool {
+    classify(error).0.is_server_error()
+}
+
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        let mut response = self.error.into_response();
+        let mut response = self.error.clone().into_response();
         let headers = response.headers_mut();
         if let Some(hash) = self.source_hash {
             if let Ok(v) = HeaderValue::from_str(&hash.to_hex()) {
@@ -91,6 +103,17 @@ impl IntoResponse for Failure {
                 "x-imgcas-cache",
                 HeaderValue::from_static(CacheOutcome::ErrorHit.as_str()),
             );
+        }
+        // An error held for this URL may be cached downstream exactly as long, and a client
+        // told to retry no sooner: the service would answer the same until then.
+        if let Some(held) = self.held_for {
+            let secs = held.as_secs() + u64::from(held.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={secs}")) {
+                headers.insert(header::CACHE_CONTROL, v);
+            }
+            if status_is_retryable(&self.error) {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
         }
         response
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use imgcas_processors::Spec;
@@ -31,7 +31,7 @@ fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, 
                     return Err(Error::invalid_option("url", "given more than once"));
                 }
             }
-            // Signing is refused at startup until it is built, so a `sig` is inert.
+            // Checked before parsing, by `check_signature`.
             "sig" => {}
             _ => options.push((k.as_str(), v.as_str())),
         }
@@ -40,11 +40,24 @@ fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, 
     Ok((url, spec))
 }
 
+/// With signing keys configured, the path and query must carry a valid `sig`.
+fn check_signature(shared: &Shared, uri: &Uri) -> Result<(), Error> {
+    if shared.signing_keys.is_empty() {
+        return Ok(());
+    }
+    crate::signing::verify(&shared.signing_keys, uri.path(), uri.query().unwrap_or(""))
+        .map_err(|refusal| Error::BadSignature(refusal.message().into()))
+}
+
 pub async fn by_url(
     State(shared): State<Arc<Shared>>,
+    uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
+    if let Err(e) = check_signature(&shared, &uri) {
+        return e.into_response();
+    }
     let (raw, spec) = match parse_query(query.as_deref(), true) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
@@ -67,9 +80,13 @@ pub async fn by_url(
 pub async fn by_hash(
     State(shared): State<Arc<Shared>>,
     Path(hash): Path<String>,
+    uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
+    if let Err(e) = check_signature(&shared, &uri) {
+        return e.into_response();
+    }
     let Ok(hash) = hash.parse() else {
         return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
     };

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -27,9 +29,61 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), observe))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(shared)
+}
+
+/// Counts and times every routed request, by route pattern (never the raw path, which would
+/// make a series per URL), and logs one access line.
+async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().clone();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    let cache = response
+        .headers()
+        .get("x-imgcas-cache")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    shared.metrics.with(|| {
+        metrics::counter!(
+            "imgcas_http_requests_total",
+            "route" => route.clone(),
+            "method" => method.to_string(),
+            "status" => status.to_string()
+        )
+        .increment(1);
+        // By status and cache outcome too: a hit, a processed image and a refusal are
+        // different latencies.
+        metrics::histogram!(
+            "imgcas_http_request_duration_seconds",
+            "route" => route.clone(),
+            "status" => status.to_string(),
+            "cache" => cache.clone().unwrap_or_else(|| "none".into())
+        )
+        .record(elapsed.as_secs_f64());
+        if let Some(outcome) = &cache {
+            metrics::counter!("imgcas_cache_outcomes_total", "outcome" => outcome.clone())
+                .increment(1);
+        }
+    });
+    tracing::info!(
+        target: "imgcas::access",
+        method = %method,
+        route,
+        status,
+        cache = cache.as_deref().unwrap_or("-"),
+        ms = elapsed.as_secs_f64() * 1000.0,
+    );
+    response
 }
 
 /// Whether an `If-None-Match` header matches `etag` (weak comparison, as RFC 9110 asks).

@@ -1,4 +1,4 @@
-//! Operational endpoints: liveness, readiness, and the JSON 404 for unknown paths.
+//! Operational endpoints: liveness, readiness, `/metrics`, and the JSON 404 for unknown paths.
 
 use std::sync::Arc;
 
@@ -23,6 +23,19 @@ pub async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
         return Error::from(e).into_response();
     }
     Json(json!({ "status": "ready" })).into_response()
+}
+
+/// Prometheus text format.
+pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let body = shared.metrics.render(&shared);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 pub async fn not_found() -> Response {

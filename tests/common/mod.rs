@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod s3;
 
 use std::collections::HashMap;
@@ -108,6 +109,20 @@ impl TestApp {
         Stats::get(&self.shared.stats.processing_runs)
     }
 
+    /// `GET /metrics`, parsed with a Prometheus text-format parser.
+    pub async fn metrics(&self) -> prometheus_parse::Scrape {
+        let r = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics");
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.expect("metrics body");
+        let lines = text.lines().map(|l| Ok(l.to_string()));
+        prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text")
+    }
+
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
@@ -126,6 +141,8 @@ enum Resource {
         delay: Option<Duration>,
     },
     Status(u16),
+    /// A status with a `Retry-After` header.
+    RetryAfter(u16, String),
     Redirect(String),
     Slow(Duration),
 }
@@ -142,6 +159,9 @@ pub struct OriginState {
     pub not_modified: AtomicU64,
     /// Requests that carried If-None-Match or If-Modified-Since.
     pub conditional: AtomicU64,
+    /// Requests being answered now, and the most ever at once.
+    pub in_flight: AtomicU64,
+    pub max_in_flight: AtomicU64,
 }
 
 pub struct Origin {
@@ -201,6 +221,14 @@ impl Origin {
         self.set(path, Resource::Status(status));
     }
 
+    pub fn status_retry_after(&self, path: &str, status: u16, retry_after: &str) {
+        self.set(path, Resource::RetryAfter(status, retry_after.to_string()));
+    }
+
+    pub fn max_in_flight(&self) -> u64 {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn redirect(&self, path: &str, to: &str) {
         self.set(path, Resource::Redirect(to.to_string()));
     }
@@ -228,6 +256,14 @@ impl Origin {
 
 async fn serve(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let response = answer(state, uri, headers).await;
+    state.in_flight.fetch_sub(1, Ordering::SeqCst);
+    response
+}
+
+async fn answer(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
     let resource = state.resources.lock().unwrap().get(uri.path()).cloned();
     let inm = headers
         .get(header::IF_NONE_MATCH)
@@ -241,6 +277,11 @@ async fn serve(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
     match resource {
         None => StatusCode::NOT_FOUND.into_response(),
         Some(Resource::Status(code)) => StatusCode::from_u16(code).unwrap().into_response(),
+        Some(Resource::RetryAfter(code, after)) => (
+            StatusCode::from_u16(code).unwrap(),
+            [(header::RETRY_AFTER, after)],
+        )
+            .into_response(),
         Some(Resource::Redirect(to)) => {
             (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
         }

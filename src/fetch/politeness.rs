@@ -1,0 +1,154 @@
+//! Download slots: a bound on concurrent downloads per origin (scheme, host and port) and in
+//! all. A merchant host that answers slowly fills its own few slots and waits there, while
+//! downloads from every other origin keep going.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use url::Url;
+
+pub struct OriginSlots {
+    per_origin: usize,
+    total: Arc<Semaphore>,
+    /// One semaphore per origin with downloads under way; an entry is dropped with its last
+    /// holder. Clones are made under this lock, so the holder count read under it is exact.
+    origins: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Held for the length of one download.
+pub struct Slot<'a> {
+    slots: &'a OriginSlots,
+    origin: String,
+    semaphore: Option<Arc<Semaphore>>,
+    _origin_permit: Option<OwnedSemaphorePermit>,
+    _total_permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The origin a URL's download counts against.
+pub fn origin_of(url: &Url) -> String {
+    format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str().unwrap_or(""),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
+impl OriginSlots {
+    pub fn new(per_origin: usize, total: usize) -> OriginSlots {
+        OriginSlots {
+            per_origin: per_origin.max(1),
+            total: Arc::new(Semaphore::new(total.max(1))),
+            origins: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for a slot of `url`'s origin, then for one of the shared slots (in that order,
+    /// so a waiter for a busy origin never holds a shared slot).
+    pub async fn acquire(&self, url: &Url) -> Slot<'_> {
+        let origin = origin_of(url);
+        let semaphore = {
+            let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(origin.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_origin)))
+                .clone()
+        };
+        let mut slot = Slot {
+            slots: self,
+            origin,
+            semaphore: Some(semaphore.clone()),
+            _origin_permit: None,
+            _total_permit: None,
+        };
+        // The semaphores are never closed, so acquiring cannot fail.
+        slot._origin_permit = semaphore.acquire_owned().await.ok();
+        slot._total_permit = self.total.clone().acquire_owned().await.ok();
+        slot
+    }
+
+    /// Downloads under way for an origin (tests and metrics).
+    pub fn busy(&self, url: &Url) -> usize {
+        let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&origin_of(url))
+            .map_or(0, |s| self.per_origin - s.available_permits())
+    }
+
+    /// Origins with a download under way or waiting.
+    pub fn tracked_origins(&self) -> usize {
+        self.origins.lock().map_or(0, |m| m.len())
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self._origin_permit = None;
+        self._total_permit = None;
+        let Some(semaphore) = self.semaphore.take() else {
+            return;
+        };
+        let mut map = self.slots.origins.lock().unwrap_or_else(|p| p.into_inner());
+        // Two holders left: the map and this slot. Nobody else waits or downloads.
+        if Arc::strong_count(&semaphore) == 2 {
+            map.remove(&self.origin);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_busy_origin_waits_while_others_go_on() {
+        let slots = Arc::new(OriginSlots::new(2, 10));
+        let slow = url("http://slow.example/a.jpg");
+        let a = slots.acquire(&slow).await;
+        let b = slots.acquire(&slow).await;
+        assert_eq!(slots.busy(&slow), 2);
+        // A third download from the same origin waits...
+        let s = slots.clone();
+        let third = tokio::spawn(async move {
+            let _slot = s.acquire(&url("http://slow.example/b.jpg")).await;
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!third.is_finished());
+        // ...while another origin, and another port of the same host, get slots at once.
+        let other = tokio::time::timeout(
+            Duration::from_millis(100),
+            slots.acquire(&url("http://fast.example/a.jpg")),
+        )
+        .await;
+        assert!(other.is_ok());
+        drop(other);
+        let other_port = tokio::time::timeout(
+            Duration::from_millis(100),
+            slots.acquire(&url("http://slow.example:8080/a.jpg")),
+        )
+        .await;
+        assert!(other_port.is_ok());
+        drop(other_port);
+        drop(a);
+        third.await.unwrap();
+        drop(b);
+        assert_eq!(slots.tracked_origins(), 0, "idle origins are forgotten");
+    }
+
+    #[tokio::test]
+    async fn the_total_bounds_all_origins() {
+        let slots = OriginSlots::new(4, 2);
+        let _a = slots.acquire(&url("http://a.example/")).await;
+        let _b = slots.acquire(&url("http://b.example/")).await;
+        let c = tokio::time::timeout(
+            Duration::from_millis(50),
+            slots.acquire(&url("http://c.example/")),
+        )
+        .await;
+        assert!(c.is_err(), "no third slot while two are held");
+    }
+}

@@ -1,0 +1,96 @@
+//! The hot cache: recent variants in memory, in front of the variants map, bounded by bytes.
+//! A hot key then costs a hash lookup and a reference-counted clone of its bytes: no redb
+//! read, no copy. Entries never go stale (a variant key names immutable content), so only
+//! memory pressure evicts them (TinyLFU admission keeps one-off variants from flushing the
+//! hot ones).
+
+use moka::sync::Cache;
+
+use crate::maps::{StoredVariant, VariantKey};
+
+pub struct HotVariants {
+    cache: Option<Cache<VariantKey, StoredVariant>>,
+}
+
+/// Memory an entry holds: its bytes plus the key and bookkeeping.
+fn weight(key: &VariantKey, value: &StoredVariant) -> u32 {
+    let body = match value {
+        StoredVariant::Image { bytes, .. } => bytes.len(),
+        StoredVariant::Failed { message, .. } => message.len(),
+    };
+    u32::try_from(body + key.canonical_spec.len() + 128).unwrap_or(u32::MAX)
+}
+
+impl HotVariants {
+    /// A cache of at most `capacity` bytes; 0 turns it off.
+    pub fn new(capacity: u64) -> HotVariants {
+        let cache = (capacity > 0).then(|| {
+            Cache::builder()
+                .max_capacity(capacity)
+                .weigher(weight)
+                .build()
+        });
+        HotVariants { cache }
+    }
+
+    pub fn get(&self, key: &VariantKey) -> Option<StoredVariant> {
+        self.cache.as_ref()?.get(key)
+    }
+
+    pub fn insert(&self, key: VariantKey, value: StoredVariant) {
+        if let Some(cache) = &self.cache {
+            cache.insert(key, value);
+        }
+    }
+
+    /// Bytes held now (approximate: moka applies writes in batches).
+    pub fn weighted_size(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| {
+            c.run_pending_tasks();
+            c.weighted_size()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::ContentHash;
+    use imgcas_processors::OutputFormat;
+
+    fn key(i: u8) -> VariantKey {
+        VariantKey {
+            hash: ContentHash::of(&[i]),
+            canonical_spec: "w=10".into(),
+            processor_version: 1,
+        }
+    }
+
+    fn image(len: usize) -> StoredVariant {
+        StoredVariant::Image {
+            format: OutputFormat::Jpeg,
+            width: 1,
+            height: 1,
+            bytes: bytes::Bytes::from(vec![0u8; len]),
+        }
+    }
+
+    #[test]
+    fn bounded_by_bytes() {
+        let hot = HotVariants::new(100_000);
+        for i in 0..50 {
+            hot.insert(key(i), image(10_000));
+        }
+        assert!(hot.weighted_size() <= 100_000);
+        let hot_key = key(200);
+        hot.insert(hot_key.clone(), image(1000));
+        assert_eq!(hot.get(&hot_key), Some(image(1000)));
+    }
+
+    #[test]
+    fn zero_turns_it_off() {
+        let hot = HotVariants::new(0);
+        hot.insert(key(1), image(10));
+        assert_eq!(hot.get(&key(1)), None);
+    }
+}

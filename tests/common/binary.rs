@@ -1,0 +1,80 @@
+//! The real `imgcas` binary as a child process: `serve` on a data dir (its originals on S3 when
+//! the suite runs there), stopped with SIGTERM or SIGKILL, and the offline commands.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use super::s3;
+
+pub struct Server {
+    pub child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+}
+
+/// Starts `imgcas serve` on `data_dir` and waits for its "listening" line.
+pub fn start(data_dir: &Path, s3: Option<&s3::S3Target>) -> Server {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+    for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
+        command.env(k, v);
+    }
+    let mut child = command
+        .arg("serve")
+        .env("IMGCAS_LISTEN", "127.0.0.1:0")
+        .env("IMGCAS_DATA_DIR", data_dir)
+        .env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("imgcas starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("imgcas listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    Server { child, base }
+}
+
+impl Server {
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success());
+    }
+
+    /// SIGTERM, and a clean exit expected.
+    pub fn terminate(mut self) {
+        self.signal("-TERM");
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "graceful exit, got {status}");
+    }
+
+    /// SIGKILL: no flush, no goodbye.
+    pub fn kill(mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs an offline command (`verify`, `gc`, …) on `data_dir` with extra environment: exit
+/// code and stdout.
+pub fn run(data_dir: &Path, env: &[(&'static str, String)], args: &[&str]) -> (i32, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+    command
+        .args(args)
+        .env("IMGCAS_DATA_DIR", data_dir)
+        .env("IMGCAS_LOG", "off");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("imgcas runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}

@@ -1,0 +1,118 @@
+//! `/metrics` is valid Prometheus text (parsed by a Prometheus text-format parser) and its
+//! series move with the work done.
+
+mod common;
+
+use common::*;
+use prometheus_parse::{Scrape, Value};
+
+/// The value of the sample `name` whose labels include all of `labels`.
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn counters_follow_the_work() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    let bytes = jpeg(320, 240, 11);
+    origin.put("/a.jpg", bytes.clone());
+    origin.put("/same.jpg", bytes.clone());
+
+    let before = app.metrics().await;
+    assert_eq!(value(&before, "imgcas_processing_runs_total", &[]), 0.0);
+
+    assert_eq!(
+        app.image_by_url(&origin.url("/a.jpg"), "w=50")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.image_by_url(&origin.url("/a.jpg"), "w=50")
+            .await
+            .status(),
+        200
+    );
+    // The same bytes behind another URL: downloaded, not stored again.
+    assert_eq!(
+        app.image_by_url(&origin.url("/same.jpg"), "w=50")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.image_by_url(&origin.url("/nothing.jpg"), "w=50")
+            .await
+            .status(),
+        404
+    );
+    assert_eq!(
+        app.upload(bytes.clone()).await.status(),
+        200,
+        "already stored"
+    );
+
+    let m = app.metrics().await;
+    let image_ok = [("route", "/v1/image"), ("method", "GET"), ("status", "200")];
+    assert_eq!(value(&m, "imgcas_http_requests_total", &image_ok), 3.0);
+    assert_eq!(
+        value(
+            &m,
+            "imgcas_http_requests_total",
+            &[("route", "/v1/image"), ("status", "404")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &m,
+            "imgcas_http_requests_total",
+            &[("route", "/v1/originals"), ("status", "200")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&m, "imgcas_cache_outcomes_total", &[("outcome", "miss")]),
+        2.0
+    );
+    assert_eq!(
+        value(&m, "imgcas_cache_outcomes_total", &[("outcome", "hit")]),
+        1.0
+    );
+    assert_eq!(value(&m, "imgcas_processing_runs_total", &[]), 1.0);
+    assert_eq!(value(&m, "imgcas_origin_downloads_total", &[]), 2.0);
+    assert_eq!(value(&m, "imgcas_originals_stored_total", &[]), 1.0);
+    let saved = value(&m, "imgcas_dedup_bytes_saved_total", &[]);
+    assert_eq!(
+        saved,
+        2.0 * bytes.len() as f64,
+        "one download and one upload deduplicated"
+    );
+    assert_eq!(value(&m, "imgcas_processing_seconds_count", &[]), 1.0);
+    assert_eq!(value(&m, "imgcas_queue_wait_seconds_count", &[]), 1.0);
+    assert_eq!(
+        value(
+            &m,
+            "imgcas_http_request_duration_seconds_count",
+            &[("route", "/v1/image")]
+        ),
+        4.0
+    );
+    assert_eq!(value(&m, "imgcas_admission_rejections_total", &[]), 0.0);
+    assert_eq!(value(&m, "imgcas_coalesced_waiters", &[]), 0.0);
+    assert!(value(&m, "imgcas_hot_cache_bytes", &[]) > 0.0);
+    // The hit and the same-bytes request were served from memory, not from the variants map.
+    assert_eq!(value(&m, "imgcas_hot_cache_hits_total", &[]), 2.0);
+    assert_eq!(value(&m, "imgcas_variant_map_reads_total", &[]), 1.0);
+}
