@@ -94,6 +94,7 @@ async fn kill_9_during_uploads_and_fetches_loses_no_acknowledged_upload() {
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(acknowledged.len() >= 40, "work was under way when killed");
+    eprintln!("killed after {} acknowledged uploads", acknowledged.len());
 
     // No map entry dangles.
     let (code, out) = binary::run(dir.path(), &env, &["verify"]);
