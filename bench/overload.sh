@@ -3,9 +3,9 @@
 #
 #  1. capacity: unique specs (never a hit) of a 12 MP JPEG by hash, with as many connections as
 #     processing slots, for PHASE seconds: the cold path's throughput C.
-#  2. overload: the same unique-spec traffic with 20x the connections (closed loop: a refused
-#     request is answered at once and its connection asks again, so the offered rate is far
-#     above 10 C), and at the same time a second load generator on one cached variant.
+#  2. overload: the same unique-spec traffic offered at RATE x C (default 10): 20 connections
+#     per core, each pausing between requests so that together they offer that rate (wrk's
+#     delay hook), and at the same time a second load generator on one cached variant.
 #
 # Prints the offered rate as a multiple of C, how many requests were admitted and shed (503
 # `overloaded` with Retry-After), any 5xx other than 503, the admitted requests' p50/p99 (from
@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PHASE=${PHASE:-15}
+RATE=${RATE:-10}
 for tool in wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install wrk curl" >&2; exit 2; }
 done
@@ -24,8 +25,9 @@ done
 cargo build --release -q --bin imgcas
 imgcas=$PWD/target/release/imgcas
 work=$(mktemp -d)
+[ -n "${KEEP:-}" ] && echo "work dir (kept): $work"
 server_pid=""
-cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
 trap cleanup EXIT
 
 # A 12 MP photo-like JPEG, made by imgcas itself from a test photo (no other tools needed).
@@ -55,6 +57,7 @@ function request()
   local n = id * 1000000 + counter + (RUN or 0)
   return wrk.format("GET", string.format("/v1/image/$hash?w=%d&q=%d&format=jpeg", 200 + n % 3000, 1 + math.floor(n / 3000) % 100))
 end
+function delay() return DELAY_MS end
 EOF
 
 metrics() { curl -sf "$base/metrics"; }
@@ -71,19 +74,24 @@ rss_watch() { # peak RSS (KiB) of the server while $1 runs
 echo "== hits alone ($PHASE s, 4 connections)"
 wrk -t2 -c4 -d"${PHASE}s" --latency "$base$hot" >"$work/hits-alone.txt"
 
-echo "== capacity: unique specs, $slots connections ($PHASE s)"
+echo "== capacity: unique specs, $slots connections, no pause ($PHASE s)"
 metrics >"$work/m0.txt"
-wrk -t1 -c"$slots" -d"${PHASE}s" -s "$work/cold.lua" "$base/" >"$work/capacity.txt"
+sed 's/DELAY_MS/0/' "$work/cold.lua" >"$work/capacity.lua"
+wrk -t1 -c"$slots" -d"${PHASE}s" -s "$work/capacity.lua" "$base/" >"$work/capacity.txt"
 metrics >"$work/m1.txt"
 
-echo "== overload: unique specs, $((slots * 20)) connections, with hits beside ($PHASE s)"
-sed -i 's/(RUN or 0)/500000/' "$work/cold.lua"
-wrk -t2 -c$((slots * 20)) -d"${PHASE}s" -s "$work/cold.lua" "$base/" >"$work/overload.txt" &
+conns=$((slots * 20))
+capacity=$(python3 -c "import re; t=open('$work/capacity.txt').read(); print(float(re.search(r'Requests/sec:\s+([\d.]+)', t).group(1)))")
+delay_ms=$(python3 -c "print(max(1, round($conns * 1000 / ($RATE * $capacity))))")
+echo "== overload: unique specs offered at ${RATE}x C ($conns connections, ${delay_ms} ms pauses), hits beside ($PHASE s)"
+sed "s/(RUN or 0)/500000/; s/DELAY_MS/$delay_ms/" "$work/cold.lua" >"$work/overload.lua"
+wrk -t2 -c"$conns" -d"${PHASE}s" -s "$work/overload.lua" "$base/" >"$work/overload.txt" &
 cold_pid=$!
 rss_watch "$cold_pid" >"$work/rss.txt" &
+rss_pid=$!
 wrk -t1 -c4 -d"${PHASE}s" --latency "$base$hot" >"$work/hits-under.txt"
-wait "$cold_pid"
-wait
+wait "$cold_pid" || echo "wrk (cold) exited with $?"
+wait "$rss_pid"
 metrics >"$work/m2.txt"
 
 python3 - "$work" "$PHASE" <<'EOF'
@@ -95,7 +103,7 @@ def scrape(name):
     for line in open(f"{work}/{name}"):
         if line.startswith("#") or not line.strip():
             continue
-        m = re.match(r'([a-zA-Z_:]+)(\{[^}]*\})?\s+(\S+)', line)
+        m = re.match(r'([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$', line.strip())
         if m:
             out[(m.group(1), m.group(2) or "")] = float(m.group(3))
     return out
