@@ -85,6 +85,10 @@ pub struct Target {
     /// Strong ETag (quoted), derived from the key.
     pub etag: String,
     pub url_state: Option<UrlState>,
+    /// What the originals index says of the source (read once, in `locate`), for costing a
+    /// processing run.
+    pub source_format: Option<SourceFormat>,
+    pub source_size: Option<(u32, u32)>,
 }
 
 impl Target {
@@ -193,6 +197,8 @@ pub async fn locate(
         spec: resolved,
         etag,
         url_state,
+        source_format,
+        source_size: info.width.zip(info.height),
     })
 }
 
@@ -225,16 +231,15 @@ pub async fn variant(shared: &Arc<Shared>, target: &Target) -> Result<Served, Fa
     };
     let (stored, processed) = match stored {
         Some(v) => (v, false),
-        None => {
-            let (s, key, spec) = (shared.clone(), target.key.clone(), target.spec.clone());
-            shared
-                .variant_flights
-                .run(target.key.to_bytes(), produce(s, key, spec), |m| {
-                    Err(Error::Internal(format!("processing task failed: {m}")))
-                })
-                .await
-                .map_err(|e| fail(e, false))?
-        }
+        None => shared
+            .variant_flights
+            .run(
+                target.key.to_bytes(),
+                produce(shared.clone(), target.clone()),
+                |m| Err(Error::Internal(format!("processing task failed: {m}"))),
+            )
+            .await
+            .map_err(|e| fail(e, false))?,
     };
     match stored {
         StoredVariant::Image { format, bytes, .. } => Ok(Served {
@@ -254,28 +259,22 @@ pub async fn variant(shared: &Arc<Shared>, target: &Target) -> Result<Served, Fa
 
 /// Processes one variant and stores the result (or the permanent error). Returns the stored
 /// value and whether this call did the processing.
-async fn produce(
-    shared: Arc<Shared>,
-    key: VariantKey,
-    spec: ResolvedSpec,
-) -> Result<(StoredVariant, bool), Error> {
+async fn produce(shared: Arc<Shared>, target: Target) -> Result<(StoredVariant, bool), Error> {
+    let Target {
+        key,
+        spec,
+        source_format,
+        source_size,
+        ..
+    } = target;
     // A flight that landed between our miss and our joining has stored the answer.
     if let Some(v) = shared.maps.variants.get(&key)? {
         return Ok((v, false));
     }
     let limits = limits(&shared);
-    let info = shared.maps.originals.get(&key.hash)?;
-    let format = info
-        .as_ref()
-        .and_then(|i| i.format.as_deref())
-        .and_then(SourceFormat::from_name);
     // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
     let side = (limits.max_pixels as f64).sqrt() as u32;
-    let size = info
-        .as_ref()
-        .and_then(|i| Some((i.width?, i.height?)))
-        .unwrap_or((side, side));
-    let cost = processors::cost(format, size, &spec);
+    let cost = processors::cost(source_format, source_size.unwrap_or((side, side)), &spec);
     let mut ticket = shared
         .admission
         .admit(cost)

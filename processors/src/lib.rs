@@ -52,22 +52,11 @@ pub fn process(
     let source = decode::open(bytes, limits)?;
     let (uw, uh) = source.upright_size();
     check_minimum(uw, uh, &spec.shape)?;
-    let rotated = if spec.shape.rotate % 180 == 90 {
-        (uh, uw)
-    } else {
-        (uw, uh)
-    };
-    let plan = geometry::plan(rotated, spec);
+    let (rotated, plan, denominator) = layout((uw, uh), spec, source.can_shrink_on_load());
     let (ow, oh) = plan.output_size();
     if u64::from(ow) * u64::from(oh) > limits.max_pixels {
         return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
     }
-    // Shrink-on-load: decode JPEG at 1/2, 1/4 or 1/8 when the output is that much smaller.
-    let denominator = if source.can_shrink_on_load() {
-        geometry::shrink_denominator(plan.reduction(rotated))
-    } else {
-        1
-    };
     let image = ops::rotate(source.decode(limits, denominator)?, spec.shape.rotate);
     let mut plan = plan.rescaled(rotated, (image.width(), image.height()));
     if spec.shape.gravity == spec::Gravity::Smart {
@@ -90,23 +79,36 @@ pub fn process(
     })
 }
 
-/// What a run will cost, in pixels touched: the larger of the decoded source (after
-/// shrink-on-load, which only JPEG has) and the output. Decoding and resizing dominate the
-/// time of a run and scale with this; the service admits processing work by it.
-/// `size` is the stored source size; unknown sizes should be passed as the pixel limit.
-pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
-    let (w, h) = (size.0.max(1), size.1.max(1));
+/// The upright source size after `rotate`, the fit plan for it, and the decode denominator:
+/// with shrink-on-load (JPEG), 1/2, 1/4 or 1/8 when the output is that much smaller.
+fn layout(
+    upright: (u32, u32),
+    spec: &ResolvedSpec,
+    can_shrink: bool,
+) -> ((u32, u32), geometry::Plan, u32) {
+    let (w, h) = upright;
     let rotated = if spec.shape.rotate % 180 == 90 {
         (h, w)
     } else {
         (w, h)
     };
     let plan = geometry::plan(rotated, spec);
-    let denominator = if format == Some(SourceFormat::Jpeg) {
-        u64::from(geometry::shrink_denominator(plan.reduction(rotated)))
+    let denominator = if can_shrink {
+        geometry::shrink_denominator(plan.reduction(rotated))
     } else {
         1
     };
+    (rotated, plan, denominator)
+}
+
+/// What a run will cost, in pixels touched: the larger of the decoded source (after
+/// shrink-on-load, which only JPEG has) and the output. Decoding and resizing dominate the
+/// time of a run and scale with this; the service admits processing work by it.
+/// `size` is the stored source size; unknown sizes should be passed as the pixel limit.
+pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
+    let (w, h) = (size.0.max(1), size.1.max(1));
+    let (_, plan, denominator) = layout((w, h), spec, format == Some(SourceFormat::Jpeg));
+    let denominator = u64::from(denominator);
     let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
     let (ow, oh) = plan.output_size();
     decoded.max(u64::from(ow) * u64::from(oh)).max(1)

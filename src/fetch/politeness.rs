@@ -21,8 +21,9 @@ pub struct Slot<'a> {
     slots: &'a OriginSlots,
     origin: String,
     semaphore: Option<Arc<Semaphore>>,
-    _origin_permit: Option<OwnedSemaphorePermit>,
-    _total_permit: Option<OwnedSemaphorePermit>,
+    // Released first in `drop`: each permit holds a clone of its semaphore's `Arc`.
+    origin_permit: Option<OwnedSemaphorePermit>,
+    total_permit: Option<OwnedSemaphorePermit>,
 }
 
 /// The origin a URL's download counts against.
@@ -58,16 +59,16 @@ impl OriginSlots {
             slots: self,
             origin,
             semaphore: Some(semaphore.clone()),
-            _origin_permit: None,
-            _total_permit: None,
+            origin_permit: None,
+            total_permit: None,
         };
         // The semaphores are never closed, so acquiring cannot fail.
-        slot._origin_permit = semaphore.acquire_owned().await.ok();
-        slot._total_permit = self.total.clone().acquire_owned().await.ok();
+        slot.origin_permit = semaphore.acquire_owned().await.ok();
+        slot.total_permit = self.total.clone().acquire_owned().await.ok();
         slot
     }
 
-    /// Downloads under way for an origin (tests and metrics).
+    /// Downloads under way for an origin.
     pub fn busy(&self, url: &Url) -> usize {
         let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&origin_of(url))
@@ -82,8 +83,8 @@ impl OriginSlots {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self._origin_permit = None;
-        self._total_permit = None;
+        self.origin_permit = None;
+        self.total_permit = None;
         let Some(semaphore) = self.semaphore.take() else {
             return;
         };

@@ -85,13 +85,10 @@ impl IntoResponse for Error {
     }
 }
 
-fn status_is_retryable(error: &Error) -> bool {
-    classify(error).0.is_server_error()
-}
-
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        let mut response = self.error.clone().into_response();
+        let mut response = self.error.into_response();
+        let server_error = response.status().is_server_error();
         let headers = response.headers_mut();
         if let Some(hash) = self.source_hash {
             if let Ok(v) = HeaderValue::from_str(&hash.to_hex()) {
@@ -111,7 +108,7 @@ impl IntoResponse for Failure {
             if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={secs}")) {
                 headers.insert(header::CACHE_CONTROL, v);
             }
-            if status_is_retryable(&self.error) {
+            if server_error {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
         }
