@@ -17,12 +17,11 @@ use crate::coalesce::SingleFlight;
 use crate::config::Config;
 use crate::error::Error;
 use crate::fetch::Fetcher;
-use crate::hash::ContentHash;
 use crate::hot::HotVariants;
 use crate::maps::{Maps, StoredVariant};
 use crate::metrics::Metrics;
 use crate::negative::OriginFailures;
-use crate::pipeline::{Failure, UrlState};
+use crate::pipeline::{Failure, Resolved};
 use crate::stats::Stats;
 
 /// Everything a request may touch.
@@ -40,7 +39,7 @@ pub struct Shared {
     /// Origin failures per URL, held for their class's lifetime (with backoff).
     pub origin_failures: OriginFailures,
     /// One origin request per URL at a time; latecomers share its answer.
-    pub url_flights: SingleFlight<String, Result<(ContentHash, UrlState), Failure>>,
+    pub url_flights: SingleFlight<String, Result<Resolved, Failure>>,
     /// One processing run per variant key at a time.
     pub variant_flights: SingleFlight<Vec<u8>, Result<(StoredVariant, bool), Error>>,
     /// Processing admission: at most `limits.process_concurrency` runs use the CPU at once,

@@ -46,14 +46,25 @@ where
     where
         F: Future<Output = V> + Send + 'static,
     {
+        self.run_led(key, work, on_panic).await.0
+    }
+
+    /// Like [`run`](Self::run), and says whether this caller started the run (`false`: it
+    /// shared another caller's).
+    pub async fn run_led<F>(&self, key: K, work: F, on_panic: impl FnOnce(String) -> V) -> (V, bool)
+    where
+        F: Future<Output = V> + Send + 'static,
+    {
         self.callers.fetch_add(1, Ordering::Relaxed);
         let _caller = Caller(&self.callers);
         let cell = {
             let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(key.clone()).or_default().clone()
         };
+        let mut led = false;
         let value = cell
-            .get_or_init(|| async move {
+            .get_or_init(|| async {
+                led = true;
                 match tokio::spawn(work).await {
                     Ok(v) => v,
                     Err(e) => on_panic(e.to_string()),
@@ -65,7 +76,7 @@ where
         if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             map.remove(&key);
         }
-        value
+        (value, led)
     }
 
     /// How many keys have a run under way.

@@ -40,6 +40,9 @@ pub enum Error {
     StorageUnavailable(String),
     #[error("{0}")]
     BadSignature(String),
+    /// A request carrying more work than one call may (an ingest batch over its limits).
+    #[error("{0}")]
+    BatchTooLarge(String),
     /// Processing refused by admission control; retry after the estimated drain time.
     #[error("{message}")]
     Overloaded {

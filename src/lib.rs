@@ -20,6 +20,7 @@ pub mod fetch;
 pub mod hash;
 pub mod hot;
 pub mod http;
+pub mod ingest;
 pub mod maps;
 pub mod metrics;
 pub mod negative;

@@ -108,6 +108,9 @@ pub struct Served {
     pub bytes: Bytes,
     pub format: OutputFormat,
     pub cache: CacheOutcome,
+    /// This caller ran the processing (a concurrent caller that shared the run sees `Miss`
+    /// too, but not this).
+    pub ran_here: bool,
 }
 
 /// A failed request, with what is known of it for the response headers.
@@ -163,8 +166,8 @@ pub async fn locate(
     let (hash, url_state) = match source {
         Source::Hash(hash) => (*hash, None),
         Source::Url(url) => {
-            let (hash, state) = resolve_url(shared, url).await?;
-            (hash, Some(state))
+            let resolved = resolve_url(shared, url, false).await?;
+            (resolved.hash, Some(resolved.state))
         }
     };
     let with_hash = |error: Error| Failure {
@@ -229,22 +232,26 @@ pub async fn variant(shared: &Arc<Shared>, target: &Target) -> Result<Served, Fa
             v
         }
     };
-    let (stored, processed) = match stored {
-        Some(v) => (v, false),
-        None => shared
-            .variant_flights
-            .run(
-                target.key.to_bytes(),
-                produce(shared.clone(), target.clone()),
-                |m| Err(Error::Internal(format!("processing task failed: {m}"))),
-            )
-            .await
-            .map_err(|e| fail(e, false))?,
+    let (stored, processed, ran_here) = match stored {
+        Some(v) => (v, false, false),
+        None => {
+            let (result, led) = shared
+                .variant_flights
+                .run_led(
+                    target.key.to_bytes(),
+                    produce(shared.clone(), target.clone()),
+                    |m| Err(Error::Internal(format!("processing task failed: {m}"))),
+                )
+                .await;
+            let (v, processed) = result.map_err(|e| fail(e, false))?;
+            (v, processed, processed && led)
+        }
     };
     match stored {
         StoredVariant::Image { format, bytes, .. } => Ok(Served {
             bytes,
             format,
+            ran_here,
             cache: if processed {
                 CacheOutcome::Miss
             } else {
@@ -343,20 +350,48 @@ fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
     now_ms().saturating_sub(entry.checked_at_ms) < revalidate_after.as_millis() as u64
 }
 
-/// Steps 1–3: the hash behind a URL, asking the origin only when the mapping is stale.
-async fn resolve_url(shared: &Arc<Shared>, url: &Url) -> Result<(ContentHash, UrlState), Failure> {
+/// A URL turned into a hash.
+#[derive(Debug, Clone, Copy)]
+pub struct Resolved {
+    pub hash: ContentHash,
+    pub state: UrlState,
+    /// The origin sent a body this time (not a `304`, nor a held or fresh mapping).
+    pub downloaded: bool,
+    /// The bytes were not stored before this resolution (a new original, not a duplicate).
+    pub new_original: bool,
+}
+
+impl Resolved {
+    fn known(hash: ContentHash, state: UrlState) -> Self {
+        Resolved {
+            hash,
+            state,
+            downloaded: false,
+            new_original: false,
+        }
+    }
+}
+
+/// Steps 1–3: the hash behind a URL, asking the origin only when the mapping is stale or
+/// when `recheck` asks for a conditional request regardless (ingest: the caller says the
+/// content may have changed).
+pub async fn resolve_url(
+    shared: &Arc<Shared>,
+    url: &Url,
+    recheck: bool,
+) -> Result<Resolved, Failure> {
     let revalidate_after = shared.config.fetch.revalidate_after;
     let entry = shared.maps.urls.get(url.as_str()).map_err(Error::from)?;
     if let Some(entry) = &entry {
-        if is_fresh(entry, revalidate_after) {
-            return Ok((entry.hash, UrlState::Fresh));
+        if !recheck && is_fresh(entry, revalidate_after) {
+            return Ok(Resolved::known(entry.hash, UrlState::Fresh));
         }
     }
     // A recent failure of this URL answers without origin traffic while it is held.
     if let Some((failure, left)) = shared.origin_failures.active(url.as_str()) {
         Stats::bump(&shared.stats.origin_failure_hits);
         if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
-            return Ok((entry.hash, UrlState::Stale));
+            return Ok(Resolved::known(entry.hash, UrlState::Stale));
         }
         return Err(Failure {
             error: failure.error.into(),
@@ -368,17 +403,17 @@ async fn resolve_url(shared: &Arc<Shared>, url: &Url) -> Result<(ContentHash, Ur
     let (s, u) = (shared.clone(), url.clone());
     shared
         .url_flights
-        .run(url.as_str().to_string(), refresh_url(s, u), |m| {
+        .run(url.as_str().to_string(), refresh_url(s, u, recheck), |m| {
             Err(Error::Internal(format!("download task failed: {m}")).into())
         })
         .await
 }
 
-async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlState), Failure> {
+async fn refresh_url(shared: Arc<Shared>, url: Url, recheck: bool) -> Result<Resolved, Failure> {
     let entry = shared.maps.urls.get(url.as_str()).map_err(Error::from)?;
     if let Some(e) = &entry {
-        if is_fresh(e, shared.config.fetch.revalidate_after) {
-            return Ok((e.hash, UrlState::Fresh));
+        if !recheck && is_fresh(e, shared.config.fetch.revalidate_after) {
+            return Ok(Resolved::known(e.hash, UrlState::Fresh));
         }
     }
     let validators = entry.as_ref().map(|e| Validators {
@@ -398,18 +433,23 @@ async fn refresh_url(shared: Arc<Shared>, url: Url) -> Result<(ContentHash, UrlS
             entry.checked_at_ms = now_ms();
             let (maps, u, e) = (shared.maps.clone(), url.to_string(), entry.clone());
             blocking(move || Ok(maps.urls.put(&u, &e)?)).await?;
-            Ok((entry.hash, UrlState::Revalidated))
+            Ok(Resolved::known(entry.hash, UrlState::Revalidated))
         }
         FetchOutcome::Fetched { bytes, validators } => {
             Stats::bump(&shared.stats.downloads);
             Stats::add(&shared.stats.downloaded_bytes, bytes.len() as u64);
-            let hash = store_download(&shared, &url, bytes, validators).await?;
+            let (hash, new_original) = store_download(&shared, &url, bytes, validators).await?;
             let state = if entry.is_some() {
                 UrlState::Revalidated
             } else {
                 UrlState::Downloaded
             };
-            Ok((hash, state))
+            Ok(Resolved {
+                hash,
+                state,
+                downloaded: true,
+                new_original,
+            })
         }
     }
 }
@@ -421,11 +461,11 @@ fn origin_failed(
     url: &Url,
     error: FetchError,
     entry: Option<UrlEntry>,
-) -> Result<(ContentHash, UrlState), Failure> {
+) -> Result<Resolved, Failure> {
     let held_for = shared.origin_failures.record(url.as_str(), &error);
     if let (true, Some(entry)) = (error.is_transient(), entry) {
         tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
-        return Ok((entry.hash, UrlState::Stale));
+        return Ok(Resolved::known(entry.hash, UrlState::Stale));
     }
     if error.is_transient() {
         tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed");
@@ -438,13 +478,14 @@ fn origin_failed(
     })
 }
 
-/// Hashes a download, stores its bytes if new, then points the URL at it.
+/// Hashes a download, stores its bytes if new, then points the URL at it. Returns the hash
+/// and whether the original is new (no entry in the originals index before).
 async fn store_download(
     shared: &Arc<Shared>,
     url: &Url,
     bytes: Bytes,
     validators: Validators,
-) -> Result<ContentHash, Error> {
+) -> Result<(ContentHash, bool), Error> {
     let limits = limits(shared);
     let b = bytes.clone();
     let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
@@ -460,8 +501,10 @@ async fn store_download(
         checked_at_ms: now_ms(),
     };
     let (maps, u) = (shared.maps.clone(), url.to_string());
-    blocking(move || Ok(maps.record_download(&u, &entry, &info)?)).await?;
-    Ok(hash)
+    // The index, not the blob store's answer, decides "new": a blob a crash left without its
+    // index entry is still news to every reader of the maps.
+    let new_original = blocking(move || Ok(maps.record_download(&u, &entry, &info)?)).await?;
+    Ok((hash, new_original))
 }
 
 /// Hash and header facts of any bytes (downloads are stored even when they are no image:

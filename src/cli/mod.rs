@@ -1,4 +1,5 @@
 //! Offline commands of the `imgcas` binary (everything but `serve`).
 
+pub mod ingest;
 pub mod maintenance;
 pub mod process;

@@ -25,6 +25,7 @@ pub fn classify(error: &Error) -> (StatusCode, &'static str, &'static str) {
             "source_too_large",
             FIVE_MINUTES,
         ),
+        Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large", NO_STORE),
         Error::Process { kind, .. } => match kind {
             ProcessFailure::UnsupportedFormat => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

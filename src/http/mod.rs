@@ -13,6 +13,7 @@ use crate::app::Shared;
 
 pub mod error;
 pub mod image;
+pub mod ingest;
 pub mod ops;
 pub mod originals;
 
@@ -25,6 +26,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/image", get(image::by_url))
         .route("/v1/image/{hash}", get(image::by_hash))
         .route("/v1/originals", post(originals::upload))
+        .route("/v1/ingest", post(ingest::ingest))
         .route("/v1/originals/{hash}", get(originals::original))
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/healthz", get(ops::healthz))

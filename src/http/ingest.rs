@@ -1,0 +1,43 @@
+//! `POST /v1/ingest`: a JSON batch of URLs (and optional warm specs) in, one result per URL
+//! out. The work itself is `crate::ingest`, shared with the offline command.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::app::Shared;
+use crate::error::Error;
+use crate::ingest::{self, IngestRequest, MAX_BODY_BYTES};
+
+/// 200 with per-URL results once the batch is accepted (a URL's failure is in its result,
+/// not the status); 400 for a malformed batch, 413 for one over the limits.
+pub async fn ingest(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(_) => {
+            return Error::BatchTooLarge(format!(
+                "the ingest body is over {MAX_BODY_BYTES} bytes: split the batch"
+            ))
+            .into_response()
+        }
+    };
+    let batch: IngestRequest = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Error::invalid_option(
+                "body",
+                format!("expected {{\"urls\": [..], \"warm\": [..]}}: {e}"),
+            )
+            .into_response()
+        }
+    };
+    let warm = match ingest::check_batch(&batch) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let answer = ingest::ingest_urls(&shared, batch.urls, &warm).await;
+    (StatusCode::OK, Json(answer)).into_response()
+}
