@@ -3,23 +3,8 @@
 
 mod common;
 
+use common::metric_value as value;
 use common::*;
-use prometheus_parse::{Scrape, Value};
-
-/// The value of the sample `name` whose labels include all of `labels`.
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
-    scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == name)
-        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match &s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
-            Value::Summary(_) => f64::NAN,
-        })
-        .sum()
-}
 
 #[tokio::test]
 async fn counters_follow_the_work() {

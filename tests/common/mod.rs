@@ -123,11 +123,62 @@ impl TestApp {
         prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text")
     }
 
+    /// Requests the app answered on the image routes, and how many of them were `304`s.
+    /// (Read from the raw text: the Prometheus parser used elsewhere drops series whose
+    /// label values hold braces, as the route pattern `/v1/image/{hash}` does.)
+    pub async fn image_requests(&self) -> (u64, u64) {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        let mut all = 0;
+        let mut not_modified = 0;
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("imgcas_http_requests_total{") else {
+                continue;
+            };
+            if !rest.contains("route=\"/v1/image") {
+                continue;
+            }
+            let n: f64 = rest
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("a sample value");
+            all += n as u64;
+            if rest.contains("status=\"304\"") {
+                not_modified += n as u64;
+            }
+        }
+        (all, not_modified)
+    }
+
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
         }
     }
+}
+
+/// The value of the sample `name` whose labels include all of `labels` (summed).
+pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    use prometheus_parse::Value;
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+        .sum()
 }
 
 /// One thing the origin serves at a path.
