@@ -160,13 +160,16 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     })
 }
 
-/// Makes non-durable map commits durable once a second, so a crash loses at most about a
-/// second of recomputable entries.
+/// Once a second: makes non-durable map commits durable, so a crash loses at most about a
+/// second of recomputable entries, and folds recorded latency samples into their histogram
+/// buckets (the recorder queues every sample until then: without it, memory would grow with
+/// each request between scrapes).
 fn spawn_flusher(shared: Arc<Shared>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            shared.metrics.upkeep();
             let maps = shared.maps.clone();
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || maps.flush()).await {
                 tracing::warn!(error = %e, "periodic flush failed");

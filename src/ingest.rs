@@ -235,10 +235,10 @@ const AUTO_ACCEPTS: [Option<&str>; 3] = [
 /// Parses the `warm` list; a bad spec refuses the whole batch, naming the spec and option.
 pub fn parse_warm(specs: &[String]) -> Result<Vec<WarmSpec>, Error> {
     if specs.len() > MAX_WARM {
-        return Err(Error::invalid_option(
-            "warm",
-            format!("at most {MAX_WARM} specs per batch, got {}", specs.len()),
-        ));
+        return Err(Error::BatchTooLarge(format!(
+            "{} warm specs in one batch; the limit is {MAX_WARM}",
+            specs.len()
+        )));
     }
     specs
         .iter()

@@ -51,6 +51,9 @@ enum Command {
         #[arg(long)]
         accept: Option<String>,
     },
+    /// Count what is stored: URLs, originals, variants, cached errors (run while the server
+    /// is stopped).
+    Stats,
     /// Check that every map entry points at a stored blob whose SHA-256 matches (run while
     /// the server is stopped). Exit 1 when something dangles and was not repaired.
     Verify {
@@ -268,6 +271,11 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Stats => maintenance(cli.config.as_ref(), |config| async move {
+            let report = imgcas::cli::maintenance::stats(&config).await?;
+            print!("{}", imgcas::cli::maintenance::describe_stats(&report));
+            Ok(true)
+        }),
         Command::Verify { repair } => maintenance(cli.config.as_ref(), |config| async move {
             let report = imgcas::cli::maintenance::verify(&config, repair).await?;
             println!("{}", imgcas::cli::maintenance::describe_verify(&report));

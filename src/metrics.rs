@@ -116,6 +116,12 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, f)
     }
 
+    /// Drains queued histogram samples into their buckets (done once a second by the app,
+    /// and by every render).
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
     /// The page: counters from [`Stats`], gauges read now, then everything recorded.
     pub fn render(&self, shared: &Shared) -> String {
         let s = &shared.stats;

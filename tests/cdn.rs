@@ -43,7 +43,18 @@ struct Nginx {
 }
 
 impl Drop for Nginx {
+    /// SIGTERM to the master, which stops its workers (SIGKILL would orphan them, still
+    /// listening); SIGKILL only if it has not gone within 5 s.
     fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

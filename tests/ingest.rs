@@ -317,6 +317,28 @@ async fn the_command_works_on_the_local_data_dir_without_a_server() {
     assert_eq!(summary(&second), (0, 2, 1, 0), "{second}");
     assert_eq!(origin.not_modified(), 1, "p.jpg was asked conditionally");
 
+    // `imgcas stats` counts it: 2 URLs, 3 contents (p, q, q's replacement), 3 warmed variants.
+    let data_dir = data.path().to_path_buf();
+    let (code, stats) =
+        tokio::task::spawn_blocking(move || binary::run(&data_dir, &[], &["stats"]))
+            .await
+            .unwrap();
+    assert_eq!(code, 0);
+    let count = |name: &str| -> u64 {
+        let line = stats
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {stats}"));
+        line.split_whitespace()
+            .rev()
+            .find_map(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert_eq!(count("urls"), 2, "{stats}");
+    assert_eq!(count("cached errors"), 0, "{stats}");
+    assert!(stats.contains("originals                3"), "{stats}");
+    assert!(stats.contains("variants                 3"), "{stats}");
+
     // What was ingested offline is served by the server afterwards.
     let server = binary::start(data.path(), None);
     let hash = second["results"][0]["hash"].as_str().unwrap().to_string();

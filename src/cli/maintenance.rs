@@ -1,7 +1,8 @@
-//! `imgcas verify` and `imgcas gc`: the maps and the blob store checked against each other,
-//! on either backend. Both open the data dir's maps themselves, so run them while `imgcas
-//! serve` is stopped (redb allows one process per file).
+//! `imgcas stats`, `imgcas verify` and `imgcas gc`: the maps and the blob store counted and
+//! checked against each other, on either backend. They open the data dir's maps themselves,
+//! so run them while `imgcas serve` is stopped (redb allows one process per file).
 //!
+//! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors.
 //! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, and every URL
 //!   map entry points at an indexed original. `--repair` drops what dangles (the index entry
 //!   and a corrupt blob, the URL entries pointing at it, its variants): the next request
@@ -62,6 +63,45 @@ async fn open(config: &Config) -> Result<(Maps, Arc<dyn BlobStore>), Error> {
     let maps = Maps::open(&config.data_dir)?;
     let blobs = blob::open(config).await?;
     Ok((maps, blobs))
+}
+
+/// What `stats` counts.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StatsReport {
+    pub urls: u64,
+    pub originals: u64,
+    pub original_bytes: u64,
+    pub variants: crate::maps::VariantTotals,
+}
+
+pub async fn stats(config: &Config) -> Result<StatsReport, Error> {
+    let maps = Maps::open(&config.data_dir)?;
+    let mut report = StatsReport {
+        urls: maps.urls.all()?.len() as u64,
+        variants: maps.variants.totals()?,
+        ..StatsReport::default()
+    };
+    for hash in maps.originals.hashes()? {
+        report.originals += 1;
+        report.original_bytes += maps.originals.get(&hash)?.map_or(0, |i| i.bytes);
+    }
+    Ok(report)
+}
+
+pub fn describe_stats(r: &StatsReport) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    format!(
+        "urls            {:>10}\n\
+         originals       {:>10}   {:.1} MiB\n\
+         variants        {:>10}   {:.1} MiB\n\
+         cached errors   {:>10}\n",
+        r.urls,
+        r.originals,
+        mib(r.original_bytes),
+        r.variants.images,
+        mib(r.variants.image_bytes),
+        r.variants.errors,
+    )
 }
 
 pub async fn verify(config: &Config, repair: bool) -> Result<VerifyReport, Error> {

@@ -22,7 +22,7 @@ pub mod variants;
 
 pub use originals::{OriginalInfo, OriginalsIndex};
 pub use url_map::{UrlEntry, UrlMap};
-pub use variants::{StoredVariant, VariantKey, VariantMap};
+pub use variants::{StoredVariant, VariantKey, VariantMap, VariantTotals};
 
 use crate::hash::ContentHash;
 
@@ -132,7 +132,7 @@ impl Maps {
         db.sync(seq)?;
         Ok(Maps {
             urls: UrlMap { db: db.clone() },
-            originals: OriginalsIndex { db: db.clone() },
+            originals: OriginalsIndex::new(db.clone()),
             variants: VariantMap { db: db.clone() },
             db,
         })

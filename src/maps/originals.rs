@@ -21,9 +21,14 @@ pub struct OriginalInfo {
     pub first_seen_ms: u64,
 }
 
+/// Entries kept in memory after a read: every request reads its original's entry, and an
+/// entry never changes once written (content-addressed), so only removal must forget one.
+const RECENT_ENTRIES: u64 = 100_000;
+
 #[derive(Clone)]
 pub struct OriginalsIndex {
     pub(crate) db: Db,
+    recent: moka::sync::Cache<ContentHash, OriginalInfo>,
 }
 
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
@@ -51,11 +56,25 @@ fn decode(hash: &ContentHash, raw: &[u8]) -> Result<OriginalInfo, MapError> {
 }
 
 impl OriginalsIndex {
+    pub(super) fn new(db: Db) -> Self {
+        OriginalsIndex {
+            db,
+            recent: moka::sync::Cache::new(RECENT_ENTRIES),
+        }
+    }
+
     pub fn get(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        if let Some(info) = self.recent.get(hash) {
+            return Ok(Some(info));
+        }
         let txn = self.db.read()?;
         let table = txn.open_table(TABLE)?;
         let raw = table.get(hash.as_bytes().as_slice())?;
-        raw.map(|r| decode(hash, r.value())).transpose()
+        let info = raw.map(|r| decode(hash, r.value())).transpose()?;
+        if let Some(info) = &info {
+            self.recent.insert(*hash, info.clone());
+        }
+        Ok(info)
     }
 
     /// Insert-if-absent made durable before returning (group commit), for uploads that are
@@ -76,6 +95,7 @@ impl OriginalsIndex {
             txn.open_table(TABLE)?.remove(hash.as_bytes().as_slice())?;
             Ok(())
         })?;
+        self.recent.invalidate(hash);
         self.db.sync(seq)
     }
 

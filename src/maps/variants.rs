@@ -126,6 +126,15 @@ impl StoredVariant {
     }
 }
 
+/// What the variants map holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct VariantTotals {
+    pub images: u64,
+    /// Encoded size, as stored (a few bytes of header per image included).
+    pub image_bytes: u64,
+    pub errors: u64,
+}
+
 #[derive(Clone)]
 pub struct VariantMap {
     pub(crate) db: Db,
@@ -187,6 +196,24 @@ impl VariantMap {
             })?;
         }
         Ok(doomed.len() as u64)
+    }
+
+    /// Stored images and their bytes, and cached errors (for `imgcas stats`).
+    pub fn totals(&self) -> Result<VariantTotals, MapError> {
+        let txn = self.db.read()?;
+        let table = txn.open_table(TABLE)?;
+        let mut totals = VariantTotals::default();
+        for row in redb::ReadableTable::iter(&table)? {
+            let (_, v) = row?;
+            // The first byte tells an image (0) from a cached error (1).
+            if v.value().first() == Some(&0) {
+                totals.images += 1;
+                totals.image_bytes += v.value().len() as u64;
+            } else {
+                totals.errors += 1;
+            }
+        }
+        Ok(totals)
     }
 
     /// How many variants are stored.
