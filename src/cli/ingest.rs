@@ -158,8 +158,13 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
     };
     let bar = progress_bar(items.len(), options.progress);
     let started = Instant::now();
-    let (files, urls): (Vec<Item>, Vec<Item>) =
-        items.into_iter().partition(|i| matches!(i, Item::File(_)));
+    let (mut files, mut urls) = (Vec::new(), Vec::new());
+    for item in items {
+        match item {
+            Item::File(path) => files.push(path),
+            Item::Url(url) => urls.push(url),
+        }
+    }
     let mut results = Vec::new();
     let mut summary = Summary::default();
     let mut bytes_sent = 0;
@@ -180,14 +185,9 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
     // Files with the same bytes are warmed once: the first to finish uploading does it.
     let warmed = std::sync::Mutex::new(std::collections::HashSet::new());
     let mut uploads = stream::iter(files)
-        .map(|item| {
+        .map(|path: PathBuf| {
             let (destination, options, warm, warmed) = (&destination, &options, &warm, &warmed);
-            async move {
-                let Item::File(path) = item else {
-                    unreachable!("partitioned into files")
-                };
-                ingest_file(destination, &path, limit, options, (warm, warmed)).await
-            }
+            async move { ingest_file(destination, &path, limit, options, (warm, warmed)).await }
         })
         .buffered(options.concurrency.max(1));
     while let Some((result, sent)) = uploads.next().await {
@@ -197,13 +197,6 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
     drop(uploads);
     ingest::credit_first(&mut results);
 
-    let urls: Vec<String> = urls
-        .into_iter()
-        .filter_map(|i| match i {
-            Item::Url(u) => Some(u),
-            Item::File(_) => None,
-        })
-        .collect();
     let batches: Vec<Vec<String>> = urls
         .chunks(options.batch.clamp(1, ingest::MAX_URLS))
         .map(<[String]>::to_vec)
