@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the three comparison benchmarks in a row (about 6-7 minutes on 2 cores, after the
+# Runs the three comparison benchmarks in a row (about 3.5 minutes on 2 cores, after the
 # release build and the one-time Python install): hit path, cold path, realistic workload.
 # Tables go to stdout; JSON and PNG charts to bench/results/.
 #
