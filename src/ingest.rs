@@ -120,6 +120,11 @@ pub struct ItemResult {
 
 impl ItemResult {
     pub fn failed(source: String, error: &Error) -> Self {
+        Self::failed_with(source, error.into())
+    }
+
+    /// A failure as a server described it.
+    pub fn failed_with(source: String, error: ErrorBody) -> Self {
         ItemResult {
             source,
             status: Status::Failed,
@@ -132,7 +137,7 @@ impl ItemResult {
             changed: false,
             downloaded: false,
             warm: Vec::new(),
-            error: Some(error.into()),
+            error: Some(error),
         }
     }
 
@@ -198,17 +203,6 @@ impl Summary {
             }
         }
     }
-
-    pub fn merge(&mut self, other: &Summary) {
-        self.new += other.new;
-        self.duplicate += other.duplicate;
-        self.changed += other.changed;
-        self.failed += other.failed;
-        self.downloaded += other.downloaded;
-        self.bytes_saved += other.bytes_saved;
-        self.warmed += other.warmed;
-        self.warm_failed += other.warm_failed;
-    }
 }
 
 /// The answer of `POST /v1/ingest`: one result per URL, in request order.
@@ -221,6 +215,8 @@ pub struct IngestAnswer {
 /// A warm spec, parsed once per batch.
 #[derive(Debug, Clone)]
 pub struct WarmSpec {
+    /// As given (without a leading `?`): what a remote warm puts in its query.
+    pub text: String,
     spec: Spec,
 }
 
@@ -231,6 +227,18 @@ const AUTO_ACCEPTS: [Option<&str>; 3] = [
     Some("image/webp,*/*"),
     None,
 ];
+
+impl WarmSpec {
+    /// The `Accept` headers to build this spec for: one per output a `format=auto` spec can
+    /// negotiate to, else just "no preference".
+    pub fn accepts(&self) -> &'static [Option<&'static str>] {
+        if self.spec.varies_by_accept() {
+            &AUTO_ACCEPTS
+        } else {
+            &[None]
+        }
+    }
+}
 
 /// Parses the `warm` list; a bad spec refuses the whole batch, naming the spec and option.
 pub fn parse_warm(specs: &[String]) -> Result<Vec<WarmSpec>, Error> {
@@ -254,7 +262,10 @@ pub fn parse_warm(specs: &[String]) -> Result<Vec<WarmSpec>, Error> {
                 ));
             }
             Spec::parse(text)
-                .map(|spec| WarmSpec { spec })
+                .map(|spec| WarmSpec {
+                    text: text.to_string(),
+                    spec,
+                })
                 .map_err(|e| {
                     Error::invalid_option(
                         "warm",
@@ -304,10 +315,6 @@ pub async fn ingest_url(shared: &Arc<Shared>, raw: String, warm: &[WarmSpec]) ->
         Ok(url) => url,
         Err(e) => return ItemResult::failed(raw, &e.into()),
     };
-    let before = match shared.maps.urls.get(url.as_str()) {
-        Ok(entry) => entry.map(|e| e.hash),
-        Err(e) => return ItemResult::failed(raw, &e.into()),
-    };
     let resolved = match pipeline::resolve_url(shared, &url, true).await {
         Ok(r) => r,
         Err(f) => return ItemResult::failed(raw, &f.error),
@@ -323,7 +330,7 @@ pub async fn ingest_url(shared: &Arc<Shared>, raw: String, warm: &[WarmSpec]) ->
     let mut item = ItemResult::stored(raw, resolved.hash, &info);
     item.downloaded = resolved.downloaded;
     item.duplicate = !resolved.new_original;
-    item.changed = before.is_some_and(|h| h != resolved.hash);
+    item.changed = resolved.changed;
     item.status = decide(item.changed, item.duplicate);
     item.warm = warm_variants(shared, resolved.hash, warm).await;
     item
@@ -370,12 +377,7 @@ pub async fn warm_variants(
     let mut out: Vec<WarmResult> = Vec::new();
     let source = Source::Hash(hash);
     for w in warm {
-        let accepts: &[Option<&str>] = if w.spec.varies_by_accept() {
-            &AUTO_ACCEPTS
-        } else {
-            &[None]
-        };
-        for accept in accepts {
+        for accept in w.accepts() {
             let target = match pipeline::locate(shared, &source, &w.spec, *accept).await {
                 Ok(t) => t,
                 Err(f) => {

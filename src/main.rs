@@ -64,35 +64,7 @@ enum Command {
     /// Bulk-load images: files are uploaded, directories walked for image files, URLs sent
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
     /// failed.
-    Ingest {
-        /// Image files, directories, and http(s) URLs.
-        inputs: Vec<String>,
-        /// A running imgcas (e.g. http://127.0.0.1:8080); without it, the local data dir is
-        /// opened directly (stop the server first).
-        #[arg(long)]
-        server: Option<url::Url>,
-        /// Build this variant of every item (repeatable), e.g. --warm 'w=400&format=webp'.
-        #[arg(long = "warm", value_name = "SPEC")]
-        warm: Vec<String>,
-        /// Also read URLs from this file, one per line (`-` for standard input).
-        #[arg(long, value_name = "FILE")]
-        url_list: Option<PathBuf>,
-        /// URLs per ingest request.
-        #[arg(long, default_value_t = 100)]
-        batch: usize,
-        /// Files uploaded at once.
-        #[arg(long, default_value_t = 4)]
-        concurrency: usize,
-        /// Print the whole report as JSON on stdout instead of the table.
-        #[arg(long)]
-        json: bool,
-        /// Data directory, for local ingest (IMGCAS_DATA_DIR).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// Allow URLs on loopback and private networks, for local ingest.
-        #[arg(long)]
-        allow_private_networks: bool,
-    },
+    Ingest(imgcas::cli::ingest::IngestOptions),
     /// Find blobs and variants nothing references (run while the server is stopped).
     Gc {
         /// Remove them; without it, only report (dry run).
@@ -221,37 +193,22 @@ fn main() -> ExitCode {
                 Err(code) => code,
             }
         }
-        Command::Ingest {
-            inputs,
-            server,
-            warm,
-            url_list,
-            batch,
-            concurrency,
-            json,
-            data_dir,
-            allow_private_networks,
-        } => {
-            let config = match configure(cli.config.as_ref(), data_dir, allow_private_networks) {
+        Command::Ingest(options) => {
+            let config = match configure(
+                cli.config.as_ref(),
+                options.data_dir.clone(),
+                options.allow_private_networks,
+            ) {
                 Ok(c) => c,
                 Err(code) => return code,
-            };
-            let options = imgcas::cli::ingest::IngestOptions {
-                inputs,
-                server,
-                warm,
-                url_list,
-                batch,
-                concurrency,
-                progress: !json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             };
             let runtime = match runtime(&mut tokio::runtime::Builder::new_multi_thread()) {
                 Ok(r) => r,
                 Err(code) => return code,
             };
-            match runtime.block_on(imgcas::cli::ingest::run(config, options)) {
+            match runtime.block_on(imgcas::cli::ingest::run(config, &options)) {
                 Ok(report) => {
-                    if json {
+                    if options.json {
                         match serde_json::to_string_pretty(&report) {
                             Ok(text) => println!("{text}"),
                             Err(e) => eprintln!("imgcas: {e}"),

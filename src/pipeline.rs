@@ -359,6 +359,8 @@ pub struct Resolved {
     pub downloaded: bool,
     /// The bytes were not stored before this resolution (a new original, not a duplicate).
     pub new_original: bool,
+    /// The URL was mapped before, to other bytes.
+    pub changed: bool,
 }
 
 impl Resolved {
@@ -368,6 +370,7 @@ impl Resolved {
             state,
             downloaded: false,
             new_original: false,
+            changed: false,
         }
     }
 }
@@ -449,6 +452,7 @@ async fn refresh_url(shared: Arc<Shared>, url: Url, recheck: bool) -> Result<Res
                 state,
                 downloaded: true,
                 new_original,
+                changed: entry.is_some_and(|e| e.hash != hash),
             })
         }
     }

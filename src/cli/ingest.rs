@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Deserialize;
 use url::Url;
 
@@ -31,20 +31,36 @@ const IMAGE_EXTENSIONS: &[&str] = &[
     "jpg", "jpeg", "jpe", "jfif", "png", "apng", "gif", "webp", "avif", "tif", "tiff", "bmp", "ico",
 ];
 
-/// What the command was asked to do.
-#[derive(Debug, Clone)]
+/// What the command was asked to do (its command-line arguments).
+#[derive(Debug, Clone, clap::Args)]
 pub struct IngestOptions {
+    /// Image files, directories, and http(s) URLs.
     pub inputs: Vec<String>,
-    /// A running server; `None`: work on the local data dir.
+    /// A running imgcas (e.g. http://127.0.0.1:8080); without it, the local data dir is
+    /// opened directly (stop the server first).
+    #[arg(long)]
     pub server: Option<Url>,
+    /// Build this variant of every item (repeatable), e.g. --warm 'w=400&format=webp'.
+    #[arg(long = "warm", value_name = "SPEC")]
     pub warm: Vec<String>,
-    /// A file of URLs, one per line (`-`: standard input).
+    /// Also read URLs from this file, one per line (`-` for standard input).
+    #[arg(long, value_name = "FILE")]
     pub url_list: Option<PathBuf>,
-    /// URLs per `POST /v1/ingest`.
+    /// URLs per ingest request.
+    #[arg(long, default_value_t = 100)]
     pub batch: usize,
-    /// Files uploaded (and batches sent) at once.
+    /// Files uploaded at once.
+    #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
-    pub progress: bool,
+    /// Print the whole report as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Data directory, for local ingest (IMGCAS_DATA_DIR).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Allow URLs on loopback and private networks, for local ingest.
+    #[arg(long)]
+    pub allow_private_networks: bool,
 }
 
 /// One thing to ingest.
@@ -139,7 +155,7 @@ struct Remote {
 
 /// Runs the command. `Err` is for what stops it before any item (bad arguments, a server
 /// that does not answer, a data dir that will not open).
-pub async fn run(config: Config, options: IngestOptions) -> Result<Report, String> {
+pub async fn run(config: Config, options: &IngestOptions) -> Result<Report, String> {
     let items = collect(&options.inputs, options.url_list.as_deref())?;
     if items.is_empty() {
         return Err("nothing to ingest: no URL, and no image file under the paths given".into());
@@ -156,7 +172,12 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
             (Destination::Local(shared), target)
         }
     };
-    let bar = progress_bar(items.len(), options.progress);
+    // The JSON report is for programs; a bar on a terminal is for people.
+    let bar = if options.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::hidden()
+    } else {
+        super::progress(items.len(), "ingest")
+    };
     let started = Instant::now();
     let (mut files, mut urls) = (Vec::new(), Vec::new());
     for item in items {
@@ -186,8 +207,8 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
     let warmed = std::sync::Mutex::new(std::collections::HashSet::new());
     let mut uploads = stream::iter(files)
         .map(|path: PathBuf| {
-            let (destination, options, warm, warmed) = (&destination, &options, &warm, &warmed);
-            async move { ingest_file(destination, &path, limit, options, (warm, warmed)).await }
+            let (destination, warm, warmed) = (&destination, &warm, &warmed);
+            async move { ingest_file(destination, &path, limit, (warm, warmed)).await }
         })
         .buffered(options.concurrency.max(1));
     while let Some((result, sent)) = uploads.next().await {
@@ -202,7 +223,7 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
         .map(<[String]>::to_vec)
         .collect();
     let mut sent_batches = stream::iter(batches)
-        .map(|batch| ingest_urls(&destination, batch, &options.warm, &warm))
+        .map(|batch| ingest_urls(&destination, batch, &warm))
         .buffered(options.concurrency.clamp(1, 4));
     while let Some(answer) = sent_batches.next().await {
         for r in answer {
@@ -227,26 +248,11 @@ pub async fn run(config: Config, options: IngestOptions) -> Result<Report, Strin
     })
 }
 
-fn progress_bar(len: usize, visible: bool) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:32}] {pos}/{len} {per_sec:>9}, ETA {eta:<4} {msg}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
-}
-
 /// One file: read, upload, warm. Returns the result and the bytes sent.
 async fn ingest_file(
     destination: &Destination,
     path: &Path,
     limit: Option<u64>,
-    options: &IngestOptions,
     (warm, warmed): (
         &[WarmSpec],
         &std::sync::Mutex<std::collections::HashSet<String>>,
@@ -298,7 +304,7 @@ async fn ingest_file(
     if let (true, Some(hash)) = (first, result.hash.as_deref().and_then(|h| h.parse().ok())) {
         result.warm = match destination {
             Destination::Local(shared) => ingest::warm_variants(shared, hash, warm).await,
-            Destination::Remote(remote) => remote.warm(&result, &options.warm).await,
+            Destination::Remote(remote) => remote.warm(&result, warm).await,
         };
     }
     (result, sent)
@@ -307,12 +313,11 @@ async fn ingest_file(
 async fn ingest_urls(
     destination: &Destination,
     urls: Vec<String>,
-    warm_text: &[String],
     warm: &[WarmSpec],
 ) -> Vec<ItemResult> {
     match destination {
         Destination::Local(shared) => ingest::ingest_urls(shared, urls, warm).await.results,
-        Destination::Remote(remote) => remote.ingest(urls, warm_text).await,
+        Destination::Remote(remote) => remote.ingest(urls, warm).await,
     }
 }
 
@@ -392,7 +397,7 @@ impl Remote {
             Err(e) => return ItemResult::failed(source, &e),
         };
         if !status.is_success() {
-            return failed_answer(source, status, &body);
+            return ItemResult::failed_with(source, error_of(status, &body));
         }
         match serde_json::from_slice::<UploadAnswer>(&body) {
             Ok(a) => {
@@ -425,13 +430,13 @@ impl Remote {
 
     /// Warms an uploaded file's variants through `GET /v1/image/<hash>` (signed when a key
     /// is configured): `POST /v1/ingest` takes URLs only.
-    async fn warm(&self, item: &ItemResult, specs: &[String]) -> Vec<WarmResult> {
+    async fn warm(&self, item: &ItemResult, specs: &[WarmSpec]) -> Vec<WarmResult> {
         let Some(hash) = item.hash.as_deref() else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for text in specs {
-            let text = text.trim_start_matches('?');
+        for spec in specs {
+            let text = spec.text.as_str();
             let path = format!("/v1/image/{hash}");
             let query = match &self.signing_key {
                 Some(key) => {
@@ -444,13 +449,8 @@ impl Remote {
                 }
                 None => text.to_string(),
             };
-            let auto = text.split('&').any(|p| p == "format=auto");
-            let accepts: &[&str] = if auto {
-                &["image/avif,image/webp,*/*", "image/webp,*/*", "*/*"]
-            } else {
-                &["*/*"]
-            };
-            for accept in accepts {
+            for accept in spec.accepts() {
+                let accept = accept.unwrap_or("*/*");
                 out.push(self.warm_one(&path, &query, text, accept).await);
             }
         }
@@ -458,20 +458,20 @@ impl Remote {
     }
 
     async fn warm_one(&self, path: &str, query: &str, spec: &str, accept: &str) -> WarmResult {
-        let failed = |e: Error| WarmResult {
+        let failed = |error: ErrorBody| WarmResult {
             spec: spec.to_string(),
             format: None,
             bytes: None,
             processed: false,
-            error: Some((&e).into()),
+            error: Some(error),
         };
         let url = match self.endpoint(&format!("{path}?{query}")) {
             Ok(u) => u,
-            Err(e) => return failed(Error::Internal(e)),
+            Err(e) => return failed((&Error::Internal(e)).into()),
         };
         let response = match self.client.get(url).header("accept", accept).send().await {
             Ok(r) => r,
-            Err(e) => return failed(Error::Origin(format!("warm request failed: {e}"))),
+            Err(e) => return failed((&Error::Origin(format!("warm request failed: {e}"))).into()),
         };
         let status = response.status();
         let header = |name: &str| {
@@ -485,19 +485,7 @@ impl Remote {
         let format = header("content-type").map(|t| t.trim_start_matches("image/").to_string());
         let body = response.bytes().await.unwrap_or_default();
         if !status.is_success() {
-            let error = serde_json::from_slice::<ErrorAnswer>(&body)
-                .map(|a| a.error)
-                .unwrap_or_else(|_| ErrorBody {
-                    code: "internal".into(),
-                    message: format!("the server answered {status}"),
-                });
-            return WarmResult {
-                spec: spec.to_string(),
-                format: None,
-                bytes: None,
-                processed: false,
-                error: Some(error),
-            };
+            return failed(error_of(status, &body));
         }
         WarmResult {
             spec: spec.to_string(),
@@ -508,19 +496,15 @@ impl Remote {
         }
     }
 
-    async fn ingest(&self, urls: Vec<String>, warm: &[String]) -> Vec<ItemResult> {
+    async fn ingest(&self, urls: Vec<String>, warm: &[WarmSpec]) -> Vec<ItemResult> {
         let fail_all = |urls: Vec<String>, e: &ErrorBody| {
             urls.into_iter()
-                .map(|u| {
-                    let mut r = ItemResult::failed(u, &Error::Internal(String::new()));
-                    r.error = Some(e.clone());
-                    r
-                })
+                .map(|u| ItemResult::failed_with(u, e.clone()))
                 .collect()
         };
         let request = IngestRequest {
             urls: urls.clone(),
-            warm: warm.to_vec(),
+            warm: warm.iter().map(|w| w.text.clone()).collect(),
         };
         let sent = async {
             let body = serde_json::to_vec(&request).map_err(|e| Error::Internal(e.to_string()))?;
@@ -554,12 +538,6 @@ fn error_of(status: reqwest::StatusCode, body: &[u8]) -> ErrorBody {
             code: "internal".into(),
             message: format!("the server answered {status}"),
         })
-}
-
-fn failed_answer(source: String, status: reqwest::StatusCode, body: &[u8]) -> ItemResult {
-    let mut r = ItemResult::failed(source, &Error::Internal(String::new()));
-    r.error = Some(error_of(status, body));
-    r
 }
 
 fn human_bytes(n: u64) -> String {

@@ -12,8 +12,7 @@
 
 use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
+use super::progress;
 use crate::blob::{self, BlobStore};
 use crate::config::Config;
 use crate::error::Error;
@@ -46,17 +45,6 @@ pub struct GcReport {
     pub bytes: u64,
     pub orphan_variants: u64,
     pub applied: bool,
-}
-
-fn progress(len: usize, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    bar
 }
 
 async fn open(config: &Config) -> Result<(Maps, Arc<dyn BlobStore>), Error> {

@@ -1,5 +1,21 @@
-//! Offline commands of the `imgcas` binary (everything but `serve`).
+//! The commands of the `imgcas` binary besides `serve`: `process` (one file, offline),
+//! `ingest` (bulk loading, over HTTP or on the local data dir), and the maintenance commands
+//! `stats`, `verify` and `gc`.
+
+use indicatif::{ProgressBar, ProgressStyle};
 
 pub mod ingest;
 pub mod maintenance;
 pub mod process;
+
+/// The progress bar the long commands share: what, how far, rate and time left.
+pub(crate) fn progress(len: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
