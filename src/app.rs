@@ -1,105 +1,44 @@
-//! Builds the one shared state (`Arc<Shared>`) and runs the HTTP server on it.
+//! The server's lifecycle: opens the pipeline, binds the listener, serves the router, flushes
+//! the maps once a second and at shutdown.
 //!
-//! `start` is used by `imgcas serve` and by the integration tests alike, so tests run the
-//! very service users run.
+//! [`start`] is used by `imgcas serve` and by the integration tests alike, so tests run the
+//! very service users run, and see it only through HTTP and [`RunningApp::pipeline`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::admission::Admission;
-use crate::blob::BlobStore;
-use crate::coalesce::SingleFlight;
 use crate::config::Config;
-use crate::error::Error;
-use crate::fetch::Fetcher;
-use crate::hot::HotVariants;
-use crate::maps::{Maps, StoredVariant};
+use crate::http::Service;
 use crate::metrics::Metrics;
-use crate::negative::OriginFailures;
-use crate::pipeline::{Failure, Resolved};
-use crate::stats::Stats;
-
-/// Everything a request may touch.
-pub struct Shared {
-    /// The effective configuration (defaults < file < environment < flags).
-    pub config: Config,
-    /// URL map, originals index and variants (one redb file).
-    pub maps: Maps,
-    /// Original bytes by hash.
-    pub blobs: Arc<dyn BlobStore>,
-    /// Recent variants in memory, in front of `maps.variants`.
-    pub hot: HotVariants,
-    /// The guarded origin client, with its download slots per origin.
-    pub fetcher: Fetcher,
-    /// Origin failures per URL, held for their class's lifetime (with backoff).
-    pub origin_failures: OriginFailures,
-    /// One origin request per URL at a time; latecomers share its answer.
-    pub url_flights: SingleFlight<String, Result<Resolved, Failure>>,
-    /// One processing run per variant key at a time.
-    pub variant_flights: SingleFlight<Vec<u8>, Result<(StoredVariant, bool), Error>>,
-    /// Processing admission: at most `limits.process_concurrency` runs use the CPU at once,
-    /// on the blocking pool, and work that would wait past `limits.queue_target` is refused.
-    pub admission: Admission,
-    /// Signing keys (`security.signing_key`); empty: URLs need no `sig`.
-    pub signing_keys: Vec<Vec<u8>>,
-    /// Work counters.
-    pub stats: Stats,
-    /// The recorder behind `/metrics`.
-    pub metrics: Metrics,
-}
+use crate::pipeline::Pipeline;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StartError(pub String);
 
-impl Shared {
-    pub async fn open(config: Config) -> Result<Arc<Shared>, StartError> {
-        config.validate().map_err(|e| StartError(e.to_string()))?;
-        let maps = Maps::open(&config.data_dir).map_err(|e| {
-            StartError(format!(
-                "cannot open the maps in {}: {e}",
-                config.data_dir.display()
-            ))
-        })?;
-        let blobs = crate::blob::open(&config)
-            .await
-            .map_err(|e| StartError(e.to_string()))?;
-        let fetcher = Fetcher::new(&config.fetch).map_err(StartError)?;
-        let admission = Admission::new(
-            config.limits.process_concurrency,
-            config.limits.queue_target,
-        );
-        Ok(Arc::new(Shared {
-            hot: HotVariants::new(config.limits.hot_cache_bytes),
-            signing_keys: config.security.signing_keys(),
-            config,
-            maps,
-            blobs,
-            fetcher,
-            origin_failures: OriginFailures::default(),
-            url_flights: SingleFlight::default(),
-            variant_flights: SingleFlight::default(),
-            admission,
-            stats: Stats::default(),
-            metrics: Metrics::default(),
-        }))
-    }
-}
-
 /// A running server.
 pub struct RunningApp {
-    pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
+    addr: SocketAddr,
+    service: Service,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl RunningApp {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The pipeline behind the server (its counters, for tests and embedders).
+    pub fn pipeline(&self) -> &Pipeline {
+        self.service.pipeline()
+    }
+
     /// Stops accepting, lets in-flight requests finish, and makes the maps durable.
     pub async fn stop(mut self) {
         self.stop_inner().await;
@@ -124,17 +63,20 @@ impl RunningApp {
 /// Opens the data dir, binds `config.listen`, and serves until stopped.
 pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let listen = config.listen;
-    let shared = Shared::open(config).await?;
+    let metrics = Metrics::default();
+    let pipeline = Pipeline::open(config.clone(), metrics.clone())
+        .await
+        .map_err(|e| StartError(e.to_string()))?;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| StartError(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| StartError(e.to_string()))?;
-    let router = crate::http::router(shared.clone());
+    let service = Service::new(pipeline.clone(), config, metrics.clone());
+    let router = crate::http::router(service.clone());
     let (tx, rx) = oneshot::channel::<()>();
-    let flusher = spawn_flusher(shared.clone());
-    let s = shared.clone();
+    let flusher = spawn_flusher(pipeline.clone(), metrics);
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async {
@@ -145,16 +87,13 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
             tracing::error!(error = %e, "server stopped");
         }
         flusher.abort();
-        let maps = s.maps.clone();
-        match tokio::task::spawn_blocking(move || maps.flush()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
-            Err(e) => tracing::error!(error = %e, "final flush task failed"),
+        if let Err(e) = pipeline.flush().await {
+            tracing::error!(error = %e, "final flush failed");
         }
     });
     Ok(RunningApp {
         addr,
-        shared,
+        service,
         shutdown: Some(tx),
         task: Some(task),
     })
@@ -164,14 +103,13 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
 /// second of recomputable entries, and folds recorded latency samples into their histogram
 /// buckets (the recorder queues every sample until then: without it, memory would grow with
 /// each request between scrapes).
-fn spawn_flusher(shared: Arc<Shared>) -> JoinHandle<()> {
+fn spawn_flusher(pipeline: Pipeline, metrics: Metrics) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            shared.metrics.upkeep();
-            let maps = shared.maps.clone();
-            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || maps.flush()).await {
+            metrics.upkeep();
+            if let Err(e) = pipeline.flush().await {
                 tracing::warn!(error = %e, "periodic flush failed");
             }
         }

@@ -1,6 +1,8 @@
-//! Configuration: defaults < TOML file (`--config`) < `IMGCAS_*` environment < flags.
+//! Configuration: defaults < TOML file (`--config`) < `IMGCAS_*` environment < flags, applied
+//! in one place, [`Config::load`], and validated there for every command.
 //!
 //! Key and variable names are the SPEC's; anything not in the SPEC is marked as an extension.
+//! Each variable is one row of [`ENVIRONMENT`], next to the key it sets.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ fn bad(name: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub listen: SocketAddr,
@@ -46,14 +48,14 @@ pub enum StorageBackend {
     S3,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     pub backend: StorageBackend,
     pub s3: S3Config,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct S3Config {
     pub bucket: Option<String>,
@@ -62,7 +64,7 @@ pub struct S3Config {
     pub force_path_style: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FetchConfig {
     pub allow_private_networks: bool,
@@ -79,7 +81,7 @@ pub struct FetchConfig {
     pub concurrency: usize,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_pixels: u64,
@@ -95,7 +97,7 @@ pub struct LimitsConfig {
     pub hot_cache_bytes: u64,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// HMAC-SHA256 keys, comma-separated: every key verifies, so a new key can be added
@@ -197,20 +199,127 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     }
 }
 
-fn parse_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(bad(name, format!("`{v}` is not a boolean"))),
+/// The settings a command line may give (the last and strongest layer).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    /// Only ever turns the setting on.
+    pub allow_private_networks: bool,
+}
+
+impl Flags {
+    fn apply(&self, config: &mut Config) {
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(dir) = &self.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if self.allow_private_networks {
+            config.fetch.allow_private_networks = true;
+        }
     }
 }
 
-fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, ConfigError> {
+/// One environment variable: the key it sets, as the file spells it, and how.
+pub struct EnvVar {
+    pub key: &'static str,
+    pub var: &'static str,
+    apply: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+// Parsers of variable text, one per kind of value.
+
+fn text(v: &str) -> Result<String, String> {
+    Ok(v.to_string())
+}
+
+fn some_text(v: &str) -> Result<Option<String>, String> {
+    Ok(Some(v.to_string()))
+}
+
+fn path(v: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(v))
+}
+
+fn address(v: &str) -> Result<SocketAddr, String> {
+    v.parse()
+        .map_err(|_| format!("`{v}` is not an address:port"))
+}
+
+fn backend(v: &str) -> Result<StorageBackend, String> {
+    match v {
+        "fs" => Ok(StorageBackend::Fs),
+        "s3" => Ok(StorageBackend::S3),
+        _ => Err("must be `fs` or `s3`".into()),
+    }
+}
+
+/// A comma list of host names, lower-cased.
+fn hosts(v: &str) -> Result<Vec<String>, String> {
+    Ok(v.split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect())
+}
+
+fn duration(v: &str) -> Result<Duration, String> {
+    parse_duration(v)
+}
+
+fn number<T: std::str::FromStr>(v: &str) -> Result<T, String> {
     v.trim()
         .replace('_', "")
         .parse()
-        .map_err(|_| bad(name, format!("`{v}` is not a number")))
+        .map_err(|_| format!("`{v}` is not a number"))
 }
+
+fn boolean(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(format!("`{v}` is not a boolean")),
+    }
+}
+
+/// A row of [`ENVIRONMENT`]: the key, its variable, the field it sets and the parser.
+macro_rules! setting {
+    ($key:literal, $var:literal, $($field:ident).+, $parse:expr) => {
+        EnvVar {
+            key: $key,
+            var: $var,
+            apply: |c, v| {
+                c.$($field).+ = $parse(v)?;
+                Ok(())
+            },
+        }
+    };
+}
+
+/// Every `IMGCAS_*` setting, SPEC's names exactly (no name is derived from a key).
+#[rustfmt::skip]
+pub const ENVIRONMENT: &[EnvVar] = &[
+    setting!("listen", "IMGCAS_LISTEN", listen, address),
+    setting!("data_dir", "IMGCAS_DATA_DIR", data_dir, path),
+    setting!("storage.backend", "IMGCAS_STORAGE", storage.backend, backend),
+    setting!("storage.s3.bucket", "IMGCAS_S3_BUCKET", storage.s3.bucket, some_text),
+    setting!("storage.s3.endpoint", "IMGCAS_S3_ENDPOINT", storage.s3.endpoint, some_text),
+    setting!("storage.s3.region", "IMGCAS_S3_REGION", storage.s3.region, text),
+    setting!("storage.s3.force_path_style", "IMGCAS_S3_FORCE_PATH_STYLE", storage.s3.force_path_style, boolean),
+    setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
+    setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
+    setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),
+    setting!("fetch.timeout", "IMGCAS_FETCH_TIMEOUT", fetch.timeout, duration),
+    setting!("fetch.revalidate_after", "IMGCAS_REVALIDATE_AFTER", fetch.revalidate_after, duration),
+    setting!("fetch.per_host_concurrency", "IMGCAS_FETCH_PER_HOST", fetch.per_host_concurrency, number),
+    setting!("fetch.concurrency", "IMGCAS_FETCH_CONCURRENCY", fetch.concurrency, number),
+    setting!("limits.max_pixels", "IMGCAS_MAX_PIXELS", limits.max_pixels, number),
+    setting!("limits.process_concurrency", "IMGCAS_PROCESS_CONCURRENCY", limits.process_concurrency, number),
+    setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
+    setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
+    setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
+];
 
 impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
@@ -226,77 +335,29 @@ impl Config {
 
     /// Applies the `IMGCAS_*` variables found by `var` (the process environment in the binary).
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        let get = |name: &str| var(name).filter(|v| !v.is_empty());
-        if let Some(v) = get("IMGCAS_LISTEN") {
-            self.listen = v
-                .parse()
-                .map_err(|_| bad("IMGCAS_LISTEN", format!("`{v}` is not an address:port")))?;
-        }
-        if let Some(v) = get("IMGCAS_DATA_DIR") {
-            self.data_dir = PathBuf::from(v);
-        }
-        if let Some(v) = get("IMGCAS_STORAGE") {
-            self.storage.backend = match v.as_str() {
-                "fs" => StorageBackend::Fs,
-                "s3" => StorageBackend::S3,
-                _ => return Err(bad("IMGCAS_STORAGE", "must be `fs` or `s3`")),
-            };
-        }
-        if let Some(v) = get("IMGCAS_S3_BUCKET") {
-            self.storage.s3.bucket = Some(v);
-        }
-        if let Some(v) = get("IMGCAS_S3_ENDPOINT") {
-            self.storage.s3.endpoint = Some(v);
-        }
-        if let Some(v) = get("IMGCAS_S3_REGION") {
-            self.storage.s3.region = v;
-        }
-        if let Some(v) = get("IMGCAS_S3_FORCE_PATH_STYLE") {
-            self.storage.s3.force_path_style = parse_bool("IMGCAS_S3_FORCE_PATH_STYLE", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_ALLOW_PRIVATE_NETWORKS") {
-            self.fetch.allow_private_networks = parse_bool("IMGCAS_ALLOW_PRIVATE_NETWORKS", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_ALLOWED_HOSTS") {
-            self.fetch.allowed_hosts = v
-                .split(',')
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect();
-        }
-        if let Some(v) = get("IMGCAS_MAX_SOURCE_BYTES") {
-            self.fetch.max_bytes = parse_num("IMGCAS_MAX_SOURCE_BYTES", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_FETCH_TIMEOUT") {
-            self.fetch.timeout = parse_duration(&v).map_err(|m| bad("IMGCAS_FETCH_TIMEOUT", m))?;
-        }
-        if let Some(v) = get("IMGCAS_REVALIDATE_AFTER") {
-            self.fetch.revalidate_after =
-                parse_duration(&v).map_err(|m| bad("IMGCAS_REVALIDATE_AFTER", m))?;
-        }
-        if let Some(v) = get("IMGCAS_MAX_PIXELS") {
-            self.limits.max_pixels = parse_num("IMGCAS_MAX_PIXELS", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_PROCESS_CONCURRENCY") {
-            self.limits.process_concurrency = parse_num("IMGCAS_PROCESS_CONCURRENCY", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_QUEUE_TARGET") {
-            self.limits.queue_target =
-                parse_duration(&v).map_err(|m| bad("IMGCAS_QUEUE_TARGET", m))?;
-        }
-        if let Some(v) = get("IMGCAS_HOT_CACHE_BYTES") {
-            self.limits.hot_cache_bytes = parse_num("IMGCAS_HOT_CACHE_BYTES", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_FETCH_PER_HOST") {
-            self.fetch.per_host_concurrency = parse_num("IMGCAS_FETCH_PER_HOST", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_FETCH_CONCURRENCY") {
-            self.fetch.concurrency = parse_num("IMGCAS_FETCH_CONCURRENCY", &v)?;
-        }
-        if let Some(v) = get("IMGCAS_SIGNING_KEY") {
-            self.security.signing_key = Some(v);
+        for row in ENVIRONMENT {
+            if let Some(value) = var(row.var).filter(|v| !v.is_empty()) {
+                (row.apply)(self, &value).map_err(|m| bad(row.var, m))?;
+            }
         }
         Ok(())
+    }
+
+    /// The one way a command gets its configuration: defaults, then the file, then the
+    /// environment (`env` looks a variable up), then the flags; validated.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        flags: &Flags,
+    ) -> Result<Config, ConfigError> {
+        let mut config = match file {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        config.apply_env(env)?;
+        flags.apply(&mut config);
+        config.validate()?;
+        Ok(config)
     }
 
     /// Checks what serde cannot: ranges and combinations.
@@ -388,5 +449,80 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().starts_with("IMGCAS_FETCH_TIMEOUT"));
         assert!(toml::from_str::<Config>("nonsense = 1").is_err());
+    }
+
+    /// Each key set once from the file and once from its variable gives the same config, and
+    /// not the default one: the table and the file agree on every name.
+    #[test]
+    fn every_key_reads_the_same_from_the_file_and_the_environment() {
+        // variable → (the file's TOML value, the variable's text)
+        let samples: HashMap<&str, (&str, &str)> = [
+            ("IMGCAS_LISTEN", (r#""127.0.0.1:9123""#, "127.0.0.1:9123")),
+            ("IMGCAS_DATA_DIR", (r#""/srv/imgcas""#, "/srv/imgcas")),
+            ("IMGCAS_STORAGE", (r#""s3""#, "s3")),
+            ("IMGCAS_S3_BUCKET", (r#""pics""#, "pics")),
+            (
+                "IMGCAS_S3_ENDPOINT",
+                (r#""http://127.0.0.1:9000""#, "http://127.0.0.1:9000"),
+            ),
+            ("IMGCAS_S3_REGION", (r#""eu-west-3""#, "eu-west-3")),
+            ("IMGCAS_S3_FORCE_PATH_STYLE", ("true", "true")),
+            ("IMGCAS_ALLOW_PRIVATE_NETWORKS", ("true", "yes")),
+            (
+                "IMGCAS_ALLOWED_HOSTS",
+                (r#"["a.example", "b.example"]"#, "a.example,B.example"),
+            ),
+            ("IMGCAS_MAX_SOURCE_BYTES", ("1000", "1_000")),
+            ("IMGCAS_FETCH_TIMEOUT", (r#""2m""#, "120")),
+            ("IMGCAS_REVALIDATE_AFTER", ("60", "1m")),
+            ("IMGCAS_FETCH_PER_HOST", ("3", "3")),
+            ("IMGCAS_FETCH_CONCURRENCY", ("5", "5")),
+            ("IMGCAS_MAX_PIXELS", ("1000", "1000")),
+            ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),
+            ("IMGCAS_QUEUE_TARGET", (r#""250ms""#, "250ms")),
+            ("IMGCAS_HOT_CACHE_BYTES", ("0", "0")),
+            (
+                "IMGCAS_SIGNING_KEY",
+                (r#""0123456789abcdef""#, "0123456789abcdef"),
+            ),
+        ]
+        .into();
+        assert_eq!(samples.len(), ENVIRONMENT.len(), "a sample per variable");
+        for row in ENVIRONMENT {
+            let (toml_value, env_text) = samples[row.var];
+            let from_file: Config = toml::from_str(&format!("{} = {toml_value}", row.key))
+                .unwrap_or_else(|e| panic!("{}: {e}", row.key));
+            let mut from_env = Config::default();
+            from_env
+                .apply_env(|name| (name == row.var).then(|| env_text.to_string()))
+                .unwrap();
+            assert_eq!(from_file, from_env, "{} vs {}", row.key, row.var);
+            assert_ne!(from_file, Config::default(), "{} changes nothing", row.key);
+        }
+    }
+
+    #[test]
+    fn load_applies_flags_last_and_validates() {
+        let env: HashMap<&str, &str> = [
+            ("IMGCAS_DATA_DIR", "/from/env"),
+            ("IMGCAS_LISTEN", "127.0.0.1:1"),
+        ]
+        .into();
+        let flags = Flags {
+            data_dir: Some("/from/flag".into()),
+            ..Flags::default()
+        };
+        let config = Config::load(None, |k| env.get(k).map(|v| v.to_string()), &flags).unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(config.listen.port(), 1);
+        let invalid = Config::load(
+            None,
+            |k| (k == "IMGCAS_MAX_PIXELS").then(|| "0".into()),
+            &flags,
+        );
+        assert!(invalid
+            .unwrap_err()
+            .to_string()
+            .contains("limits.max_pixels"));
     }
 }

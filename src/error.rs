@@ -1,21 +1,15 @@
-//! The service's one error type. Lower layers keep their own enums (`FetchError`,
-//! `MapError`, `BlobError`, the processors' `ProcessError`); they convert into [`Error`] here,
-//! and `http::error` is the one place that turns an [`Error`] into a status and SPEC's JSON.
+//! The service's one error type, and the SPEC error code each error carries.
+//!
+//! Lower layers keep their own enums (`FetchError`, `MapError`, `BlobError`, the processors'
+//! `ProcessError`); they convert into [`Error`] here. The code ([`Error::code`]) belongs to the
+//! error, so the HTTP layer, ingest reports and the command line all name an error the same
+//! way without importing each other; `http::error` only decides the status and headers.
 
-use imgcas_processors::{ProcessError, SpecError};
+use imgcas_processors::{ProcessError, ProcessFailure, SpecError};
 
 use crate::blob::BlobError;
 use crate::fetch::FetchError;
 use crate::maps::MapError;
-
-/// The kind of a processing failure, as stored in the variants map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessFailure {
-    UnsupportedFormat,
-    Undecodable,
-    TooManyPixels,
-    SourceTooSmall,
-}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
@@ -60,6 +54,25 @@ impl Error {
             message: message.into(),
         }
     }
+
+    /// SPEC's `code` string (the `error.code` of every error body, the prefix of
+    /// `imgcas process`'s error line).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidOption { .. } => "invalid_option",
+            Error::SourceNotAllowed(_) => "source_not_allowed",
+            Error::NotFound(_) => "not_found",
+            Error::SourceTooLarge { .. } => "source_too_large",
+            Error::Process { kind, .. } => kind.code(),
+            Error::Origin(_) => "origin_error",
+            Error::OriginTimeout(_) => "origin_timeout",
+            Error::StorageUnavailable(_) => "storage_unavailable",
+            Error::BadSignature(_) => "bad_signature",
+            Error::BatchTooLarge(_) => "batch_too_large",
+            Error::Overloaded { .. } => "overloaded",
+            Error::Internal(_) => "internal",
+        }
+    }
 }
 
 impl From<SpecError> for Error {
@@ -73,15 +86,13 @@ impl From<SpecError> for Error {
 
 impl From<ProcessError> for Error {
     fn from(e: ProcessError) -> Self {
-        let message = e.to_string();
-        let kind = match e {
-            ProcessError::UnsupportedFormat(_) => ProcessFailure::UnsupportedFormat,
-            ProcessError::Undecodable(_) => ProcessFailure::Undecodable,
-            ProcessError::TooManyPixels { .. } => ProcessFailure::TooManyPixels,
-            ProcessError::SourceTooSmall { .. } => ProcessFailure::SourceTooSmall,
-            ProcessError::Internal(m) => return Error::Internal(m),
-        };
-        Error::Process { kind, message }
+        match e.kind() {
+            Some(kind) => Error::Process {
+                kind,
+                message: e.to_string(),
+            },
+            None => Error::Internal(e.to_string()),
+        }
     }
 }
 
@@ -120,5 +131,27 @@ impl From<BlobError> for Error {
 impl From<tokio::task::JoinError> for Error {
     fn from(e: tokio::task::JoinError) -> Self {
         Error::Internal(format!("a background task failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processing_failures_keep_their_kind_and_code() {
+        let e = Error::from(ProcessError::Undecodable("bad huffman".into()));
+        assert_eq!(e.code(), "undecodable");
+        assert!(matches!(
+            e,
+            Error::Process {
+                kind: ProcessFailure::Undecodable,
+                ..
+            }
+        ));
+        assert_eq!(
+            Error::from(ProcessError::Internal("x".into())).code(),
+            "internal"
+        );
     }
 }

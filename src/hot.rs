@@ -6,17 +6,20 @@
 
 use moka::sync::Cache;
 
-use crate::maps::{StoredVariant, VariantKey};
+use crate::maps::{VariantBody, VariantKey, VariantRow};
 
 pub struct HotVariants {
-    cache: Option<Cache<VariantKey, StoredVariant>>,
+    cache: Option<Cache<VariantKey, VariantRow>>,
 }
 
 /// Memory an entry holds: its bytes plus the key and bookkeeping.
-fn weight(key: &VariantKey, value: &StoredVariant) -> u32 {
+fn weight(key: &VariantKey, value: &VariantRow) -> u32 {
     let body = match value {
-        StoredVariant::Image { bytes, .. } => bytes.len(),
-        StoredVariant::Failed { message, .. } => message.len(),
+        VariantRow::Image {
+            body: VariantBody::Inline(bytes),
+            ..
+        } => bytes.len(),
+        VariantRow::Failed { message, .. } => message.len(),
     };
     u32::try_from(body + key.canonical_spec.len() + 128).unwrap_or(u32::MAX)
 }
@@ -33,11 +36,11 @@ impl HotVariants {
         HotVariants { cache }
     }
 
-    pub fn get(&self, key: &VariantKey) -> Option<StoredVariant> {
+    pub fn get(&self, key: &VariantKey) -> Option<VariantRow> {
         self.cache.as_ref()?.get(key)
     }
 
-    pub fn insert(&self, key: VariantKey, value: StoredVariant) {
+    pub fn insert(&self, key: VariantKey, value: VariantRow) {
         if let Some(cache) = &self.cache {
             cache.insert(key, value);
         }
@@ -66,12 +69,12 @@ mod tests {
         }
     }
 
-    fn image(len: usize) -> StoredVariant {
-        StoredVariant::Image {
+    fn image(len: usize) -> VariantRow {
+        VariantRow::Image {
             format: OutputFormat::Jpeg,
             width: 1,
             height: 1,
-            bytes: bytes::Bytes::from(vec![0u8; len]),
+            body: VariantBody::Inline(bytes::Bytes::from(vec![0u8; len])),
         }
     }
 

@@ -1,18 +1,26 @@
 //! imgcas: a content-addressable image dedup and processing service.
 //!
-//! A request walks down this list and nothing reaches back up:
-//! `http` → `pipeline` → { `maps`, `fetch`, `blob` } → `imgcas_processors`.
-//! `app` builds the one shared state; `config` reads settings; `coalesce` makes concurrent
-//! identical work run once; `admission` bounds processing by cost; `hot` keeps recent variants
-//! in memory; `negative` holds origin failures per URL; `signing` checks `sig`; `metrics`
-//! renders `/metrics`; `cli` holds the offline commands.
+//! A request walks down these layers and nothing reaches back up (`tests/layering.rs`
+//! enforces it; `docs/architecture.md` draws it):
+//!
+//! 1. `hash`, `config`: plain values every layer may use.
+//! 2. `blob`, `maps`, `fetch` (storage and the origin client), and the small parts the
+//!    pipeline is built of: `coalesce` (single flight), `admission` (processing by cost),
+//!    `signing`, `stats`.
+//! 3. `hot` (recent variants), `negative` (origin failures), `metrics` (the recorder and
+//!    page), `error` (the service's error and its SPEC code).
+//! 4. `wire`: the JSON answers the server writes and its own client reads.
+//! 5. `pipeline`: the decision flow and the one owner of the maps, blobs, fetcher and caches.
+//! 6. `ingest`: batches of URLs and warm specs, through the pipeline.
+//! 7. `http`: the routes. 8. `app`: the server's lifecycle.
+//!
+//! The command line (`src/main.rs`, `src/cli/`) is the binary's, not part of this library.
 
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod app;
 pub mod blob;
-pub mod cli;
 pub mod coalesce;
 pub mod config;
 pub mod error;
@@ -27,3 +35,4 @@ pub mod negative;
 pub mod pipeline;
 pub mod signing;
 pub mod stats;
+pub mod wire;

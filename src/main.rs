@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use imgcas::app;
-use imgcas::config::Config;
+use imgcas::config::{Config, Flags};
+
+mod cli;
 
 #[derive(Parser)]
 #[command(
@@ -64,7 +66,7 @@ enum Command {
     /// Bulk-load images: files are uploaded, directories walked for image files, URLs sent
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
     /// failed.
-    Ingest(imgcas::cli::ingest::IngestOptions),
+    Ingest(cli::ingest::IngestOptions),
     /// Find blobs and variants nothing references (run while the server is stopped).
     Gc {
         /// Remove them; without it, only report (dry run).
@@ -73,35 +75,45 @@ enum Command {
     },
 }
 
-fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
-    let mut config = match path {
-        Some(p) => Config::from_file(p).map_err(|e| e.to_string())?,
-        None => Config::default(),
-    };
-    config
-        .apply_env(|name| std::env::var(name).ok())
-        .map_err(|e| e.to_string())?;
-    Ok(config)
+/// How a command ended; [`Outcome::exit_code`] is the one place exit codes are decided.
+enum Outcome {
+    /// Done, nothing wrong: exit 0.
+    Done,
+    /// Done, but something it found or did failed (a processing error, an item that failed,
+    /// a dangling entry): exit 1, after the command printed what.
+    Trouble,
+    /// The command ran and failed (the server could not start, storage failed): exit 1.
+    Failed(String),
+    /// The command could not start: a bad configuration or input, a server that does not
+    /// answer, a data dir another process holds: exit 2.
+    Refused(String),
 }
 
-/// The configuration with the flags `serve` and `ingest` share applied; exit code 2 when it
-/// does not load.
-fn configure(
-    path: Option<&PathBuf>,
-    data_dir: Option<PathBuf>,
-    allow_private_networks: bool,
-) -> Result<Config, ExitCode> {
-    let mut config = load_config(path).map_err(|e| {
-        eprintln!("imgcas: {e}");
-        ExitCode::from(2)
-    })?;
-    if let Some(d) = data_dir {
-        config.data_dir = d;
+impl Outcome {
+    fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Done => ExitCode::SUCCESS,
+            Outcome::Trouble => ExitCode::from(1),
+            Outcome::Failed(message) => {
+                eprintln!("imgcas: {message}");
+                ExitCode::from(1)
+            }
+            Outcome::Refused(message) => {
+                eprintln!("imgcas: {message}");
+                ExitCode::from(2)
+            }
+        }
     }
-    if allow_private_networks {
-        config.fetch.allow_private_networks = true;
-    }
-    Ok(config)
+}
+
+/// The configuration every command runs with: file < environment < `flags`, validated.
+fn configure(path: Option<&PathBuf>, flags: &Flags) -> Result<Config, Outcome> {
+    Config::load(
+        path.map(PathBuf::as_path),
+        |name| std::env::var(name).ok(),
+        flags,
+    )
+    .map_err(|e| Outcome::Refused(e.to_string()))
 }
 
 fn init_logging() {
@@ -144,6 +156,11 @@ async fn shutdown_signal() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    run(cli).unwrap_or_else(|outcome| outcome).exit_code()
+}
+
+fn run(cli: Cli) -> Result<Outcome, Outcome> {
+    let config_path = cli.config.as_ref();
     match cli.command {
         Command::Process {
             input,
@@ -151,27 +168,21 @@ fn main() -> ExitCode {
             output,
             accept,
         } => {
-            let config = match load_config(cli.config.as_ref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("imgcas: {e}");
-                    return ExitCode::from(2);
-                }
-            };
+            let config = configure(config_path, &Flags::default())?;
             let limits = imgcas_processors::Limits {
                 max_pixels: config.limits.max_pixels,
             };
-            match imgcas::cli::process::run(&input, &spec, &output, accept.as_deref(), &limits) {
+            match cli::process::run(&input, &spec, &output, accept.as_deref(), &limits) {
                 Ok(done) => {
                     eprintln!(
                         "{}x{} {} {} bytes",
                         done.width, done.height, done.format, done.bytes
                     );
-                    ExitCode::SUCCESS
+                    Ok(Outcome::Done)
                 }
                 Err(e) => {
-                    eprintln!("{}", imgcas::cli::process::describe_error(&e));
-                    ExitCode::from(1)
+                    eprintln!("{}", cli::process::describe_error(&e));
+                    Ok(Outcome::Trouble)
                 }
             }
         }
@@ -180,118 +191,88 @@ fn main() -> ExitCode {
             data_dir,
             allow_private_networks,
         } => {
-            let mut config = match configure(cli.config.as_ref(), data_dir, allow_private_networks)
-            {
-                Ok(c) => c,
-                Err(code) => return code,
+            let flags = Flags {
+                listen,
+                data_dir,
+                allow_private_networks,
             };
-            if let Some(l) = listen {
-                config.listen = l;
-            }
-            match runtime(&mut tokio::runtime::Builder::new_multi_thread()) {
-                Ok(runtime) => runtime.block_on(serve(config)),
-                Err(code) => code,
-            }
+            let config = configure(config_path, &flags)?;
+            let runtime = runtime(&mut tokio::runtime::Builder::new_multi_thread())?;
+            runtime.block_on(serve(config))
         }
         Command::Ingest(options) => {
-            let config = match configure(
-                cli.config.as_ref(),
-                options.data_dir.clone(),
-                options.allow_private_networks,
-            ) {
-                Ok(c) => c,
-                Err(code) => return code,
+            let flags = Flags {
+                listen: None,
+                data_dir: options.data_dir.clone(),
+                allow_private_networks: options.allow_private_networks,
             };
-            let runtime = match runtime(&mut tokio::runtime::Builder::new_multi_thread()) {
-                Ok(r) => r,
-                Err(code) => return code,
-            };
-            match runtime.block_on(imgcas::cli::ingest::run(config, &options)) {
-                Ok(report) => {
-                    if options.json {
-                        match serde_json::to_string_pretty(&report) {
-                            Ok(text) => println!("{text}"),
-                            Err(e) => eprintln!("imgcas: {e}"),
-                        }
-                    } else {
-                        print!("{}", imgcas::cli::ingest::describe(&report));
-                    }
-                    if report.summary.failed == 0 {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("imgcas: {e}");
-                    ExitCode::from(2)
-                }
+            let config = configure(config_path, &flags)?;
+            let runtime = runtime(&mut tokio::runtime::Builder::new_multi_thread())?;
+            let report = runtime
+                .block_on(cli::ingest::run(config, &options))
+                .map_err(Outcome::Refused)?;
+            if options.json {
+                let text = serde_json::to_string_pretty(&report)
+                    .map_err(|e| Outcome::Failed(e.to_string()))?;
+                println!("{text}");
+            } else {
+                print!("{}", cli::ingest::describe(&report));
             }
+            Ok(if report.summary.failed == 0 {
+                Outcome::Done
+            } else {
+                Outcome::Trouble
+            })
         }
-        Command::Stats => maintenance(cli.config.as_ref(), |config| async move {
-            let report = imgcas::cli::maintenance::stats(&config).await?;
-            print!("{}", imgcas::cli::maintenance::describe_stats(&report));
-            Ok(true)
-        }),
-        Command::Verify { repair } => maintenance(cli.config.as_ref(), |config| async move {
-            let report = imgcas::cli::maintenance::verify(&config, repair).await?;
-            println!("{}", imgcas::cli::maintenance::describe_verify(&report));
-            Ok(report.is_clean() || report.repaired)
-        }),
-        Command::Gc { apply } => maintenance(cli.config.as_ref(), |config| async move {
-            let report = imgcas::cli::maintenance::gc(&config, apply).await?;
-            println!("{}", imgcas::cli::maintenance::describe_gc(&report));
-            Ok(true)
-        }),
-    }
-}
-
-/// An async runtime from `builder`, or the exit code for failing to start one.
-fn runtime(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
-    builder.enable_all().build().map_err(|e| {
-        eprintln!("imgcas: cannot start the async runtime: {e}");
-        ExitCode::from(1)
-    })
-}
-
-/// Runs an offline maintenance command on a small runtime: exit 0 when it reports success,
-/// 1 when it found trouble, 2 for a bad configuration.
-fn maintenance<F, Fut>(config_path: Option<&PathBuf>, run: F) -> ExitCode
-where
-    F: FnOnce(Config) -> Fut,
-    Fut: std::future::Future<Output = Result<bool, imgcas::error::Error>>,
-{
-    let config = match load_config(config_path) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("imgcas: {e}");
-            return ExitCode::from(2);
+        Command::Stats => {
+            let config = configure(config_path, &Flags::default())?;
+            let report = maintenance(cli::maintenance::stats(config))?;
+            print!("{}", cli::maintenance::describe_stats(&report));
+            Ok(Outcome::Done)
         }
-    };
-    let runtime = match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    match runtime.block_on(run(config)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("imgcas: {e}");
-            ExitCode::from(1)
+        Command::Verify { repair } => {
+            let config = configure(config_path, &Flags::default())?;
+            let report = maintenance(cli::maintenance::verify(config, repair))?;
+            println!("{}", cli::maintenance::describe_verify(&report));
+            Ok(if report.is_clean() || report.repaired {
+                Outcome::Done
+            } else {
+                Outcome::Trouble
+            })
+        }
+        Command::Gc { apply } => {
+            let config = configure(config_path, &Flags::default())?;
+            let report = maintenance(cli::maintenance::gc(config, apply))?;
+            println!("{}", cli::maintenance::describe_gc(&report));
+            Ok(Outcome::Done)
         }
     }
 }
 
-async fn serve(config: Config) -> ExitCode {
-    let running = match app::start(config).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("imgcas: {e}");
-            return ExitCode::from(1);
-        }
-    };
+/// An async runtime from `builder`.
+fn runtime(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, Outcome> {
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| Outcome::Failed(format!("cannot start the async runtime: {e}")))
+}
+
+/// Runs an offline maintenance command on a small runtime.
+fn maintenance<T>(
+    work: impl std::future::Future<Output = Result<T, imgcas::error::Error>>,
+) -> Result<T, Outcome> {
+    let runtime = runtime(&mut tokio::runtime::Builder::new_current_thread())?;
+    runtime
+        .block_on(work)
+        .map_err(|e| Outcome::Failed(e.to_string()))
+}
+
+async fn serve(config: Config) -> Result<Outcome, Outcome> {
+    let running = app::start(config)
+        .await
+        .map_err(|e| Outcome::Failed(e.to_string()))?;
     // The one line on stdout: scripts and tests read the bound address from it.
-    println!("imgcas listening on http://{}", running.addr);
+    println!("imgcas listening on http://{}", running.addr());
     running.wait(shutdown_signal()).await;
-    ExitCode::SUCCESS
+    Ok(Outcome::Done)
 }

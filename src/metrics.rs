@@ -2,25 +2,42 @@
 //! one, so several services can live in one process, as they do in the tests).
 //!
 //! Labelled series (requests by route and status, cache outcomes, admission refusals, the
-//! latency histograms) are recorded as they happen; the work counters in [`Stats`] and the
-//! gauges are read when the page is rendered.
+//! latency histograms) are recorded as they happen, by whoever holds a clone of [`Metrics`];
+//! the work counters and gauges are handed in as [`Readings`] when the page is rendered, so
+//! this module needs nothing of the layers that record into it.
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::app::Shared;
-use crate::stats::Stats;
+use std::sync::Arc;
+
+use crate::stats::StatsSnapshot;
 
 /// Latency buckets, seconds: from a hot hit (sub-millisecond) to a slow origin.
 const SECONDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// The recorder and its render handle; clones share them.
+#[derive(Clone)]
 pub struct Metrics {
-    recorder: PrometheusRecorder,
+    recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
+}
+
+/// What the page reports besides the recorded series: work counters and gauges, read now.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Readings {
+    pub stats: StatsSnapshot,
+    /// Requests waiting on a download or processing run another request started.
+    pub coalesced_waiters: usize,
+    /// Admitted runs waiting for a CPU slot.
+    pub queue_depth: usize,
+    /// Cost admitted and not finished.
+    pub outstanding_pixels: u64,
+    pub hot_cache_bytes: u64,
 }
 
 impl Default for Metrics {
@@ -31,7 +48,10 @@ impl Default for Metrics {
             .unwrap_or_else(|_| PrometheusBuilder::new())
             .build_recorder();
         let handle = recorder.handle();
-        let m = Metrics { recorder, handle };
+        let m = Metrics {
+            recorder: Arc::new(recorder),
+            handle,
+        };
         m.with(describe);
         m
     }
@@ -113,7 +133,7 @@ fn describe() {
 impl Metrics {
     /// Runs `f` with this service's recorder behind the `metrics` macros.
     pub fn with<T>(&self, f: impl FnOnce() -> T) -> T {
-        metrics::with_local_recorder(&self.recorder, f)
+        metrics::with_local_recorder(self.recorder.as_ref(), f)
     }
 
     /// Drains queued histogram samples into their buckets (done once a second by the app,
@@ -122,31 +142,28 @@ impl Metrics {
         self.handle.run_upkeep();
     }
 
-    /// The page: counters from [`Stats`], gauges read now, then everything recorded.
-    pub fn render(&self, shared: &Shared) -> String {
-        let s = &shared.stats;
-        let (outstanding, waiting) = shared.admission.load();
-        let waiters = shared.url_flights.waiters() + shared.variant_flights.waiters();
-        let hot_bytes = shared.hot.weighted_size();
+    /// The page: the readings, then everything recorded.
+    pub fn render(&self, readings: &Readings) -> String {
+        let s = &readings.stats;
         self.with(|| {
             let counters = [
-                ("imgcas_processing_runs_total", &s.processing_runs),
-                ("imgcas_origin_downloads_total", &s.downloads),
-                ("imgcas_origin_downloaded_bytes_total", &s.downloaded_bytes),
-                ("imgcas_origin_not_modified_total", &s.not_modified),
-                ("imgcas_originals_stored_total", &s.originals_stored),
-                ("imgcas_dedup_bytes_saved_total", &s.dedup_bytes_saved),
-                ("imgcas_hot_cache_hits_total", &s.hot_hits),
-                ("imgcas_variant_map_reads_total", &s.variant_map_reads),
-                ("imgcas_origin_failure_hits_total", &s.origin_failure_hits),
+                ("imgcas_processing_runs_total", s.processing_runs),
+                ("imgcas_origin_downloads_total", s.downloads),
+                ("imgcas_origin_downloaded_bytes_total", s.downloaded_bytes),
+                ("imgcas_origin_not_modified_total", s.not_modified),
+                ("imgcas_originals_stored_total", s.originals_stored),
+                ("imgcas_dedup_bytes_saved_total", s.dedup_bytes_saved),
+                ("imgcas_hot_cache_hits_total", s.hot_hits),
+                ("imgcas_variant_map_reads_total", s.variant_map_reads),
+                ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
             ];
             for (name, value) in counters {
-                counter!(name).absolute(Stats::get(value));
+                counter!(name).absolute(value);
             }
-            gauge!("imgcas_coalesced_waiters").set(waiters as f64);
-            gauge!("imgcas_processing_queue_depth").set(waiting as f64);
-            gauge!("imgcas_processing_outstanding_pixels").set(outstanding as f64);
-            gauge!("imgcas_hot_cache_bytes").set(hot_bytes as f64);
+            gauge!("imgcas_coalesced_waiters").set(readings.coalesced_waiters as f64);
+            gauge!("imgcas_processing_queue_depth").set(readings.queue_depth as f64);
+            gauge!("imgcas_processing_outstanding_pixels").set(readings.outstanding_pixels as f64);
+            gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);
         });
         self.handle.render()
     }

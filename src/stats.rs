@@ -37,4 +37,33 @@ impl Stats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// The counters now, as plain numbers.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            downloads: Self::get(&self.downloads),
+            downloaded_bytes: Self::get(&self.downloaded_bytes),
+            not_modified: Self::get(&self.not_modified),
+            processing_runs: Self::get(&self.processing_runs),
+            originals_stored: Self::get(&self.originals_stored),
+            dedup_bytes_saved: Self::get(&self.dedup_bytes_saved),
+            variant_map_reads: Self::get(&self.variant_map_reads),
+            hot_hits: Self::get(&self.hot_hits),
+            origin_failure_hits: Self::get(&self.origin_failure_hits),
+        }
+    }
+}
+
+/// [`Stats`] read at one moment (each field as documented there).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub downloads: u64,
+    pub downloaded_bytes: u64,
+    pub not_modified: u64,
+    pub processing_runs: u64,
+    pub originals_stored: u64,
+    pub dedup_bytes_saved: u64,
+    pub variant_map_reads: u64,
+    pub hot_hits: u64,
+    pub origin_failure_hits: u64,
 }

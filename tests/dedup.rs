@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::*;
 use imgcas::hash::ContentHash;
-use imgcas::stats::Stats;
 
 #[tokio::test]
 async fn a_loopback_origin_image_comes_back_resized() {
@@ -87,8 +86,8 @@ async fn identical_bytes_behind_100_urls_are_stored_and_processed_once() {
         etags.insert(header(&r, "etag").unwrap().to_string());
     }
     assert_eq!(origin.full(), 100, "each URL is downloaded once");
-    assert_eq!(Stats::get(&app.shared.stats.originals_stored), 1);
-    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1, "one blob");
+    assert_eq!(app.stats().originals_stored, 1);
+    assert_eq!(app.stored_blobs().await.len(), 1, "one blob");
     assert_eq!(app.processing_runs(), 1, "one processing run for the spec");
     assert_eq!(etags.len(), 1, "one variant");
     if let Some(s3) = &app.s3 {

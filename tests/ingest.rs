@@ -31,7 +31,7 @@ fn statuses(answer: &Value) -> Vec<String> {
 }
 
 async fn blob_count(app: &TestApp) -> usize {
-    app.shared.blobs.list().await.expect("list blobs").len()
+    app.stored_blobs().await.len()
 }
 
 #[tokio::test]

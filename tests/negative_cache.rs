@@ -92,7 +92,7 @@ async fn a_flapping_origin_is_retried_with_exponential_backoff() {
     let r = app.image_by_url(&url, "w=40").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("stale"));
-    let (failure, held) = app.shared.origin_failures.active(&url).expect("held");
+    let (failure, held) = app.pipeline.origin_failure(&url).expect("held");
     assert_eq!(failure.streak, 1);
     assert!(held <= Duration::from_secs(1));
     let r = app.image_by_url(&url, "w=40").await;

@@ -37,7 +37,7 @@ async fn after_revalidate_after_one_conditional_request_answered_304() {
     assert_eq!(origin.not_modified(), 1);
     assert_eq!(origin.full(), 1, "no new download");
     assert_eq!(app.downloads(), 1);
-    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1);
+    assert_eq!(app.stored_blobs().await.len(), 1);
     assert_eq!(app.processing_runs(), 1);
     // The 304 refreshed the check time: fresh again.
     app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
@@ -66,7 +66,7 @@ async fn changed_content_is_served_under_its_new_hash() {
     assert_ne!(header(&after, "etag"), Some(old_etag.as_str()));
     assert_eq!(dimensions(&after.bytes().await.unwrap()), (100, 133));
     assert_eq!(origin.full(), 2);
-    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 2);
+    assert_eq!(app.stored_blobs().await.len(), 2);
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ async fn the_same_bytes_uploaded_twice_are_one_original() {
     let b = json(second).await;
     assert_eq!(b["hash"], a["hash"]);
     assert_eq!(b["duplicate"], true);
-    assert_eq!(app.shared.blobs.list().await.unwrap().len(), 1);
+    assert_eq!(app.stored_blobs().await.len(), 1);
 }
 
 #[tokio::test]
@@ -148,7 +148,7 @@ async fn bad_uploads_are_refused_and_store_nothing() {
     assert_eq!(r.status(), 422);
     assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
 
-    assert!(app.shared.blobs.list().await.unwrap().is_empty());
+    assert!(app.stored_blobs().await.is_empty());
 }
 
 #[tokio::test]

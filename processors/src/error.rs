@@ -47,3 +47,78 @@ impl ProcessError {
         }
     }
 }
+
+/// The kind of a permanent processing failure: what the service caches per variant and turns
+/// into SPEC's error code. Its byte ([`ProcessFailure::to_byte`]) is part of stored variants,
+/// so the numbers never change; a new kind takes a new number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProcessFailure {
+    UnsupportedFormat,
+    Undecodable,
+    TooManyPixels,
+    SourceTooSmall,
+}
+
+impl ProcessFailure {
+    /// Every kind, for tests of the encoding and the codes.
+    pub const ALL: [ProcessFailure; 4] = [
+        ProcessFailure::UnsupportedFormat,
+        ProcessFailure::Undecodable,
+        ProcessFailure::TooManyPixels,
+        ProcessFailure::SourceTooSmall,
+    ];
+
+    /// SPEC's error code for this kind.
+    pub fn code(self) -> &'static str {
+        match self {
+            ProcessFailure::UnsupportedFormat => "unsupported_format",
+            ProcessFailure::Undecodable => "undecodable",
+            ProcessFailure::TooManyPixels => "too_many_pixels",
+            ProcessFailure::SourceTooSmall => "source_too_small",
+        }
+    }
+
+    /// The stable byte stored with a cached failure.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            ProcessFailure::UnsupportedFormat => 1,
+            ProcessFailure::Undecodable => 2,
+            ProcessFailure::TooManyPixels => 3,
+            ProcessFailure::SourceTooSmall => 4,
+        }
+    }
+
+    pub fn from_byte(byte: u8) -> Option<ProcessFailure> {
+        Self::ALL.into_iter().find(|k| k.to_byte() == byte)
+    }
+}
+
+impl ProcessError {
+    /// The kind of a permanent failure; `None` for [`ProcessError::Internal`], which is ours
+    /// and never cached.
+    pub fn kind(&self) -> Option<ProcessFailure> {
+        match self {
+            ProcessError::UnsupportedFormat(_) => Some(ProcessFailure::UnsupportedFormat),
+            ProcessError::Undecodable(_) => Some(ProcessFailure::Undecodable),
+            ProcessError::TooManyPixels { .. } => Some(ProcessFailure::TooManyPixels),
+            ProcessError::SourceTooSmall { .. } => Some(ProcessFailure::SourceTooSmall),
+            ProcessError::Internal(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_bytes_round_trip_and_never_collide() {
+        for kind in ProcessFailure::ALL {
+            assert_eq!(ProcessFailure::from_byte(kind.to_byte()), Some(kind));
+        }
+        assert_eq!(ProcessFailure::from_byte(0), None);
+        assert_eq!(ProcessFailure::from_byte(5), None);
+        assert_eq!(ProcessError::Internal("x".into()).kind(), None);
+        assert!(!ProcessError::Internal("x".into()).is_permanent());
+    }
+}

@@ -28,7 +28,7 @@ pub mod spec;
 pub mod tif;
 
 pub use decode::{probe, Limits, SourceInfo};
-pub use error::ProcessError;
+pub use error::{ProcessError, ProcessFailure};
 pub use sniff::{sniff, SourceFormat};
 pub use spec::{
     negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,

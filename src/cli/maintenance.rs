@@ -1,79 +1,50 @@
-//! `imgcas stats`, `imgcas verify` and `imgcas gc`: the maps and the blob store counted and
-//! checked against each other, on either backend. They open the data dir's maps themselves,
-//! so run them while `imgcas serve` is stopped (redb allows one process per file).
-//!
-//! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors.
-//! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, and every URL
-//!   map entry points at an indexed original. `--repair` drops what dangles (the index entry
-//!   and a corrupt blob, the URL entries pointing at it, its variants): the next request
-//!   downloads afresh instead of failing.
-//! - `gc`: blobs the index does not know (left by a crash between blob write and index write)
-//!   and variants of unindexed originals. Dry run unless `--apply`.
+//! `imgcas stats`, `imgcas verify` and `imgcas gc`: the pipeline's maintenance walks, with a
+//! progress bar, and the lines they print. They open the data dir's maps themselves, so run
+//! them while `imgcas serve` is stopped (redb allows one process per file).
 
-use std::sync::Arc;
+use indicatif::ProgressBar;
+
+use imgcas::config::Config;
+use imgcas::error::Error;
+use imgcas::metrics::Metrics;
+use imgcas::pipeline::{GcReport, Pipeline, StatsReport, VerifyReport};
 
 use super::progress;
-use crate::blob::{self, BlobStore};
-use crate::config::Config;
-use crate::error::Error;
-use crate::hash::ContentHash;
-use crate::maps::Maps;
 
-/// What `verify` found (and, with repair, dropped).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct VerifyReport {
-    pub originals_checked: u64,
-    /// Indexed originals whose blob is absent.
-    pub missing: Vec<ContentHash>,
-    /// Indexed originals whose blob's bytes do not hash to the key.
-    pub corrupt: Vec<ContentHash>,
-    /// URL map entries pointing at an original the index does not hold.
-    pub dangling_urls: Vec<String>,
-    pub repaired: bool,
+async fn open(config: Config) -> Result<Pipeline, Error> {
+    Pipeline::open(config, Metrics::default())
+        .await
+        .map_err(|e| Error::StorageUnavailable(e.to_string()))
 }
 
-impl VerifyReport {
-    pub fn is_clean(&self) -> bool {
-        self.missing.is_empty() && self.corrupt.is_empty() && self.dangling_urls.is_empty()
+/// The pipeline, and a progress bar named `what` for its walk.
+async fn open_with_bar(config: Config, what: &str) -> Result<(Pipeline, ProgressBar), Error> {
+    Ok((open(config).await?, progress(0, what)))
+}
+
+fn advance(bar: &ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
+    move |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
     }
 }
 
-/// What `gc` found (and, when applied, removed).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct GcReport {
-    pub unreferenced_blobs: Vec<ContentHash>,
-    pub bytes: u64,
-    pub orphan_variants: u64,
-    pub applied: bool,
+pub async fn stats(config: Config) -> Result<StatsReport, Error> {
+    open(config).await?.stored_stats().await
 }
 
-async fn open(config: &Config) -> Result<(Maps, Arc<dyn BlobStore>), Error> {
-    let maps = Maps::open(&config.data_dir)?;
-    let blobs = blob::open(config).await?;
-    Ok((maps, blobs))
+pub async fn verify(config: Config, repair: bool) -> Result<VerifyReport, Error> {
+    let (pipeline, bar) = open_with_bar(config, "originals").await?;
+    let report = pipeline.verify(repair, &advance(&bar)).await;
+    bar.finish_and_clear();
+    report
 }
 
-/// What `stats` counts.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct StatsReport {
-    pub urls: u64,
-    pub originals: u64,
-    pub original_bytes: u64,
-    pub variants: crate::maps::VariantTotals,
-}
-
-pub async fn stats(config: &Config) -> Result<StatsReport, Error> {
-    let maps = Maps::open(&config.data_dir)?;
-    let mut report = StatsReport {
-        urls: maps.urls.all()?.len() as u64,
-        variants: maps.variants.totals()?,
-        ..StatsReport::default()
-    };
-    for hash in maps.originals.hashes()? {
-        report.originals += 1;
-        report.original_bytes += maps.originals.get(&hash)?.map_or(0, |i| i.bytes);
-    }
-    Ok(report)
+pub async fn gc(config: Config, apply: bool) -> Result<GcReport, Error> {
+    let (pipeline, bar) = open_with_bar(config, "blobs").await?;
+    let report = pipeline.gc(apply, &advance(&bar)).await;
+    bar.finish_and_clear();
+    report
 }
 
 pub fn describe_stats(r: &StatsReport) -> String {
@@ -90,80 +61,6 @@ pub fn describe_stats(r: &StatsReport) -> String {
         mib(r.variants.image_bytes),
         r.variants.errors,
     )
-}
-
-pub async fn verify(config: &Config, repair: bool) -> Result<VerifyReport, Error> {
-    let (maps, blobs) = open(config).await?;
-    let mut report = VerifyReport {
-        repaired: repair,
-        ..VerifyReport::default()
-    };
-    let hashes = maps.originals.hashes()?;
-    let bar = progress(hashes.len(), "originals");
-    for hash in &hashes {
-        match blobs.get(hash).await? {
-            None => report.missing.push(*hash),
-            Some(bytes) if ContentHash::of(&bytes) != *hash => report.corrupt.push(*hash),
-            Some(_) => {}
-        }
-        report.originals_checked += 1;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let bad: Vec<ContentHash> = report
-        .missing
-        .iter()
-        .chain(&report.corrupt)
-        .copied()
-        .collect();
-    for (url, entry) in maps.urls.all()? {
-        let indexed = maps.originals.get(&entry.hash)?.is_some();
-        if !indexed || bad.contains(&entry.hash) {
-            report.dangling_urls.push(url);
-        }
-    }
-    if repair {
-        for url in &report.dangling_urls {
-            maps.urls.remove(url)?;
-        }
-        for hash in &bad {
-            maps.originals.remove_durable(hash)?;
-        }
-        for hash in &report.corrupt {
-            blobs.delete(hash).await?;
-        }
-        maps.variants.sweep_sources(|h| !bad.contains(h), true)?;
-        maps.flush()?;
-    }
-    Ok(report)
-}
-
-pub async fn gc(config: &Config, apply: bool) -> Result<GcReport, Error> {
-    let (maps, blobs) = open(config).await?;
-    let mut indexed = maps.originals.hashes()?;
-    indexed.sort();
-    let stored = blobs.list().await?;
-    let mut report = GcReport {
-        applied: apply,
-        ..GcReport::default()
-    };
-    let bar = progress(stored.len(), "blobs");
-    for hash in stored {
-        if indexed.binary_search(&hash).is_err() {
-            report.bytes += blobs.size(&hash).await?.unwrap_or(0);
-            if apply {
-                blobs.delete(&hash).await?;
-            }
-            report.unreferenced_blobs.push(hash);
-        }
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    report.orphan_variants = maps
-        .variants
-        .sweep_sources(|h| indexed.binary_search(h).is_ok(), apply)?;
-    maps.flush()?;
-    Ok(report)
 }
 
 /// The lines `imgcas verify` prints.

@@ -1,6 +1,7 @@
 //! The commands of the `imgcas` binary besides `serve`: `process` (one file, offline),
 //! `ingest` (bulk loading, over HTTP or on the local data dir), and the maintenance commands
-//! `stats`, `verify` and `gc`.
+//! `stats`, `verify` and `gc`. They are the binary's own (not the library's): flags, progress
+//! bars and printed tables stay out of the service's API.
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -9,7 +10,7 @@ pub mod maintenance;
 pub mod process;
 
 /// The progress bar the long commands share: what, how far, rate and time left.
-pub(crate) fn progress(len: usize, what: &str) -> ProgressBar {
+pub fn progress(len: usize, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     if let Ok(style) =
         ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")

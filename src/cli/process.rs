@@ -6,8 +6,7 @@ use std::path::Path;
 
 use imgcas_processors::{self as processors, Limits, SourceFormat, Spec};
 
-use crate::error::Error;
-use crate::http::error::classify;
+use imgcas::error::Error;
 
 /// What a successful run produced.
 #[derive(Debug)]
@@ -50,6 +49,5 @@ pub fn run(
 
 /// The stderr line for a failed run.
 pub fn describe_error(error: &Error) -> String {
-    let (_, code, _) = classify(error);
-    format!("{code}: {error}")
+    format!("{}: {error}", error.code())
 }

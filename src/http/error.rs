@@ -1,72 +1,53 @@
-//! The one mapping from [`Error`] to SPEC's status codes, error codes and JSON body, plus the
-//! short `Cache-Control` errors carry (never a year).
+//! The one mapping from [`Error`] to an HTTP answer: SPEC's status, the error body (its code
+//! is the error's own, [`Error::code`]), the short `Cache-Control` errors carry (never a
+//! year), and `Retry-After`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
-use crate::error::{Error, ProcessFailure};
-use crate::pipeline::{CacheOutcome, Failure};
+use imgcas_processors::ProcessFailure;
 
-/// Status, SPEC code, and how long a shared cache may keep the answer.
-pub fn classify(error: &Error) -> (StatusCode, &'static str, &'static str) {
+use crate::error::Error;
+use crate::pipeline::Failure;
+use crate::wire::{ErrorAnswer, ErrorBody};
+
+/// Status, and how long a shared cache may keep the answer.
+fn classify(error: &Error) -> (StatusCode, &'static str) {
     const BRIEF: &str = "public, max-age=10";
     const MINUTE: &str = "public, max-age=60";
     const FIVE_MINUTES: &str = "public, max-age=300";
     const NO_STORE: &str = "no-store";
     match error {
-        Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, "invalid_option", MINUTE),
-        Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, "source_not_allowed", MINUTE),
-        Error::BadSignature(_) => (StatusCode::FORBIDDEN, "bad_signature", MINUTE),
-        Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", MINUTE),
-        Error::SourceTooLarge { .. } => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "source_too_large",
-            FIVE_MINUTES,
-        ),
-        Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large", NO_STORE),
+        Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, MINUTE),
+        Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, MINUTE),
+        Error::BadSignature(_) => (StatusCode::FORBIDDEN, MINUTE),
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
+        Error::SourceTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, FIVE_MINUTES),
+        Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, NO_STORE),
         Error::Process { kind, .. } => match kind {
-            ProcessFailure::UnsupportedFormat => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_format",
-                FIVE_MINUTES,
-            ),
-            ProcessFailure::Undecodable => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "undecodable",
-                FIVE_MINUTES,
-            ),
-            ProcessFailure::TooManyPixels => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "too_many_pixels",
-                FIVE_MINUTES,
-            ),
-            ProcessFailure::SourceTooSmall => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "source_too_small",
-                FIVE_MINUTES,
-            ),
+            ProcessFailure::UnsupportedFormat => (StatusCode::UNSUPPORTED_MEDIA_TYPE, FIVE_MINUTES),
+            ProcessFailure::Undecodable => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
+            ProcessFailure::TooManyPixels => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
+            ProcessFailure::SourceTooSmall => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
         },
-        Error::Origin(_) => (StatusCode::BAD_GATEWAY, "origin_error", BRIEF),
-        Error::OriginTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "origin_timeout", BRIEF),
-        Error::StorageUnavailable(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_unavailable",
-            NO_STORE,
-        ),
-        Error::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", NO_STORE),
-        Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", NO_STORE),
+        Error::Origin(_) => (StatusCode::BAD_GATEWAY, BRIEF),
+        Error::OriginTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, BRIEF),
+        Error::StorageUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
+        Error::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
+        Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, NO_STORE),
     }
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let (status, code, cache_control) = classify(&self);
+        let (status, cache_control) = classify(&self);
         if status.is_server_error() {
-            tracing::warn!(code, error = %self, "request failed");
+            tracing::warn!(code = self.code(), error = %self, "request failed");
         }
-        let body = json!({ "error": { "code": code, "message": self.to_string() } });
+        let body = ErrorAnswer {
+            error: ErrorBody::from(&self),
+        };
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(
@@ -97,10 +78,7 @@ impl IntoResponse for Failure {
             }
         }
         if self.cached {
-            headers.insert(
-                "x-imgcas-cache",
-                HeaderValue::from_static(CacheOutcome::ErrorHit.as_str()),
-            );
+            headers.insert("x-imgcas-cache", HeaderValue::from_static("error-hit"));
         }
         // An error held for this URL may be cached downstream exactly as long, and a client
         // told to retry no sooner: the service would answer the same until then.

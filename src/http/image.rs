@@ -1,19 +1,16 @@
 //! `GET/HEAD /v1/image?url=…` and `GET/HEAD /v1/image/<sha256>`: processed images.
 //! (axum answers `HEAD` from the `GET` handler and drops the body.)
 
-use std::sync::Arc;
-
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use imgcas_processors::Spec;
 
-use super::etag_matches;
-use crate::app::Shared;
+use super::{etag_matches, Service};
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
-use crate::pipeline::{self, CacheOutcome, Source, Target};
+use crate::pipeline::{Provenance, Source, Target};
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -40,22 +37,36 @@ fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, 
     Ok((url, spec))
 }
 
+/// The `X-Imgcas-Cache` value of an answer (a cached error is `error-hit`, in `error.rs`).
+pub(super) fn cache_header(provenance: Provenance) -> &'static str {
+    match provenance {
+        Provenance::Stored => "hit",
+        Provenance::Made => "miss",
+        Provenance::Revalidated => "revalidated",
+        Provenance::Stale => "stale",
+    }
+}
+
 /// With signing keys configured, the path and query must carry a valid `sig`.
-fn check_signature(shared: &Shared, uri: &Uri) -> Result<(), Error> {
-    if shared.signing_keys.is_empty() {
+fn check_signature(service: &Service, uri: &Uri) -> Result<(), Error> {
+    if service.signing_keys().is_empty() {
         return Ok(());
     }
-    crate::signing::verify(&shared.signing_keys, uri.path(), uri.query().unwrap_or(""))
-        .map_err(|refusal| Error::BadSignature(refusal.message().into()))
+    crate::signing::verify(
+        service.signing_keys(),
+        uri.path(),
+        uri.query().unwrap_or(""),
+    )
+    .map_err(|refusal| Error::BadSignature(refusal.message().into()))
 }
 
 pub async fn by_url(
-    State(shared): State<Arc<Shared>>,
+    State(service): State<Service>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = check_signature(&shared, &uri) {
+    if let Err(e) = check_signature(&service, &uri) {
         return e.into_response();
     }
     let (raw, spec) = match parse_query(query.as_deref(), true) {
@@ -69,22 +80,22 @@ pub async fn by_url(
         Ok(url) => url,
         Err(e) => return Error::from(e).into_response(),
     };
-    let revalidate = shared.config.fetch.revalidate_after.as_secs();
+    let revalidate = service.config().fetch.revalidate_after.as_secs();
     let cache_control = format!(
         "public, max-age={revalidate}, stale-while-revalidate={}",
         revalidate.max(60)
     );
-    respond(&shared, Source::Url(url), &spec, &headers, &cache_control).await
+    respond(&service, Source::Url(url), &spec, &headers, &cache_control).await
 }
 
 pub async fn by_hash(
-    State(shared): State<Arc<Shared>>,
+    State(service): State<Service>,
     Path(hash): Path<String>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = check_signature(&shared, &uri) {
+    if let Err(e) = check_signature(&service, &uri) {
         return e.into_response();
     }
     let Ok(hash) = hash.parse() else {
@@ -94,18 +105,19 @@ pub async fn by_hash(
         Ok((_, spec)) => spec,
         Err(e) => return e.into_response(),
     };
-    respond(&shared, Source::Hash(hash), &spec, &headers, IMMUTABLE).await
+    respond(&service, Source::Hash(hash), &spec, &headers, IMMUTABLE).await
 }
 
 async fn respond(
-    shared: &Arc<Shared>,
+    service: &Service,
     source: Source,
     spec: &Spec,
     headers: &HeaderMap,
     cache_control: &str,
 ) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let target = match pipeline::locate(shared, &source, spec, accept).await {
+    let pipeline = service.pipeline();
+    let target = match pipeline.locate(&source, spec, accept).await {
         Ok(t) => t,
         Err(f) => return f.into_response(),
     };
@@ -115,20 +127,26 @@ async fn respond(
         decorate(
             &mut response,
             &target,
-            target.unchanged_outcome(),
+            target.unchanged(),
             cache_control,
             vary,
         );
         return response;
     }
-    match pipeline::variant(shared, &target).await {
+    match pipeline.variant(&target).await {
         Ok(served) => {
             let mut response = served.bytes.into_response();
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(served.format.mime()),
             );
-            decorate(&mut response, &target, served.cache, cache_control, vary);
+            decorate(
+                &mut response,
+                &target,
+                served.provenance,
+                cache_control,
+                vary,
+            );
             response
         }
         Err(f) => {
@@ -146,7 +164,7 @@ async fn respond(
 fn decorate(
     response: &mut Response,
     target: &Target,
-    cache: CacheOutcome,
+    provenance: Provenance,
     cache_control: &str,
     vary: bool,
 ) {
@@ -161,7 +179,10 @@ fn decorate(
     if let Some(v) = value(&target.source_hash().to_hex()) {
         h.insert("x-imgcas-source-hash", v);
     }
-    h.insert("x-imgcas-cache", HeaderValue::from_static(cache.as_str()));
+    h.insert(
+        "x-imgcas-cache",
+        HeaderValue::from_static(cache_header(provenance)),
+    );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

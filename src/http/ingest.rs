@@ -1,20 +1,20 @@
 //! `POST /v1/ingest`: a JSON batch of URLs (and optional warm specs) in, one result per URL
-//! out. The work itself is `crate::ingest`, shared with the offline command.
-
-use std::sync::Arc;
+//! out. The work itself is `crate::ingest`, shared with the offline command; the shapes are
+//! `crate::wire`'s.
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::app::Shared;
+use super::Service;
 use crate::error::Error;
-use crate::ingest::{self, IngestRequest, MAX_BODY_BYTES};
+use crate::ingest::{self, MAX_BODY_BYTES};
+use crate::wire::IngestRequest;
 
 /// 200 with per-URL results once the batch is accepted (a URL's failure is in its result,
 /// not the status); 400 for a malformed batch, 413 for one over the limits.
-pub async fn ingest(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+pub async fn ingest(State(service): State<Service>, request: Request) -> Response {
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
         Ok(body) => body,
         Err(_) => {
@@ -38,6 +38,6 @@ pub async fn ingest(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         Ok(w) => w,
         Err(e) => return e.into_response(),
     };
-    let answer = ingest::ingest_urls(&shared, batch.urls, &warm).await;
+    let answer = ingest::ingest_urls(service.pipeline(), batch.urls, &warm).await;
     (StatusCode::OK, Json(answer)).into_response()
 }

@@ -1,5 +1,6 @@
 //! The HTTP face of the service (SPEC "HTTP API"): one file per resource, and `error.rs`
-//! as the one place errors become statuses and JSON.
+//! as the one place errors become statuses, headers and JSON bodies. Handlers share a
+//! [`Service`] and reach the stored state only through its [`Pipeline`].
 
 use std::sync::Arc;
 
@@ -9,7 +10,9 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::app::Shared;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
 
 pub mod error;
 pub mod image;
@@ -17,9 +20,53 @@ pub mod ingest;
 pub mod ops;
 pub mod originals;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// What every handler shares: the pipeline, the settings HTTP reads, the signing keys and
+/// the metrics recorder. Clones share one state.
+#[derive(Clone)]
+pub struct Service {
+    parts: Arc<Parts>,
+}
+
+struct Parts {
+    pipeline: Pipeline,
+    config: Config,
+    /// Signing keys (`security.signing_key`); empty: URLs need no `sig`.
+    signing_keys: Vec<Vec<u8>>,
+    metrics: Metrics,
+}
+
+impl Service {
+    pub fn new(pipeline: Pipeline, config: Config, metrics: Metrics) -> Service {
+        Service {
+            parts: Arc::new(Parts {
+                pipeline,
+                signing_keys: config.security.signing_keys(),
+                config,
+                metrics,
+            }),
+        }
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.parts.pipeline
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.parts.config
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.parts.metrics
+    }
+
+    fn signing_keys(&self) -> &[Vec<u8>] {
+        &self.parts.signing_keys
+    }
+}
+
+pub fn router(service: Service) -> Router {
     // Multipart framing needs a little room beyond the largest accepted source.
-    let body_limit = usize::try_from(shared.config.fetch.max_bytes)
+    let body_limit = usize::try_from(service.config().fetch.max_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(64 << 10);
     Router::new()
@@ -32,15 +79,15 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), observe))
+        .route_layer(middleware::from_fn_with_state(service.clone(), observe))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(shared)
+        .with_state(service)
 }
 
 /// Counts and times every routed request, by route pattern (never the raw path, which would
 /// make a series per URL), and logs one access line.
-async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+async fn observe(State(service): State<Service>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -55,7 +102,7 @@ async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next
         .get("x-imgcas-cache")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    shared.metrics.with(|| {
+    service.metrics().with(|| {
         metrics::counter!(
             "imgcas_http_requests_total",
             "route" => route.clone(),

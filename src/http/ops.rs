@@ -1,13 +1,11 @@
 //! Operational endpoints: liveness, readiness, `/metrics`, and the JSON 404 for unknown paths.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::app::Shared;
+use super::Service;
 use crate::error::Error;
 
 pub async fn healthz() -> Response {
@@ -15,19 +13,16 @@ pub async fn healthz() -> Response {
 }
 
 /// 200 only when the maps and the blob store both answer.
-pub async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    if let Err(e) = shared.maps.check() {
-        return Error::from(e).into_response();
+pub async fn readyz(State(service): State<Service>) -> Response {
+    match service.pipeline().check().await {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
+        Err(e) => e.into_response(),
     }
-    if let Err(e) = shared.blobs.check().await {
-        return Error::from(e).into_response();
-    }
-    Json(json!({ "status": "ready" })).into_response()
 }
 
 /// Prometheus text format.
-pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let body = shared.metrics.render(&shared);
+pub async fn metrics(State(service): State<Service>) -> Response {
+    let body = service.metrics().render(&service.pipeline().readings());
     (
         [(
             axum::http::header::CONTENT_TYPE,

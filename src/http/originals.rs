@@ -1,7 +1,6 @@
 //! `POST /v1/originals` (raw or multipart upload), `GET/HEAD /v1/originals/<sha256>` (the
 //! bytes) and `GET /v1/originals/<sha256>/info` (what they are).
 
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::body::Bytes;
@@ -9,43 +8,32 @@ use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
-
 use imgcas_processors::SourceFormat;
 
-use super::etag_matches;
-use crate::app::Shared;
+use super::{etag_matches, Service};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
-use crate::pipeline::{self, Uploaded};
+use crate::pipeline::Uploaded;
+use crate::wire::{InfoAnswer, OriginalAnswer, UploadAnswer};
 
-fn describe(hash: &ContentHash, info: &OriginalInfo) -> Value {
-    json!({
-        "hash": hash.to_hex(),
-        "format": info.format,
-        "width": info.width,
-        "height": info.height,
-        "bytes": info.bytes,
-    })
+fn upload_answer(u: &Uploaded) -> UploadAnswer {
+    UploadAnswer {
+        original: OriginalAnswer::new(u.hash, &u.info),
+        duplicate: u.duplicate,
+        url: format!("/v1/image/{}", u.hash),
+    }
 }
 
-fn upload_answer(u: &Uploaded) -> Value {
-    let mut v = describe(&u.hash, &u.info);
-    v["duplicate"] = json!(u.duplicate);
-    v["url"] = json!(format!("/v1/image/{}", u.hash));
-    v
-}
-
-fn too_large(shared: &Shared) -> Error {
+fn too_large(service: &Service) -> Error {
     Error::SourceTooLarge {
-        limit: shared.config.fetch.max_bytes,
+        limit: service.pipeline().max_source_bytes(),
     }
 }
 
 /// The bodies to store: the raw body, or every file part of a multipart form.
-async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> {
-    let limit = shared.config.fetch.max_bytes;
+async fn bodies(service: &Service, request: Request) -> Result<Vec<Bytes>, Error> {
+    let limit = service.pipeline().max_source_bytes();
     let is_multipart = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -54,7 +42,7 @@ async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> 
     if !is_multipart {
         let body = axum::body::to_bytes(request.into_body(), limit as usize)
             .await
-            .map_err(|_| too_large(shared))?;
+            .map_err(|_| too_large(service))?;
         return Ok(vec![body]);
     }
     let mut form = Multipart::from_request(request, &())
@@ -65,7 +53,9 @@ async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> 
         let field = match form.next_field().await {
             Ok(Some(field)) => field,
             Ok(None) => break,
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Err(too_large(shared)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(too_large(service))
+            }
             Err(e) => return Err(Error::invalid_option("body", e.body_text())),
         };
         if field.file_name().is_none() {
@@ -73,13 +63,13 @@ async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> 
         }
         let bytes = field.bytes().await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                too_large(shared)
+                too_large(service)
             } else {
                 Error::invalid_option("body", e.body_text())
             }
         })?;
         if bytes.len() as u64 > limit {
-            return Err(too_large(shared));
+            return Err(too_large(service));
         }
         out.push(bytes);
     }
@@ -91,8 +81,8 @@ async fn bodies(shared: &Shared, request: Request) -> Result<Vec<Bytes>, Error> 
 
 /// 201 when any original is new, 200 when all were stored already. One file answers with an
 /// object, several with an array of them.
-pub async fn upload(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let bodies = match bodies(&shared, request).await {
+pub async fn upload(State(service): State<Service>, request: Request) -> Response {
+    let bodies = match bodies(&service, request).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -101,7 +91,7 @@ pub async fn upload(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         if body.is_empty() {
             return Error::invalid_option("body", "the upload is empty").into_response();
         }
-        match pipeline::upload(&shared, body).await {
+        match service.pipeline().upload(body).await {
             Ok(u) => answers.push(u),
             Err(e) => return e.into_response(),
         }
@@ -111,11 +101,13 @@ pub async fn upload(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     } else {
         StatusCode::OK
     };
-    let body = match answers.as_slice() {
-        [one] => upload_answer(one),
-        many => Value::Array(many.iter().map(upload_answer).collect()),
+    let mut response = match answers.as_slice() {
+        [one] => (status, Json(upload_answer(one))).into_response(),
+        many => {
+            let all: Vec<UploadAnswer> = many.iter().map(upload_answer).collect();
+            (status, Json(all)).into_response()
+        }
     };
-    let mut response = (status, Json(body)).into_response();
     if let [one] = answers.as_slice() {
         if let Ok(v) = HeaderValue::from_str(&format!("/v1/originals/{}", one.hash)) {
             response.headers_mut().insert(header::LOCATION, v);
@@ -124,19 +116,23 @@ pub async fn upload(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     response
 }
 
-fn lookup(shared: &Shared, hash: &str) -> Result<(ContentHash, OriginalInfo), Error> {
+async fn lookup(service: &Service, hash: &str) -> Result<(ContentHash, OriginalInfo), Error> {
     let not_found = || Error::NotFound(format!("no original with hash {hash}"));
     let hash: ContentHash = hash.parse().map_err(|()| not_found())?;
-    let info = shared.maps.originals.get(&hash)?.ok_or_else(not_found)?;
+    let info = service
+        .pipeline()
+        .original(&hash)
+        .await?
+        .ok_or_else(not_found)?;
     Ok((hash, info))
 }
 
 pub async fn original(
-    State(shared): State<Arc<Shared>>,
+    State(service): State<Service>,
     Path(hash): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let (hash, info) = match lookup(&shared, &hash) {
+    let (hash, info) = match lookup(&service, &hash).await {
         Ok(found) => found,
         Err(e) => return e.into_response(),
     };
@@ -144,15 +140,9 @@ pub async fn original(
     let mut response = if etag_matches(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        match shared.blobs.get(&hash).await {
-            Ok(Some(bytes)) => bytes.into_response(),
-            Ok(None) => {
-                return Error::StorageUnavailable(format!(
-                    "original {hash} is missing from the blob store"
-                ))
-                .into_response()
-            }
-            Err(e) => return Error::from(e).into_response(),
+        match service.pipeline().original_bytes(&hash).await {
+            Ok(bytes) => bytes.into_response(),
+            Err(e) => return e.into_response(),
         }
     };
     let mime = info
@@ -176,13 +166,15 @@ pub async fn original(
     response
 }
 
-pub async fn info(State(shared): State<Arc<Shared>>, Path(hash): Path<String>) -> Response {
-    match lookup(&shared, &hash) {
+pub async fn info(State(service): State<Service>, Path(hash): Path<String>) -> Response {
+    match lookup(&service, &hash).await {
         Ok((hash, info)) => {
-            let mut v = describe(&hash, &info);
             let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
-            v["first_seen"] = json!(humantime::format_rfc3339_seconds(first_seen).to_string());
-            Json(v).into_response()
+            Json(InfoAnswer {
+                original: OriginalAnswer::new(hash, &info),
+                first_seen: humantime::format_rfc3339_seconds(first_seen).to_string(),
+            })
+            .into_response()
         }
         Err(e) => e.into_response(),
     }

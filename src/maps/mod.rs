@@ -1,30 +1,30 @@
-//! The embedded maps: one redb file (`<data_dir>/imgcas.redb`) holding the URL map, the
-//! originals index and the variants. Each map has its own module with a typed API; nothing
-//! outside this folder touches redb.
+//! The three persistent maps behind one interface, [`MapStore`]: the URL map (source URL →
+//! hash and validators), the originals index (hash → what the original is) and the variants
+//! (hash + canonical spec + processor version → a processed image's row, or the cached error).
 //!
-//! Durability by group commit: every write commits without an fsync (`Durability::None`,
-//! visible to readers at once) and gets a sequence number. [`Maps::sync`] makes all writes up
-//! to a number durable with one empty durable commit; callers who find that a concurrent sync
-//! already covered them skip theirs, so a burst of uploads shares fsyncs instead of paying ≈ 7 ms
-//! each. Uploads sync before they are acknowledged; the URL map and the variants (rebuildable
-//! from origins and originals) are synced by the periodic [`Maps::flush`] and at shutdown.
+//! The pipeline sees only this trait and the types here; each backend lives in a folder of its
+//! own and owns its encoding. Today that is `redb/` (one file under the data dir, the embedded
+//! default). A second backend implements [`MapStore`], passes `tests/maps_contract.rs`, and is
+//! chosen in [`open`]; nothing outside `maps/` changes.
+//!
+//! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
+//! backend keeps them in the row, a shared backend may keep them in the blob store.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
-pub mod originals;
-pub mod url_map;
-pub mod variants;
+use imgcas_processors::{OutputFormat, ProcessFailure};
 
-pub use originals::{OriginalInfo, OriginalsIndex};
-pub use url_map::{UrlEntry, UrlMap};
-pub use variants::{StoredVariant, VariantKey, VariantMap, VariantTotals};
-
+use crate::config::Config;
 use crate::hash::ContentHash;
+
+pub mod redb;
+
+pub use self::redb::RedbMaps;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
@@ -34,24 +34,6 @@ pub enum MapError {
     Corrupt(String),
 }
 
-macro_rules! store_errors {
-    ($($t:ty),*) => {$(
-        impl From<$t> for MapError {
-            fn from(e: $t) -> Self {
-                MapError::Store(e.to_string())
-            }
-        }
-    )*};
-}
-store_errors!(
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::SetDurabilityError
-);
-
 /// Milliseconds since the Unix epoch: the time stamps the maps keep.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -59,169 +41,172 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The shared database handle every map holds.
-#[derive(Clone)]
-pub(crate) struct Db {
-    db: Arc<Database>,
-    /// Sequence number of the last committed (maybe not yet durable) write.
-    written: Arc<AtomicU64>,
-    /// Sequence number up to which writes are durable; the lock serializes syncs.
-    durable: Arc<Mutex<u64>>,
+/// What the URL map holds for one canonical source URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UrlEntry {
+    pub hash: ContentHash,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    /// When the origin last confirmed or served the content, ms since the epoch.
+    pub checked_at_ms: u64,
 }
 
-impl Db {
-    pub(crate) fn read(&self) -> Result<ReadTransaction, MapError> {
-        Ok(self.db.begin_read()?)
-    }
-
-    /// Runs `f` in one write transaction and commits it without an fsync. Returns the value
-    /// and the write's sequence number, for [`Db::sync`].
-    pub(crate) fn write<T>(
-        &self,
-        f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
-    ) -> Result<(T, u64), MapError> {
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::None)?;
-        let out = f(&txn)?;
-        txn.commit()?;
-        let seq = self.written.fetch_add(1, Ordering::AcqRel) + 1;
-        Ok((out, seq))
-    }
-
-    /// Makes every write up to `seq` durable (group commit).
-    pub(crate) fn sync(&self, seq: u64) -> Result<(), MapError> {
-        let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
-        if *durable >= seq {
-            return Ok(());
-        }
-        // Everything committed before this load is covered by the commit below.
-        let covered = self.written.load(Ordering::Acquire);
-        let txn = self.db.begin_write()?;
-        txn.commit()?;
-        *durable = covered;
-        Ok(())
-    }
+/// What the originals index holds for one hash (the bytes live in the blob store).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginalInfo {
+    /// Sniffed format name (`jpeg`, …); `None` when the bytes are no image imgcas knows.
+    pub format: Option<String>,
+    /// Stored dimensions from the header (before EXIF orientation), when readable.
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub has_alpha: bool,
+    pub bytes: u64,
+    pub first_seen_ms: u64,
 }
 
-/// All maps of one data dir.
-#[derive(Clone)]
-pub struct Maps {
-    db: Db,
-    pub urls: UrlMap,
-    pub originals: OriginalsIndex,
-    pub variants: VariantMap,
+/// The identity of one variant. Its bytes are the variants key; hashing them gives the ETag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VariantKey {
+    pub hash: ContentHash,
+    pub canonical_spec: String,
+    pub processor_version: u32,
 }
 
-impl Maps {
-    pub fn open(data_dir: &Path) -> Result<Maps, MapError> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|e| MapError::Store(format!("cannot create {}: {e}", data_dir.display())))?;
-        let database = Database::create(data_dir.join("imgcas.redb"))?;
-        let db = Db {
-            db: Arc::new(database),
-            written: Arc::new(AtomicU64::new(0)),
-            durable: Arc::new(Mutex::new(0)),
-        };
-        // Readers expect every table to exist.
-        let ((), seq) = db.write(|txn| {
-            url_map::create(txn)?;
-            originals::create(txn)?;
-            variants::create(txn)?;
-            Ok(())
-        })?;
-        db.sync(seq)?;
-        Ok(Maps {
-            urls: UrlMap { db: db.clone() },
-            originals: OriginalsIndex::new(db.clone()),
-            variants: VariantMap { db: db.clone() },
-            db,
+impl VariantKey {
+    /// `hash ‖ version (u32 BE) ‖ canonical spec`: the hash first, so one original's variants
+    /// sit together.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(36 + self.canonical_spec.len());
+        out.extend_from_slice(self.hash.as_bytes());
+        out.extend_from_slice(&self.processor_version.to_be_bytes());
+        out.extend_from_slice(self.canonical_spec.as_bytes());
+        out
+    }
+
+    /// The inverse of [`VariantKey::to_bytes`]; `None` for bytes no key encodes to.
+    pub fn from_bytes(raw: &[u8]) -> Option<VariantKey> {
+        let hash = ContentHash::from_slice(raw.get(..32)?)?;
+        let version: [u8; 4] = raw.get(32..36)?.try_into().ok()?;
+        let spec = std::str::from_utf8(raw.get(36..)?).ok()?;
+        Some(VariantKey {
+            hash,
+            canonical_spec: spec.to_string(),
+            processor_version: u32::from_be_bytes(version),
         })
     }
+}
 
-    /// Records a download in one transaction: the original's index entry (if new) and the URL
-    /// pointing at it. The blob must already be stored. Returns whether the hash was new.
-    pub fn record_download(
+/// Where a stored image's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantBody {
+    /// In the row itself (the embedded backend: one read serves a hit).
+    Inline(Bytes),
+}
+
+/// One variants row: a processed image (its facts, and where its bytes are), or the permanent
+/// error processing gave, cached like a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantRow {
+    Image {
+        format: OutputFormat,
+        width: u32,
+        height: u32,
+        body: VariantBody,
+    },
+    Failed {
+        kind: ProcessFailure,
+        message: String,
+    },
+}
+
+/// What the variants map holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct VariantTotals {
+    pub images: u64,
+    /// Encoded size, as stored (a few bytes of header per image included).
+    pub image_bytes: u64,
+    pub errors: u64,
+}
+
+/// The maps' operations, as the pipeline and the maintenance commands use them.
+///
+/// Writes follow the pipeline's order (blob first, then the entry that points at it). Writes
+/// need not be durable when they return, except where a method says so: [`MapStore::flush`]
+/// is the durability point for the rest (the app calls it every second and at shutdown).
+#[async_trait]
+pub trait MapStore: Send + Sync + 'static {
+    /// The URL map entry of a canonical URL.
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError>;
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError>;
+
+    /// Drops a URL's entry: it is downloaded afresh on its next request.
+    async fn remove_url(&self, url: &str) -> Result<(), MapError>;
+
+    /// Every URL entry (for `verify`, `gc` and `stats`).
+    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError>;
+
+    async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError>;
+
+    /// Indexes an original unless it is indexed already (the first sighting wins), durably
+    /// before returning: an upload is acknowledged right after. Returns whether it inserted.
+    async fn add_original(&self, hash: &ContentHash, info: &OriginalInfo)
+        -> Result<bool, MapError>;
+
+    /// A download, atomically: the original's index entry (if new) and the URL pointing at
+    /// it. Returns whether the original was new to the index.
+    async fn record_download(
         &self,
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
-    ) -> Result<bool, MapError> {
-        let (new, _) = self.db.write(|txn| {
-            let new = originals::insert_if_absent(txn, &entry.hash, info)?;
-            url_map::put(txn, url, entry)?;
-            Ok(new)
-        })?;
-        Ok(new)
-    }
+    ) -> Result<bool, MapError>;
 
-    /// Makes every write so far durable (one empty durable commit, skipped when none is
-    /// pending).
-    pub fn flush(&self) -> Result<(), MapError> {
-        self.db.sync(self.db.written.load(Ordering::Acquire))
-    }
+    /// Drops an original's index entry, durably (`verify --repair`).
+    async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError>;
 
-    /// Readiness: a read transaction opens and a table answers.
-    pub fn check(&self) -> Result<(), MapError> {
-        self.originals.get(&ContentHash([0; 32])).map(|_| ())
-    }
+    /// Every indexed hash.
+    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError>;
+
+    async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError>;
+
+    /// Stores a result (a lost one is recomputed, never wrong).
+    async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError>;
+
+    /// Every variant key.
+    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError>;
+
+    /// Drops these variants; returns how many were stored.
+    async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError>;
+
+    /// Stored images, their bytes, and cached errors (`imgcas stats`).
+    async fn variant_totals(&self) -> Result<VariantTotals, MapError>;
+
+    /// Makes every write so far durable.
+    async fn flush(&self) -> Result<(), MapError>;
+
+    /// Readiness: the store answers a read.
+    async fn check(&self) -> Result<(), MapError>;
+}
+
+/// The maps the configuration names: today the embedded redb file under `data_dir`.
+pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
+    let maps = RedbMaps::open(config.data_dir.clone()).await?;
+    Ok(Arc::new(maps))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn info(n: u64) -> OriginalInfo {
-        OriginalInfo {
-            format: Some("png".into()),
-            width: Some(1),
-            height: Some(1),
-            has_alpha: false,
-            bytes: n,
-            first_seen_ms: now_ms(),
-        }
-    }
-
     #[test]
-    fn synced_and_flushed_writes_survive_a_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let hashes: Vec<ContentHash> = (0..64u32)
-            .map(|i| ContentHash::of(&i.to_le_bytes()))
-            .collect();
-        let url_entry = UrlEntry {
-            hash: hashes[0],
-            etag: Some("\"e\"".into()),
-            last_modified: None,
-            checked_at_ms: 1,
+    fn variant_keys_round_trip_through_bytes() {
+        let key = VariantKey {
+            hash: ContentHash::of(b"x"),
+            canonical_spec: "format=webp&w=400".into(),
+            processor_version: 7,
         };
-        {
-            let maps = Maps::open(dir.path()).unwrap();
-            // Concurrent durable inserts share syncs; every one must land.
-            std::thread::scope(|s| {
-                for chunk in hashes.chunks(8) {
-                    let maps = maps.clone();
-                    s.spawn(move || {
-                        for h in chunk {
-                            assert!(maps.originals.insert_durable(h, &info(1)).unwrap());
-                        }
-                    });
-                }
-            });
-            assert!(!maps.originals.insert_durable(&hashes[0], &info(2)).unwrap());
-            maps.urls.put("http://a.example/x", &url_entry).unwrap();
-            assert_eq!(
-                maps.urls.get("http://a.example/x").unwrap(),
-                Some(url_entry.clone())
-            );
-            maps.flush().unwrap();
-            maps.flush().unwrap();
-        }
-        let maps = Maps::open(dir.path()).unwrap();
-        assert_eq!(maps.originals.hashes().unwrap().len(), 64);
-        assert_eq!(maps.originals.get(&hashes[0]).unwrap().unwrap().bytes, 1);
-        assert_eq!(
-            maps.urls.get("http://a.example/x").unwrap(),
-            Some(url_entry)
-        );
-        maps.check().unwrap();
+        assert_eq!(VariantKey::from_bytes(&key.to_bytes()), Some(key));
+        assert_eq!(VariantKey::from_bytes(&[0; 20]), None);
     }
 }

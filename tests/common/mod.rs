@@ -19,9 +19,11 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use image::{DynamicImage, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
 
-use imgcas::app::{self, RunningApp, Shared};
+use imgcas::app::{self, RunningApp};
 use imgcas::config::Config;
-use imgcas::stats::Stats;
+use imgcas::hash::ContentHash;
+use imgcas::pipeline::Pipeline;
+use imgcas::stats::StatsSnapshot;
 
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -33,7 +35,8 @@ pub fn client() -> reqwest::Client {
 
 pub struct TestApp {
     pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
+    /// The app's pipeline, for its public counters and read-only views.
+    pub pipeline: Pipeline,
     pub client: reqwest::Client,
     pub dir: Arc<tempfile::TempDir>,
     /// The bucket (and in-process server) originals go to when the suite runs on S3.
@@ -65,8 +68,8 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     tweak(&mut config);
     let running = app::start(config).await.expect("app starts");
     TestApp {
-        addr: running.addr,
-        shared: running.shared.clone(),
+        addr: running.addr(),
+        pipeline: running.pipeline().clone(),
         client: client(),
         dir,
         s3,
@@ -101,12 +104,21 @@ impl TestApp {
             .expect("upload")
     }
 
+    pub fn stats(&self) -> StatsSnapshot {
+        self.pipeline.stats()
+    }
+
     pub fn downloads(&self) -> u64 {
-        Stats::get(&self.shared.stats.downloads)
+        self.stats().downloads
     }
 
     pub fn processing_runs(&self) -> u64 {
-        Stats::get(&self.shared.stats.processing_runs)
+        self.stats().processing_runs
+    }
+
+    /// Every hash in the blob store.
+    pub async fn stored_blobs(&self) -> Vec<ContentHash> {
+        self.pipeline.stored_blobs().await.expect("list blobs")
     }
 
     /// `GET /metrics`, parsed with a Prometheus text-format parser.

@@ -1,0 +1,279 @@
+//! Where `imgcas ingest` sends its items, behind one trait: the local data dir (the pipeline
+//! opened in this process) or a running server over HTTP. The run does not know which.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use url::Url;
+
+use imgcas::config::Config;
+use imgcas::error::Error;
+use imgcas::hash::ContentHash;
+use imgcas::ingest::{self, WarmSpec};
+use imgcas::metrics::Metrics;
+use imgcas::pipeline::Pipeline;
+use imgcas::wire::{
+    ErrorAnswer, ErrorBody, IngestAnswer, IngestRequest, ItemResult, OriginalAnswer, UploadAnswer,
+    WarmResult,
+};
+
+/// A stored upload: what the original is, and whether it was stored already.
+pub type Upload = (OriginalAnswer, bool);
+
+#[async_trait]
+pub trait Target: Send + Sync {
+    /// Where items go, as the report names it.
+    fn name(&self) -> String;
+
+    /// The largest file worth reading, when this side knows the limit.
+    fn max_file_bytes(&self) -> Option<u64>;
+
+    /// Stores one file's bytes.
+    async fn upload(&self, bytes: Bytes) -> Result<Upload, ErrorBody>;
+
+    /// Builds the warm specs' variants of a stored original.
+    async fn warm(&self, hash: ContentHash, specs: &[WarmSpec]) -> Vec<WarmResult>;
+
+    /// One batch of URLs, with their warm specs; a result per URL, in order.
+    async fn ingest_urls(&self, urls: Vec<String>, warm: &[WarmSpec]) -> Vec<ItemResult>;
+
+    /// Makes what was stored durable.
+    async fn finish(&self) -> Result<(), String>;
+}
+
+/// The data dir, opened here (the server must be stopped: redb allows one process).
+pub struct Local {
+    pipeline: Pipeline,
+    data_dir: String,
+}
+
+impl Local {
+    pub async fn open(config: Config) -> Result<Local, String> {
+        let data_dir = config.data_dir.display().to_string();
+        let pipeline = Pipeline::open(config, Metrics::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Local { pipeline, data_dir })
+    }
+}
+
+#[async_trait]
+impl Target for Local {
+    fn name(&self) -> String {
+        self.data_dir.clone()
+    }
+
+    fn max_file_bytes(&self) -> Option<u64> {
+        Some(self.pipeline.max_source_bytes())
+    }
+
+    async fn upload(&self, bytes: Bytes) -> Result<Upload, ErrorBody> {
+        match self.pipeline.upload(bytes).await {
+            Ok(u) => Ok((OriginalAnswer::new(u.hash, &u.info), u.duplicate)),
+            Err(e) => Err((&e).into()),
+        }
+    }
+
+    async fn warm(&self, hash: ContentHash, specs: &[WarmSpec]) -> Vec<WarmResult> {
+        ingest::warm_variants(&self.pipeline, hash, specs).await
+    }
+
+    async fn ingest_urls(&self, urls: Vec<String>, warm: &[WarmSpec]) -> Vec<ItemResult> {
+        ingest::ingest_urls(&self.pipeline, urls, warm)
+            .await
+            .results
+    }
+
+    async fn finish(&self) -> Result<(), String> {
+        self.pipeline
+            .flush()
+            .await
+            .map_err(|e| format!("the maps could not be made durable: {e}"))
+    }
+}
+
+/// A running server, over HTTP.
+pub struct Remote {
+    client: reqwest::Client,
+    base: Url,
+    /// The first signing key, for warming uploaded files through the signed image route.
+    signing_key: Option<Vec<u8>>,
+}
+
+impl Remote {
+    /// A client for `base`, once its `/healthz` answers.
+    pub async fn connect(base: &Url, config: &Config) -> Result<Remote, String> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("imgcas-ingest/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(10))
+            // A batch of 1000 URLs, each a download and warm runs, can take minutes.
+            .timeout(Duration::from_secs(600))
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let remote = Remote {
+            client,
+            base: base.clone(),
+            signing_key: config.security.signing_keys().into_iter().next(),
+        };
+        let health = remote.endpoint("/healthz")?;
+        match remote.client.get(health).send().await {
+            Ok(r) if r.status().is_success() => Ok(remote),
+            Ok(r) => Err(format!("{base} answered /healthz with {}", r.status())),
+            Err(e) => Err(format!("cannot reach {base}: {e}")),
+        }
+    }
+
+    fn endpoint(&self, path: &str) -> Result<Url, String> {
+        self.base
+            .join(path)
+            .map_err(|e| format!("bad server URL {}: {e}", self.base))
+    }
+
+    /// POSTs `body` to `path`: the answer's body when it succeeded, else its error.
+    async fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> Result<Bytes, ErrorBody> {
+        let url = self
+            .endpoint(path)
+            .map_err(|e| ErrorBody::from(&Error::Internal(e)))?;
+        let response = self
+            .client
+            .post(url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ErrorBody::from(&Error::Origin(format!("POST {path} failed: {e}"))))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| {
+            ErrorBody::from(&Error::Origin(format!(
+                "the answer to POST {path} was lost: {e}"
+            )))
+        })?;
+        if !status.is_success() {
+            return Err(error_of(status, &body));
+        }
+        Ok(body)
+    }
+
+    async fn warm_one(&self, path: &str, query: &str, spec: &str, accept: &str) -> WarmResult {
+        let failed = |error: ErrorBody| WarmResult::failed(spec.to_string(), error);
+        let url = match self.endpoint(&format!("{path}?{query}")) {
+            Ok(u) => u,
+            Err(e) => return failed(ErrorBody::from(&Error::Internal(e))),
+        };
+        let response = match self.client.get(url).header("accept", accept).send().await {
+            Ok(r) => r,
+            Err(e) => return failed((&Error::Origin(format!("warm request failed: {e}"))).into()),
+        };
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let processed = header("x-imgcas-cache").as_deref() == Some("miss");
+        let format = header("content-type").map(|t| t.trim_start_matches("image/").to_string());
+        let body = response.bytes().await.unwrap_or_default();
+        if !status.is_success() {
+            return failed(error_of(status, &body));
+        }
+        WarmResult {
+            spec: spec.to_string(),
+            format,
+            bytes: Some(body.len() as u64),
+            processed,
+            error: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Target for Remote {
+    fn name(&self) -> String {
+        self.base.to_string()
+    }
+
+    fn max_file_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    async fn upload(&self, bytes: Bytes) -> Result<Upload, ErrorBody> {
+        let body = self
+            .post("/v1/originals", "application/octet-stream", bytes)
+            .await?;
+        let answer: UploadAnswer = serde_json::from_slice(&body).map_err(|e| {
+            ErrorBody::from(&Error::Internal(format!("unreadable upload answer: {e}")))
+        })?;
+        Ok((answer.original, answer.duplicate))
+    }
+
+    /// Warms through `GET /v1/image/<hash>` (signed when a key is configured):
+    /// `POST /v1/ingest` takes URLs only.
+    async fn warm(&self, hash: ContentHash, specs: &[WarmSpec]) -> Vec<WarmResult> {
+        let mut out = Vec::new();
+        let path = format!("/v1/image/{hash}");
+        for spec in specs {
+            let text = spec.text.as_str();
+            let query = match &self.signing_key {
+                Some(key) => {
+                    let sig = imgcas::signing::sign(key, &path, text);
+                    if text.is_empty() {
+                        format!("sig={sig}")
+                    } else {
+                        format!("{text}&sig={sig}")
+                    }
+                }
+                None => text.to_string(),
+            };
+            for accept in spec.accepts() {
+                let accept = accept.unwrap_or("*/*");
+                out.push(self.warm_one(&path, &query, text, accept).await);
+            }
+        }
+        out
+    }
+
+    async fn ingest_urls(&self, urls: Vec<String>, warm: &[WarmSpec]) -> Vec<ItemResult> {
+        let request = IngestRequest {
+            urls: urls.clone(),
+            warm: warm.iter().map(|w| w.text.clone()).collect(),
+        };
+        let answer = match serde_json::to_vec(&request) {
+            Ok(body) => self.post("/v1/ingest", "application/json", body).await,
+            Err(e) => Err((&Error::Internal(e.to_string())).into()),
+        }
+        .and_then(|body| {
+            serde_json::from_slice::<IngestAnswer>(&body)
+                .map_err(|e| (&Error::Internal(format!("unreadable ingest answer: {e}"))).into())
+        });
+        match answer {
+            Ok(a) => a.results,
+            Err(e) => urls
+                .into_iter()
+                .map(|source| ItemResult::failed_with(source, e.clone()))
+                .collect(),
+        }
+    }
+
+    async fn finish(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The error a server answered, or one naming its status when the body is not SPEC's.
+fn error_of(status: reqwest::StatusCode, body: &[u8]) -> ErrorBody {
+    serde_json::from_slice::<ErrorAnswer>(body)
+        .map(|a| a.error)
+        .unwrap_or_else(|_| ErrorBody {
+            code: "internal".into(),
+            message: format!("the server answered {status}"),
+        })
+}

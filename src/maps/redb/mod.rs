@@ -1,0 +1,298 @@
+//! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps,
+//! one table each (`url_map.rs`, `originals.rs`, `variants.rs` own their table and encoding).
+//! Nothing outside this folder touches redb.
+//!
+//! redb is a blocking library, so every operation runs on tokio's blocking pool; only the
+//! originals entries already read are answered from memory (content-addressed, they never
+//! change, and every request reads one).
+//!
+//! Durability by group commit: every write commits without an fsync (`Durability::None`,
+//! visible to readers at once) and gets a sequence number. [`Db::sync`] makes all writes up
+//! to a number durable with one empty durable commit; callers who find that a concurrent sync
+//! already covered them skip theirs, so a burst of uploads shares fsyncs instead of paying ≈ 7 ms
+//! each. Uploads sync before they are acknowledged; the URL map and the variants (rebuildable
+//! from origins and originals) are synced by the periodic flush and at shutdown.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
+
+use super::{MapError, MapStore, OriginalInfo, UrlEntry, VariantKey, VariantRow, VariantTotals};
+use crate::hash::ContentHash;
+
+mod originals;
+mod url_map;
+mod variants;
+
+macro_rules! store_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MapError {
+            fn from(e: $t) -> Self {
+                MapError::Store(e.to_string())
+            }
+        }
+    )*};
+}
+store_errors!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// The database handle and its group-commit bookkeeping.
+#[derive(Clone)]
+struct Db {
+    db: Arc<Database>,
+    /// Sequence number of the last committed (maybe not yet durable) write.
+    written: Arc<AtomicU64>,
+    /// Sequence number up to which writes are durable; the lock serializes syncs.
+    durable: Arc<Mutex<u64>>,
+}
+
+impl Db {
+    fn read(&self) -> Result<ReadTransaction, MapError> {
+        Ok(self.db.begin_read()?)
+    }
+
+    /// Runs `f` in one write transaction and commits it without an fsync. Returns the value
+    /// and the write's sequence number, for [`Db::sync`].
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
+    ) -> Result<(T, u64), MapError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::None)?;
+        let out = f(&txn)?;
+        txn.commit()?;
+        let seq = self.written.fetch_add(1, Ordering::AcqRel) + 1;
+        Ok((out, seq))
+    }
+
+    /// A write made durable before returning.
+    fn write_durable<T>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
+    ) -> Result<T, MapError> {
+        let (out, seq) = self.write(f)?;
+        self.sync(seq)?;
+        Ok(out)
+    }
+
+    /// Makes every write up to `seq` durable (group commit).
+    fn sync(&self, seq: u64) -> Result<(), MapError> {
+        let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        if *durable >= seq {
+            return Ok(());
+        }
+        // Everything committed before this load is covered by the commit below.
+        let covered = self.written.load(Ordering::Acquire);
+        let txn = self.db.begin_write()?;
+        txn.commit()?;
+        *durable = covered;
+        Ok(())
+    }
+
+    /// Runs blocking database work on the blocking pool.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Db) -> Result<T, MapError> + Send + 'static,
+    ) -> Result<T, MapError> {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| MapError::Store(format!("map task failed: {e}")))?
+    }
+}
+
+/// Every key of a table keyed by bytes, decoded by `decode`; a key it refuses is corruption
+/// (named `what`).
+fn keys_of<T>(
+    txn: &ReadTransaction,
+    table: redb::TableDefinition<&[u8], &[u8]>,
+    what: &str,
+    decode: impl Fn(&[u8]) -> Option<T>,
+) -> Result<Vec<T>, MapError> {
+    use redb::ReadableTable;
+    let table = txn.open_table(table)?;
+    let mut out = Vec::new();
+    for row in table.iter()? {
+        let (k, _) = row?;
+        out.push(decode(k.value()).ok_or_else(|| MapError::Corrupt(format!("{what} key")))?);
+    }
+    Ok(out)
+}
+
+/// Originals entries kept in memory after a read.
+const RECENT_ORIGINALS: u64 = 100_000;
+
+/// The three maps in one redb file.
+#[derive(Clone)]
+pub struct RedbMaps {
+    db: Db,
+    recent: moka::sync::Cache<ContentHash, OriginalInfo>,
+}
+
+impl RedbMaps {
+    /// Opens (or creates) `<data_dir>/imgcas.redb`. Fails while another process holds it.
+    pub async fn open(data_dir: PathBuf) -> Result<RedbMaps, MapError> {
+        tokio::task::spawn_blocking(move || Self::open_blocking(&data_dir))
+            .await
+            .map_err(|e| MapError::Store(format!("map task failed: {e}")))?
+    }
+
+    fn open_blocking(data_dir: &std::path::Path) -> Result<RedbMaps, MapError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| MapError::Store(format!("cannot create {}: {e}", data_dir.display())))?;
+        let database = Database::create(data_dir.join("imgcas.redb"))?;
+        let db = Db {
+            db: Arc::new(database),
+            written: Arc::new(AtomicU64::new(0)),
+            durable: Arc::new(Mutex::new(0)),
+        };
+        // Readers expect every table to exist.
+        db.write_durable(|txn| {
+            url_map::create(txn)?;
+            originals::create(txn)?;
+            variants::create(txn)?;
+            Ok(())
+        })?;
+        Ok(RedbMaps {
+            db,
+            recent: moka::sync::Cache::new(RECENT_ORIGINALS),
+        })
+    }
+}
+
+#[async_trait]
+impl MapStore for RedbMaps {
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        let url = url.to_string();
+        self.db.run(move |db| url_map::get(&db.read()?, &url)).await
+    }
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
+        let (url, entry) = (url.to_string(), entry.clone());
+        self.db
+            .run(move |db| db.write(|txn| url_map::put(txn, &url, &entry)).map(|_| ()))
+            .await
+    }
+
+    async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        let url = url.to_string();
+        self.db
+            .run(move |db| db.write(|txn| url_map::remove(txn, &url)).map(|_| ()))
+            .await
+    }
+
+    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.db.run(|db| url_map::all(&db.read()?)).await
+    }
+
+    async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        if let Some(info) = self.recent.get(hash) {
+            return Ok(Some(info));
+        }
+        let hash = *hash;
+        let info = self
+            .db
+            .run(move |db| originals::get(&db.read()?, &hash))
+            .await?;
+        if let Some(info) = &info {
+            self.recent.insert(hash, info.clone());
+        }
+        Ok(info)
+    }
+
+    async fn add_original(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        let (hash, info) = (*hash, info.clone());
+        self.db
+            .run(move |db| db.write_durable(|txn| originals::insert_if_absent(txn, &hash, &info)))
+            .await
+    }
+
+    async fn record_download(
+        &self,
+        url: &str,
+        entry: &UrlEntry,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
+        self.db
+            .run(move |db| {
+                let (new, _) = db.write(|txn| {
+                    let new = originals::insert_if_absent(txn, &entry.hash, &info)?;
+                    url_map::put(txn, &url, &entry)?;
+                    Ok(new)
+                })?;
+                Ok(new)
+            })
+            .await
+    }
+
+    async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| db.write_durable(|txn| originals::remove(txn, &hash)))
+            .await?;
+        self.recent.invalidate(&hash);
+        Ok(())
+    }
+
+    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
+        self.db.run(|db| originals::hashes(&db.read()?)).await
+    }
+
+    async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
+        let key = key.clone();
+        self.db
+            .run(move |db| variants::get(&db.read()?, &key))
+            .await
+    }
+
+    async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
+        let (key, row) = (key.clone(), row.clone());
+        self.db
+            .run(move |db| db.write(|txn| variants::put(txn, &key, &row)).map(|_| ()))
+            .await
+    }
+
+    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
+        self.db.run(|db| variants::keys(&db.read()?)).await
+    }
+
+    async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let keys = keys.to_vec();
+        self.db
+            .run(move |db| db.write(|txn| variants::remove(txn, &keys)).map(|(n, _)| n))
+            .await
+    }
+
+    async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
+        self.db.run(|db| variants::totals(&db.read()?)).await
+    }
+
+    async fn flush(&self) -> Result<(), MapError> {
+        self.db
+            .run(|db| db.sync(db.written.load(Ordering::Acquire)))
+            .await
+    }
+
+    async fn check(&self) -> Result<(), MapError> {
+        self.db
+            .run(|db| originals::get(&db.read()?, &ContentHash([0; 32])).map(|_| ()))
+            .await
+    }
+}

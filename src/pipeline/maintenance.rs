@@ -1,0 +1,164 @@
+//! `stats`, `verify` and `gc`: the maps and the blob store counted and checked against each
+//! other, on either backend. They belong to the pipeline because they read and repair the
+//! state it owns; the commands only print what these return.
+//!
+//! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors.
+//! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, and every URL
+//!   map entry points at an indexed original. With repair, what dangles is dropped (the index
+//!   entry and a corrupt blob, the URL entries pointing at it, its variants): the next request
+//!   downloads afresh instead of failing.
+//! - `gc`: blobs the index does not know (left by a crash between blob write and index write)
+//!   and variants of unindexed originals; removed only when applied.
+
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{VariantKey, VariantTotals};
+
+use super::Pipeline;
+
+/// Told how far a long walk is: `(done, total)`.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// What `stats` counts.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StatsReport {
+    pub urls: u64,
+    pub originals: u64,
+    pub original_bytes: u64,
+    pub variants: VariantTotals,
+}
+
+/// What `verify` found (and, with repair, dropped).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub originals_checked: u64,
+    /// Indexed originals whose blob is absent.
+    pub missing: Vec<ContentHash>,
+    /// Indexed originals whose blob's bytes do not hash to the key.
+    pub corrupt: Vec<ContentHash>,
+    /// URL map entries pointing at an original the index does not hold.
+    pub dangling_urls: Vec<String>,
+    pub repaired: bool,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.missing.is_empty() && self.corrupt.is_empty() && self.dangling_urls.is_empty()
+    }
+}
+
+/// What `gc` found (and, when applied, removed).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub unreferenced_blobs: Vec<ContentHash>,
+    pub bytes: u64,
+    pub orphan_variants: u64,
+    pub applied: bool,
+}
+
+impl Pipeline {
+    pub async fn stored_stats(&self) -> Result<StatsReport, Error> {
+        let maps = &self.shared.maps;
+        let mut report = StatsReport {
+            urls: maps.urls().await?.len() as u64,
+            variants: maps.variant_totals().await?,
+            ..StatsReport::default()
+        };
+        for hash in maps.original_hashes().await? {
+            report.originals += 1;
+            report.original_bytes += maps.original(&hash).await?.map_or(0, |i| i.bytes);
+        }
+        Ok(report)
+    }
+
+    pub async fn verify(
+        &self,
+        repair: bool,
+        progress: Progress<'_>,
+    ) -> Result<VerifyReport, Error> {
+        let (maps, blobs) = (&self.shared.maps, &self.shared.blobs);
+        let mut report = VerifyReport {
+            repaired: repair,
+            ..VerifyReport::default()
+        };
+        let hashes = maps.original_hashes().await?;
+        let total = hashes.len() as u64;
+        for hash in &hashes {
+            match blobs.get(hash).await? {
+                None => report.missing.push(*hash),
+                Some(bytes) if ContentHash::of(&bytes) != *hash => report.corrupt.push(*hash),
+                Some(_) => {}
+            }
+            report.originals_checked += 1;
+            progress(report.originals_checked, total);
+        }
+        let bad: Vec<ContentHash> = report
+            .missing
+            .iter()
+            .chain(&report.corrupt)
+            .copied()
+            .collect();
+        for (url, entry) in maps.urls().await? {
+            let indexed = maps.original(&entry.hash).await?.is_some();
+            if !indexed || bad.contains(&entry.hash) {
+                report.dangling_urls.push(url);
+            }
+        }
+        if repair {
+            for url in &report.dangling_urls {
+                maps.remove_url(url).await?;
+            }
+            for hash in &bad {
+                maps.remove_original(hash).await?;
+            }
+            for hash in &report.corrupt {
+                blobs.delete(hash).await?;
+            }
+            let doomed = self.variants_where(|h| bad.contains(h)).await?;
+            maps.remove_variants(&doomed).await?;
+            maps.flush().await?;
+        }
+        Ok(report)
+    }
+
+    pub async fn gc(&self, apply: bool, progress: Progress<'_>) -> Result<GcReport, Error> {
+        let (maps, blobs) = (&self.shared.maps, &self.shared.blobs);
+        let mut indexed = maps.original_hashes().await?;
+        indexed.sort();
+        let stored = blobs.list().await?;
+        let mut report = GcReport {
+            applied: apply,
+            ..GcReport::default()
+        };
+        let total = stored.len() as u64;
+        for (done, hash) in stored.into_iter().enumerate() {
+            if indexed.binary_search(&hash).is_err() {
+                report.bytes += blobs.size(&hash).await?.unwrap_or(0);
+                if apply {
+                    blobs.delete(&hash).await?;
+                }
+                report.unreferenced_blobs.push(hash);
+            }
+            progress(done as u64 + 1, total);
+        }
+        // Variants of an unindexed original are never served: nothing resolves to its hash.
+        let orphans = self
+            .variants_where(|h| indexed.binary_search(h).is_err())
+            .await?;
+        report.orphan_variants = orphans.len() as u64;
+        if apply {
+            maps.remove_variants(&orphans).await?;
+        }
+        maps.flush().await?;
+        Ok(report)
+    }
+
+    /// The variant keys whose source hash `doomed` picks.
+    async fn variants_where(
+        &self,
+        doomed: impl Fn(&ContentHash) -> bool,
+    ) -> Result<Vec<VariantKey>, Error> {
+        let keys = self.shared.maps.variant_keys().await?;
+        Ok(keys.into_iter().filter(|k| doomed(&k.hash)).collect())
+    }
+}

@@ -1,0 +1,212 @@
+//! The pipeline: the decision flow of SPEC "What it is", steps 1–4, and the one owner of the
+//! state that flow needs — the maps, the blob store, the origin fetcher, the caches (hot
+//! variants, origin failures), the single-flight maps and admission control. Like
+//! mini-redis's `Db`, [`Pipeline`] is a cheap handle around a private `Shared`: callers (the
+//! HTTP handlers, ingest, the commands) go through its methods, never around it.
+//!
+//! One file per flow:
+//! - `resolve.rs`: URL → hash (URL map, conditional fetch, origin failures held per URL);
+//! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run);
+//! - `upload.rs`: bytes in → an indexed original;
+//! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store.
+//!
+//! Writes keep one order: blob first, then the map entry that points at it. Work that many
+//! requests may want at once runs once, through the single-flight maps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use imgcas_processors::Limits;
+
+use crate::admission::Admission;
+use crate::blob::BlobStore;
+use crate::coalesce::SingleFlight;
+use crate::config::Config;
+use crate::error::Error;
+use crate::fetch::Fetcher;
+use crate::hash::ContentHash;
+use crate::hot::HotVariants;
+use crate::maps::{MapStore, OriginalInfo, VariantRow};
+use crate::metrics::{Metrics, Readings};
+use crate::negative::{OriginFailures, UrlFailure};
+use crate::stats::{Stats, StatsSnapshot};
+
+mod maintenance;
+mod resolve;
+mod upload;
+mod variant;
+
+pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
+pub use resolve::{Resolved, UrlState};
+pub use upload::Uploaded;
+pub use variant::{Provenance, Served, Source, Target};
+
+/// The decision flow and everything it owns. Clones share one state.
+#[derive(Clone)]
+pub struct Pipeline {
+    shared: Arc<Shared>,
+}
+
+/// The state behind a [`Pipeline`]; private, so nothing reaches around the flow.
+struct Shared {
+    /// The settings the flow reads (limits, revalidation, source size).
+    config: Config,
+    /// URL map, originals index and variants.
+    maps: Arc<dyn MapStore>,
+    /// Original bytes by hash.
+    blobs: Arc<dyn BlobStore>,
+    /// Recent variants in memory, in front of the variants map.
+    hot: HotVariants,
+    /// The guarded origin client, with its download slots per origin.
+    fetcher: Fetcher,
+    /// Origin failures per URL, held for their class's lifetime (with backoff).
+    origin_failures: OriginFailures,
+    /// One origin request per URL at a time; latecomers share its answer.
+    url_flights: SingleFlight<String, Result<Resolved, Failure>>,
+    /// One processing run per variant key at a time.
+    variant_flights: SingleFlight<Vec<u8>, Result<(VariantRow, bool), Error>>,
+    /// Processing admission: at most `limits.process_concurrency` runs use the CPU at once,
+    /// on the blocking pool, and work that would wait past `limits.queue_target` is refused.
+    admission: Admission,
+    /// Work counters.
+    stats: Stats,
+    /// Where latency histograms and refusals are recorded.
+    metrics: Metrics,
+}
+
+/// Why the pipeline could not open.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OpenError(pub String);
+
+/// A failed request, with what is known of it for the response headers.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub error: Error,
+    pub source_hash: Option<ContentHash>,
+    /// Answered from a cache of errors (variants map or origin failures).
+    pub cached: bool,
+    /// How long the error is held for this URL: a client or cache should not ask again
+    /// sooner, since the service would answer the same until then.
+    pub held_for: Option<Duration>,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure {
+            error,
+            source_hash: None,
+            cached: false,
+            held_for: None,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Opens the maps and the blob store the configuration names (after validating it).
+    /// `metrics` receives the flow's histograms and refusals.
+    pub async fn open(config: Config, metrics: Metrics) -> Result<Pipeline, OpenError> {
+        config.validate().map_err(|e| OpenError(e.to_string()))?;
+        let maps = crate::maps::open(&config).await.map_err(|e| {
+            OpenError(format!(
+                "cannot open the maps in {}: {e}",
+                config.data_dir.display()
+            ))
+        })?;
+        let blobs = crate::blob::open(&config)
+            .await
+            .map_err(|e| OpenError(e.to_string()))?;
+        let fetcher = Fetcher::new(&config.fetch).map_err(OpenError)?;
+        let admission = Admission::new(
+            config.limits.process_concurrency,
+            config.limits.queue_target,
+        );
+        Ok(Pipeline {
+            shared: Arc::new(Shared {
+                hot: HotVariants::new(config.limits.hot_cache_bytes),
+                config,
+                maps,
+                blobs,
+                fetcher,
+                origin_failures: OriginFailures::default(),
+                url_flights: SingleFlight::default(),
+                variant_flights: SingleFlight::default(),
+                admission,
+                stats: Stats::default(),
+                metrics,
+            }),
+        })
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_pixels: self.shared.config.limits.max_pixels,
+        }
+    }
+
+    /// The largest source accepted, from an origin or an upload.
+    pub fn max_source_bytes(&self) -> u64 {
+        self.shared.config.fetch.max_bytes
+    }
+
+    /// The work counters now.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Counters and gauges for `/metrics`.
+    pub fn readings(&self) -> Readings {
+        let s = &self.shared;
+        let (outstanding_pixels, queue_depth) = s.admission.load();
+        Readings {
+            stats: s.stats.snapshot(),
+            coalesced_waiters: s.url_flights.waiters() + s.variant_flights.waiters(),
+            queue_depth,
+            outstanding_pixels,
+            hot_cache_bytes: s.hot.weighted_size(),
+        }
+    }
+
+    /// The failure a URL is held with now, and for how much longer.
+    pub fn origin_failure(&self, url: &str) -> Option<(UrlFailure, Duration)> {
+        self.shared.origin_failures.active(url)
+    }
+
+    /// Readiness: the maps and the blob store both answer.
+    pub async fn check(&self) -> Result<(), Error> {
+        self.shared.maps.check().await?;
+        self.shared.blobs.check().await?;
+        Ok(())
+    }
+
+    /// Makes every map write so far durable (the app calls it every second and at shutdown).
+    pub async fn flush(&self) -> Result<(), Error> {
+        Ok(self.shared.maps.flush().await?)
+    }
+
+    /// What the originals index says of a hash.
+    pub async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, Error> {
+        Ok(self.shared.maps.original(hash).await?)
+    }
+
+    /// An indexed original's bytes (its absence from the blob store is a storage fault).
+    pub async fn original_bytes(&self, hash: &ContentHash) -> Result<Bytes, Error> {
+        self.shared.blobs.get(hash).await?.ok_or_else(|| {
+            Error::StorageUnavailable(format!("original {hash} is missing from the blob store"))
+        })
+    }
+
+    /// Every hash the blob store holds, indexed or not.
+    pub async fn stored_blobs(&self) -> Result<Vec<ContentHash>, Error> {
+        Ok(self.shared.blobs.list().await?)
+    }
+}
+
+/// Runs blocking work (hashing, probing) on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await?
+}

@@ -1,0 +1,217 @@
+//! Steps 1–3: a source URL turned into the hash of its bytes, through the URL map. A known
+//! URL is asked again only when its mapping is older than `revalidate_after` (or a caller
+//! says its content may have changed), and then with a conditional request; a recent origin
+//! failure answers without origin traffic while it is held.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use url::Url;
+
+use imgcas_processors::{self as processors, sniff, Limits};
+
+use super::{blocking, Failure, Pipeline};
+use crate::blob::PutOutcome;
+use crate::error::Error;
+use crate::fetch::{FetchError, FetchOutcome, Validators};
+use crate::hash::ContentHash;
+use crate::maps::{now_ms, OriginalInfo, UrlEntry};
+use crate::stats::Stats;
+
+/// How a source URL was turned into a hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlState {
+    /// Checked less than `revalidate_after` ago: no origin traffic.
+    Fresh,
+    /// The origin was asked again (a `304`, or a body that was hashed).
+    Revalidated,
+    /// First sighting of the URL: downloaded.
+    Downloaded,
+    /// The origin failed transiently; the stored mapping was used.
+    Stale,
+}
+
+/// A URL turned into a hash.
+#[derive(Debug, Clone, Copy)]
+pub struct Resolved {
+    pub hash: ContentHash,
+    pub state: UrlState,
+    /// The origin sent a body this time (not a `304`, nor a held or fresh mapping).
+    pub downloaded: bool,
+    /// The bytes were not stored before this resolution (a new original, not a duplicate).
+    pub new_original: bool,
+    /// The URL was mapped before, to other bytes.
+    pub changed: bool,
+}
+
+impl Resolved {
+    fn known(hash: ContentHash, state: UrlState) -> Self {
+        Resolved {
+            hash,
+            state,
+            downloaded: false,
+            new_original: false,
+            changed: false,
+        }
+    }
+}
+
+fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
+    now_ms().saturating_sub(entry.checked_at_ms) < revalidate_after.as_millis() as u64
+}
+
+/// Hash and header facts of any bytes (downloads are stored even when they are no image:
+/// the processing error is then cached per spec like any result).
+pub(super) fn describe(bytes: &[u8], limits: &Limits) -> (ContentHash, OriginalInfo) {
+    let hash = ContentHash::of(bytes);
+    let probe = processors::probe(bytes, limits).ok();
+    let info = OriginalInfo {
+        format: sniff(bytes).map(|f| f.name().to_string()),
+        width: probe.map(|p| p.width),
+        height: probe.map(|p| p.height),
+        has_alpha: probe.is_some_and(|p| p.has_alpha),
+        bytes: bytes.len() as u64,
+        first_seen_ms: now_ms(),
+    };
+    (hash, info)
+}
+
+impl Pipeline {
+    /// The hash behind a URL, asking the origin only when the mapping is stale or when
+    /// `recheck` asks for a conditional request regardless (ingest: the caller says the
+    /// content may have changed).
+    pub async fn resolve_url(&self, url: &Url, recheck: bool) -> Result<Resolved, Failure> {
+        let s = &self.shared;
+        let entry = s.maps.url(url.as_str()).await.map_err(Error::from)?;
+        if let Some(entry) = &entry {
+            if !recheck && is_fresh(entry, s.config.fetch.revalidate_after) {
+                return Ok(Resolved::known(entry.hash, UrlState::Fresh));
+            }
+        }
+        // A recent failure of this URL answers without origin traffic while it is held.
+        if let Some((failure, left)) = s.origin_failures.active(url.as_str()) {
+            Stats::bump(&s.stats.origin_failure_hits);
+            if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
+                return Ok(Resolved::known(entry.hash, UrlState::Stale));
+            }
+            return Err(Failure {
+                error: failure.error.into(),
+                source_hash: None,
+                cached: true,
+                held_for: Some(left),
+            });
+        }
+        let (this, u) = (self.clone(), url.clone());
+        s.url_flights
+            .run(
+                url.as_str().to_string(),
+                async move { this.refresh_url(u, recheck).await },
+                |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
+            )
+            .await
+    }
+
+    /// The one origin request of a flight: conditional when the URL is known.
+    async fn refresh_url(&self, url: Url, recheck: bool) -> Result<Resolved, Failure> {
+        let s = &self.shared;
+        let entry = s.maps.url(url.as_str()).await.map_err(Error::from)?;
+        if let Some(e) = &entry {
+            if !recheck && is_fresh(e, s.config.fetch.revalidate_after) {
+                return Ok(Resolved::known(e.hash, UrlState::Fresh));
+            }
+        }
+        let validators = entry.as_ref().map(|e| Validators {
+            etag: e.etag.clone(),
+            last_modified: e.last_modified.clone(),
+        });
+        let fetched = match s.fetcher.fetch(&url, validators.as_ref()).await {
+            Ok(fetched) => fetched,
+            Err(e) => return self.origin_failed(&url, e, entry),
+        };
+        s.origin_failures.clear(url.as_str());
+        match fetched {
+            FetchOutcome::NotModified => {
+                Stats::bump(&s.stats.not_modified);
+                // `NotModified` is only returned for conditional requests, which need an entry.
+                let mut entry =
+                    entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
+                entry.checked_at_ms = now_ms();
+                s.maps
+                    .put_url(url.as_str(), &entry)
+                    .await
+                    .map_err(Error::from)?;
+                Ok(Resolved::known(entry.hash, UrlState::Revalidated))
+            }
+            FetchOutcome::Fetched { bytes, validators } => {
+                Stats::bump(&s.stats.downloads);
+                Stats::add(&s.stats.downloaded_bytes, bytes.len() as u64);
+                let (hash, new_original) = self.store_download(&url, bytes, validators).await?;
+                let state = if entry.is_some() {
+                    UrlState::Revalidated
+                } else {
+                    UrlState::Downloaded
+                };
+                Ok(Resolved {
+                    hash,
+                    state,
+                    downloaded: true,
+                    new_original,
+                    changed: entry.is_some_and(|e| e.hash != hash),
+                })
+            }
+        }
+    }
+
+    /// Records an origin failure (held per its class, with backoff) and serves the stored
+    /// mapping instead when the failure says nothing about the content.
+    fn origin_failed(
+        &self,
+        url: &Url,
+        error: FetchError,
+        entry: Option<UrlEntry>,
+    ) -> Result<Resolved, Failure> {
+        let held_for = self.shared.origin_failures.record(url.as_str(), &error);
+        if let (true, Some(entry)) = (error.is_transient(), entry) {
+            tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
+            return Ok(Resolved::known(entry.hash, UrlState::Stale));
+        }
+        if error.is_transient() {
+            tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed");
+        }
+        Err(Failure {
+            error: error.into(),
+            source_hash: None,
+            cached: false,
+            held_for,
+        })
+    }
+
+    /// Hashes a download, stores its bytes if new, then points the URL at it. Returns the
+    /// hash and whether the original is new (no entry in the originals index before).
+    async fn store_download(
+        &self,
+        url: &Url,
+        bytes: Bytes,
+        validators: Validators,
+    ) -> Result<(ContentHash, bool), Error> {
+        let s = &self.shared;
+        let limits = self.limits();
+        let b = bytes.clone();
+        let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
+        let size = bytes.len() as u64;
+        match s.blobs.put_if_absent(&hash, bytes).await? {
+            PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
+            PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
+        }
+        let entry = UrlEntry {
+            hash,
+            etag: validators.etag,
+            last_modified: validators.last_modified,
+            checked_at_ms: now_ms(),
+        };
+        // The index, not the blob store's answer, decides "new": a blob a crash left without
+        // its index entry is still news to every reader of the maps.
+        let new_original = s.maps.record_download(url.as_str(), &entry, &info).await?;
+        Ok((hash, new_original))
+    }
+}

@@ -1,0 +1,62 @@
+//! Uploads (`POST /v1/originals`, `imgcas ingest` of files): bytes that must be a readable
+//! image, stored once per hash and indexed durably before the caller is answered.
+
+use bytes::Bytes;
+
+use imgcas_processors as processors;
+
+use super::resolve::describe;
+use super::{blocking, Pipeline};
+use crate::blob::PutOutcome;
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::OriginalInfo;
+use crate::stats::Stats;
+
+/// An original as the upload answer describes it.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    pub hash: ContentHash,
+    pub info: OriginalInfo,
+    pub duplicate: bool,
+}
+
+impl Pipeline {
+    /// Validates that the bytes are a readable image and stores them once.
+    pub async fn upload(&self, bytes: Bytes) -> Result<Uploaded, Error> {
+        let s = &self.shared;
+        let limits = self.limits();
+        let b = bytes.clone();
+        let (hash, info) = blocking(move || {
+            processors::probe(&b, &limits)?;
+            Ok(describe(&b, &limits))
+        })
+        .await?;
+        if let Some(existing) = s.maps.original(&hash).await? {
+            // The entry may come from a download, committed without fsync: the answer
+            // promises the original is kept, so make it durable first (a no-op when nothing
+            // is pending).
+            s.maps.flush().await?;
+            Stats::add(&s.stats.dedup_bytes_saved, bytes.len() as u64);
+            return Ok(Uploaded {
+                hash,
+                info: existing,
+                duplicate: true,
+            });
+        }
+        if s.blobs.put_if_absent(&hash, bytes).await? == PutOutcome::Created {
+            Stats::bump(&s.stats.originals_stored);
+        }
+        let inserted = s.maps.add_original(&hash, &info).await?;
+        let info = if inserted {
+            info
+        } else {
+            s.maps.original(&hash).await?.unwrap_or(info)
+        };
+        Ok(Uploaded {
+            hash,
+            info,
+            duplicate: !inserted,
+        })
+    }
+}

@@ -1,0 +1,283 @@
+//! Step 4: which variant a request names ([`Pipeline::locate`]), and that variant — stored
+//! (hot cache, then the variants map) or made by one processing run that every concurrent
+//! asker shares, admitted by cost ([`Pipeline::variant`]). Errors processing gives for good
+//! are stored like results.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use imgcas_processors::{
+    self as processors, OutputFormat, ResolvedSpec, SourceFormat, Spec, PROCESSOR_VERSION,
+};
+
+use super::{Failure, Pipeline, UrlState};
+use crate::admission::Overloaded;
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::stats::Stats;
+
+/// What a request names.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Url(Url),
+    Hash(ContentHash),
+}
+
+/// Where an answer came from: what a client or CDN is told of the work behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Stored, and the source mapping was fresh (or the source was named by hash).
+    Stored,
+    /// New work: this variant was processed now, or its source downloaded for the first time.
+    Made,
+    /// Stored, after the origin was asked again about the source.
+    Revalidated,
+    /// Stored, with the source mapping used because the origin failed.
+    Stale,
+}
+
+impl Provenance {
+    /// The provenance of a stored variant, given how its source URL was resolved.
+    fn stored(url_state: Option<UrlState>) -> Self {
+        match url_state {
+            None | Some(UrlState::Fresh) => Provenance::Stored,
+            Some(UrlState::Revalidated) => Provenance::Revalidated,
+            Some(UrlState::Downloaded) => Provenance::Made,
+            Some(UrlState::Stale) => Provenance::Stale,
+        }
+    }
+}
+
+/// A variant located but not yet loaded: enough to answer `If-None-Match`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub key: VariantKey,
+    pub spec: ResolvedSpec,
+    /// Strong ETag (quoted), derived from the key.
+    pub etag: String,
+    pub url_state: Option<UrlState>,
+    /// What the originals index says of the source (read once, in `locate`), for costing a
+    /// processing run.
+    pub source_format: Option<SourceFormat>,
+    pub source_size: Option<(u32, u32)>,
+}
+
+impl Target {
+    pub fn source_hash(&self) -> ContentHash {
+        self.key.hash
+    }
+
+    /// The provenance to report when the client's copy is still good (`304`).
+    pub fn unchanged(&self) -> Provenance {
+        Provenance::stored(self.url_state)
+    }
+}
+
+/// A processed image ready to send.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub bytes: Bytes,
+    pub format: OutputFormat,
+    pub provenance: Provenance,
+    /// This caller ran the processing (a concurrent caller that shared the run sees `Made`
+    /// too, but not this).
+    pub ran_here: bool,
+}
+
+impl Pipeline {
+    /// Steps 1–3 and the spec's resolution: which variant the request names.
+    pub async fn locate(
+        &self,
+        source: &Source,
+        spec: &Spec,
+        accept: Option<&str>,
+    ) -> Result<Target, Failure> {
+        let (hash, url_state) = match source {
+            Source::Hash(hash) => (*hash, None),
+            Source::Url(url) => {
+                let resolved = self.resolve_url(url, false).await?;
+                (resolved.hash, Some(resolved.state))
+            }
+        };
+        let with_hash = |error: Error| Failure {
+            error,
+            source_hash: Some(hash),
+            cached: false,
+            held_for: None,
+        };
+        let info = self
+            .shared
+            .maps
+            .original(&hash)
+            .await
+            .map_err(|e| with_hash(e.into()))?
+            .ok_or_else(|| with_hash(Error::NotFound(format!("no original with hash {hash}"))))?;
+        let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
+        let resolved = spec.resolve(
+            source_format.and_then(SourceFormat::as_output),
+            info.has_alpha,
+            accept,
+        );
+        let key = VariantKey {
+            hash,
+            canonical_spec: resolved.canonical(),
+            processor_version: PROCESSOR_VERSION,
+        };
+        let digest: [u8; 32] = Sha256::digest(key.to_bytes()).into();
+        let etag = format!("\"{}\"", hex::encode(&digest[..16]));
+        Ok(Target {
+            key,
+            spec: resolved,
+            etag,
+            url_state,
+            source_format,
+            source_size: info.width.zip(info.height),
+        })
+    }
+
+    /// The stored variant, or one processing run shared by every concurrent asker.
+    pub async fn variant(&self, target: &Target) -> Result<Served, Failure> {
+        let s = &self.shared;
+        let hash = target.source_hash();
+        let fail = |error: Error, cached: bool| Failure {
+            error,
+            source_hash: Some(hash),
+            cached,
+            held_for: None,
+        };
+        let stored = match s.hot.get(&target.key) {
+            Some(v) => {
+                Stats::bump(&s.stats.hot_hits);
+                Some(v)
+            }
+            None => {
+                Stats::bump(&s.stats.variant_map_reads);
+                let v = s
+                    .maps
+                    .variant(&target.key)
+                    .await
+                    .map_err(|e| fail(e.into(), false))?;
+                if let Some(v) = &v {
+                    s.hot.insert(target.key.clone(), v.clone());
+                }
+                v
+            }
+        };
+        let (row, processed, ran_here) = match stored {
+            Some(v) => (v, false, false),
+            None => {
+                let (this, t) = (self.clone(), target.clone());
+                let (result, led) = s
+                    .variant_flights
+                    .run_led(
+                        target.key.to_bytes(),
+                        async move { this.produce(t).await },
+                        |m| Err(Error::Internal(format!("processing task failed: {m}"))),
+                    )
+                    .await;
+                let (v, processed) = result.map_err(|e| fail(e, false))?;
+                (v, processed, processed && led)
+            }
+        };
+        match row {
+            VariantRow::Image {
+                format,
+                body: VariantBody::Inline(bytes),
+                ..
+            } => Ok(Served {
+                bytes,
+                format,
+                ran_here,
+                provenance: if processed {
+                    Provenance::Made
+                } else {
+                    Provenance::stored(target.url_state)
+                },
+            }),
+            VariantRow::Failed { kind, message } => {
+                Err(fail(Error::Process { kind, message }, !processed))
+            }
+        }
+    }
+
+    /// Processes one variant and stores the result (or the permanent error). Returns the
+    /// row and whether this call did the processing.
+    async fn produce(&self, target: Target) -> Result<(VariantRow, bool), Error> {
+        let s = &self.shared;
+        let Target {
+            key,
+            spec,
+            source_format,
+            source_size,
+            ..
+        } = target;
+        // A flight that landed between our miss and our joining has stored the answer.
+        if let Some(v) = s.maps.variant(&key).await? {
+            return Ok((v, false));
+        }
+        let limits = self.limits();
+        // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
+        let side = (limits.max_pixels as f64).sqrt() as u32;
+        let cost = processors::cost(source_format, source_size.unwrap_or((side, side)), &spec);
+        let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
+        let original = self.original_bytes(&key.hash).await?;
+        let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
+        let waited = running.waited.as_secs_f64();
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
+        });
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || {
+            let _permit = running.permit;
+            processors::process(&original, &spec, &limits)
+        })
+        .await?;
+        let ran = started.elapsed();
+        ticket.record(ran);
+        drop(ticket);
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
+        });
+        Stats::bump(&s.stats.processing_runs);
+        let row = match result {
+            Ok(p) => VariantRow::Image {
+                format: p.format,
+                width: p.width,
+                height: p.height,
+                body: VariantBody::Inline(Bytes::from(p.bytes)),
+            },
+            Err(e) => match e.kind() {
+                Some(kind) => VariantRow::Failed {
+                    kind,
+                    message: e.to_string(),
+                },
+                None => return Err(e.into()),
+            },
+        };
+        s.hot.insert(key.clone(), row.clone());
+        if let Err(e) = s.maps.put_variant(&key, &row).await {
+            tracing::warn!(error = %e, "variant not stored; serving it anyway");
+        }
+        Ok((row, true))
+    }
+
+    /// A refusal from admission control, counted by reason.
+    fn overloaded(&self, o: Overloaded) -> Error {
+        self.shared.metrics.with(|| {
+            metrics::counter!("imgcas_admission_rejections_total", "reason" => o.reason)
+                .increment(1);
+        });
+        Error::Overloaded {
+            message: format!(
+                "processing is at capacity ({}); retry in {} s",
+                o.reason.replace('_', " "),
+                o.retry_after.as_secs().max(1)
+            ),
+            retry_after_secs: o.retry_after.as_secs().max(1),
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! The JSON the service answers and its own client reads back: the error body, the upload and
+//! info answers of `/v1/originals`, and the batch of `POST /v1/ingest`. One serde definition
+//! each, used by the server to write them and by `imgcas ingest --server` to read them, so
+//! the two cannot drift apart.
+//!
+//! An ingested item's status is derived from its [`Outcome`], never stored beside the flags
+//! it comes from: a failed item has no hash, a stored one no error, by construction.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::OriginalInfo;
+
+/// SPEC's error body: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    pub error: ErrorBody,
+}
+
+/// The inside of an error body, as an error answer or an ingest item carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&Error> for ErrorBody {
+    fn from(e: &Error) -> Self {
+        ErrorBody {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// What an original is: the upload answer's and the info answer's common part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginalAnswer {
+    pub hash: ContentHash,
+    pub format: Option<String>,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub bytes: u64,
+}
+
+impl OriginalAnswer {
+    pub fn new(hash: ContentHash, info: &OriginalInfo) -> Self {
+        OriginalAnswer {
+            hash,
+            format: info.format.clone(),
+            width: info.width,
+            height: info.height,
+            bytes: info.bytes,
+        }
+    }
+}
+
+/// `POST /v1/originals`, per file (SPEC "Upload answer").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadAnswer {
+    #[serde(flatten)]
+    pub original: OriginalAnswer,
+    pub duplicate: bool,
+    /// Where its variants are served: `/v1/image/<hash>`.
+    pub url: String,
+}
+
+/// `GET /v1/originals/<hash>/info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InfoAnswer {
+    #[serde(flatten)]
+    pub original: OriginalAnswer,
+    /// RFC 3339, seconds.
+    pub first_seen: String,
+}
+
+/// The body of `POST /v1/ingest`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestRequest {
+    pub urls: Vec<String>,
+    #[serde(default)]
+    pub warm: Vec<String>,
+}
+
+/// The answer of `POST /v1/ingest`: one result per URL, in request order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IngestAnswer {
+    pub results: Vec<ItemResult>,
+    pub summary: Summary,
+}
+
+/// How one item (a URL, or a file in `imgcas ingest`) came out, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Bytes never stored before.
+    New,
+    /// Bytes already stored (under this URL or another name): nothing new was kept.
+    Duplicate,
+    /// A known URL whose bytes are not the ones it pointed at before.
+    Changed,
+    Failed,
+}
+
+/// One warmed variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmResult {
+    /// The canonical spec built (a `format=auto` spec warms one variant per output format).
+    pub spec: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// `true` when this call ran the processing (`false`: it was stored already).
+    #[serde(default)]
+    pub processed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+impl WarmResult {
+    pub fn failed(spec: String, error: ErrorBody) -> Self {
+        WarmResult {
+            spec,
+            format: None,
+            bytes: None,
+            processed: false,
+            error: Some(error),
+        }
+    }
+}
+
+/// A stored item: what its original is and how this call found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredItem {
+    pub original: OriginalAnswer,
+    /// The bytes were stored already (no new original).
+    pub duplicate: bool,
+    /// The URL pointed at other bytes before this call.
+    pub changed: bool,
+    /// The bytes crossed the wire to the service (`false`: a `304`, or a held mapping).
+    pub downloaded: bool,
+    pub warm: Vec<WarmResult>,
+}
+
+/// What became of an item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Stored(StoredItem),
+    Failed(ErrorBody),
+}
+
+/// One ingested item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "ItemWire", try_from = "ItemWire")]
+pub struct ItemResult {
+    /// The URL as given (`POST /v1/ingest`), or the file's path (`imgcas ingest`).
+    pub source: String,
+    pub outcome: Outcome,
+}
+
+impl ItemResult {
+    pub fn failed(source: String, error: &Error) -> Self {
+        Self::failed_with(source, error.into())
+    }
+
+    /// A failure as a server described it.
+    pub fn failed_with(source: String, error: ErrorBody) -> Self {
+        ItemResult {
+            source,
+            outcome: Outcome::Failed(error),
+        }
+    }
+
+    pub fn stored(source: String, item: StoredItem) -> Self {
+        ItemResult {
+            source,
+            outcome: Outcome::Stored(item),
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        match &self.outcome {
+            Outcome::Failed(_) => Status::Failed,
+            Outcome::Stored(s) if s.changed => Status::Changed,
+            Outcome::Stored(s) if s.duplicate => Status::Duplicate,
+            Outcome::Stored(_) => Status::New,
+        }
+    }
+
+    pub fn stored_item(&self) -> Option<&StoredItem> {
+        match &self.outcome {
+            Outcome::Stored(s) => Some(s),
+            Outcome::Failed(_) => None,
+        }
+    }
+
+    /// Bytes the service received but did not keep a second time.
+    pub fn bytes_saved(&self) -> u64 {
+        match &self.outcome {
+            Outcome::Stored(s) if s.duplicate && s.downloaded => s.original.bytes,
+            _ => 0,
+        }
+    }
+}
+
+/// Items with the same new bytes raced to store them; whichever won, the report credits the
+/// first in order as new and calls the rest duplicates, as a sequential run would.
+pub fn credit_first(results: &mut [ItemResult]) {
+    let mut first_of: std::collections::HashMap<ContentHash, usize> = Default::default();
+    for i in 0..results.len() {
+        let Some(hash) = results[i].stored_item().map(|s| s.original.hash) else {
+            continue;
+        };
+        let Some(&first) = first_of.get(&hash) else {
+            first_of.insert(hash, i);
+            continue;
+        };
+        let later_is_new = results[i].stored_item().is_some_and(|s| !s.duplicate);
+        let first_is_plain_duplicate = results[first]
+            .stored_item()
+            .is_some_and(|s| s.duplicate && !s.changed);
+        if later_is_new && first_is_plain_duplicate {
+            for (r, duplicate) in [(first, false), (i, true)] {
+                if let Outcome::Stored(s) = &mut results[r].outcome {
+                    s.duplicate = duplicate;
+                }
+            }
+        }
+    }
+}
+
+/// Counts over a batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub new: u64,
+    pub duplicate: u64,
+    pub changed: u64,
+    pub failed: u64,
+    /// Items whose bytes crossed the wire to us.
+    pub downloaded: u64,
+    /// Bytes received but not stored again (dedup).
+    pub bytes_saved: u64,
+    /// Variants built by this call, and warm runs that failed.
+    pub warmed: u64,
+    pub warm_failed: u64,
+}
+
+impl Summary {
+    pub fn add(&mut self, item: &ItemResult) {
+        match item.status() {
+            Status::New => self.new += 1,
+            Status::Duplicate => self.duplicate += 1,
+            Status::Changed => self.changed += 1,
+            Status::Failed => self.failed += 1,
+        }
+        self.bytes_saved += item.bytes_saved();
+        if let Some(s) = item.stored_item() {
+            self.downloaded += u64::from(s.downloaded);
+            for w in &s.warm {
+                if w.error.is_some() {
+                    self.warm_failed += 1;
+                } else if w.processed {
+                    self.warmed += 1;
+                }
+            }
+        }
+    }
+
+    pub fn of(results: &[ItemResult]) -> Summary {
+        let mut summary = Summary::default();
+        for r in results {
+            summary.add(r);
+        }
+        summary
+    }
+}
+
+/// An item as it travels: flat, with the status spelled out for readers of the JSON.
+#[derive(Serialize, Deserialize)]
+struct ItemWire {
+    source: String,
+    status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hash: Option<ContentHash>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    format: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    height: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(default)]
+    duplicate: bool,
+    #[serde(default)]
+    changed: bool,
+    #[serde(default)]
+    downloaded: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    warm: Vec<WarmResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
+}
+
+impl From<ItemResult> for ItemWire {
+    fn from(item: ItemResult) -> Self {
+        let status = item.status();
+        let mut wire = ItemWire {
+            source: item.source,
+            status,
+            hash: None,
+            format: None,
+            width: None,
+            height: None,
+            bytes: None,
+            duplicate: false,
+            changed: false,
+            downloaded: false,
+            warm: Vec::new(),
+            error: None,
+        };
+        match item.outcome {
+            Outcome::Failed(e) => wire.error = Some(e),
+            Outcome::Stored(s) => {
+                wire.hash = Some(s.original.hash);
+                wire.format = s.original.format;
+                wire.width = s.original.width;
+                wire.height = s.original.height;
+                wire.bytes = Some(s.original.bytes);
+                wire.duplicate = s.duplicate;
+                wire.changed = s.changed;
+                wire.downloaded = s.downloaded;
+                wire.warm = s.warm;
+            }
+        }
+        wire
+    }
+}
+
+impl TryFrom<ItemWire> for ItemResult {
+    type Error = String;
+
+    fn try_from(w: ItemWire) -> Result<Self, String> {
+        let outcome = match (w.status, w.error, w.hash) {
+            (Status::Failed, Some(e), None) => Outcome::Failed(e),
+            (Status::Failed, _, _) => return Err("a failed item carries an error only".into()),
+            (_, Some(_), _) | (_, _, None) => {
+                return Err("a stored item carries a hash and no error".into())
+            }
+            (_, None, Some(hash)) => Outcome::Stored(StoredItem {
+                original: OriginalAnswer {
+                    hash,
+                    format: w.format,
+                    width: w.width,
+                    height: w.height,
+                    bytes: w.bytes.unwrap_or(0),
+                },
+                duplicate: w.duplicate,
+                changed: w.changed,
+                downloaded: w.downloaded,
+                warm: w.warm,
+            }),
+        };
+        let item = ItemResult {
+            source: w.source,
+            outcome,
+        };
+        if item.status() != w.status {
+            return Err(format!(
+                "status {:?} contradicts the item's flags ({:?})",
+                w.status,
+                item.status()
+            ));
+        }
+        Ok(item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(source: &str, duplicate: bool) -> ItemResult {
+        ItemResult::stored(
+            source.into(),
+            StoredItem {
+                original: OriginalAnswer {
+                    hash: ContentHash::of(b"x"),
+                    format: None,
+                    width: None,
+                    height: None,
+                    bytes: 10,
+                },
+                duplicate,
+                changed: false,
+                downloaded: true,
+                warm: Vec::new(),
+            },
+        )
+    }
+
+    #[test]
+    fn the_first_of_equal_bytes_is_credited_as_new() {
+        let mut results = vec![stored("a", true), stored("b", false)];
+        credit_first(&mut results);
+        let got: Vec<Status> = results.iter().map(ItemResult::status).collect();
+        assert_eq!(got, [Status::New, Status::Duplicate]);
+        assert_eq!(results[1].bytes_saved(), 10);
+    }
+
+    #[test]
+    fn items_travel_flat_and_come_back_whole() {
+        let item = stored("a", true);
+        let json = serde_json::to_value(&item).unwrap();
+        assert_eq!(json["status"], "duplicate");
+        assert_eq!(json["hash"], ContentHash::of(b"x").to_hex());
+        assert!(json.get("error").is_none());
+        let back: ItemResult = serde_json::from_value(json).unwrap();
+        assert_eq!(back, item);
+        let failed = ItemResult::failed("b".into(), &Error::NotFound("gone".into()));
+        let json = serde_json::to_value(&failed).unwrap();
+        assert_eq!(json["status"], "failed");
+        assert_eq!(json["error"]["code"], "not_found");
+        assert_eq!(serde_json::from_value::<ItemResult>(json).unwrap(), failed);
+    }
+
+    #[test]
+    fn contradictory_items_are_refused() {
+        let mut json = serde_json::to_value(stored("a", true)).unwrap();
+        json["status"] = "new".into();
+        assert!(serde_json::from_value::<ItemResult>(json).is_err());
+        let json = serde_json::json!({"source": "a", "status": "failed", "hash": "00"});
+        assert!(serde_json::from_value::<ItemResult>(json).is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! A data dir written by an earlier release opens and serves unchanged: its URL map entries,
+//! originals, variants and cached errors are read back as they were written, with no download
+//! and no processing. `testdata/datadir-v0.1` was written by the release before the maps moved
+//! behind `MapStore` (`tests/fixtures/make-datadir.sh` with that release's binary); its
+//! `manifest.json` holds what it served then.
+//!
+//! A change to a stored encoding must come with its migration, and this test keeps passing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{header, spawn_app_with};
+use imgcas::config::StorageBackend;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[tokio::test]
+async fn a_data_dir_from_the_previous_release_serves_unchanged() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/datadir-v0.1");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
+            .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, data.path());
+    let dir = data.path().to_path_buf();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        c.storage.backend = StorageBackend::Fs;
+        // The origin that served the URL is long gone: its mapping must be used as stored.
+        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
+    })
+    .await;
+    let text = |v: &Value| v.as_str().unwrap().to_string();
+
+    // The uploaded original, by hash: its variant is a stored hit, byte for byte.
+    let upload = text(&manifest["upload_hash"]);
+    let query = text(&manifest["upload_variant"]["query"]);
+    let get = |path: String| app.client.get(app.url(&path)).send();
+    let r = get(format!("/v1/image/{upload}?{query}")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+    let body = r.bytes().await.unwrap();
+    assert_eq!(
+        sha256_hex(&body),
+        text(&manifest["upload_variant"]["sha256"])
+    );
+
+    // Its bytes and facts.
+    let r = get(format!("/v1/originals/{upload}")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), upload);
+    let r = get(format!("/v1/originals/{upload}/info")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let info: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(info["format"], "jpeg");
+    assert!(info["first_seen"].as_str().is_some());
+
+    // The downloaded URL: the URL map still points at its original, whose variant is stored.
+    let url = text(&manifest["url"]);
+    let query = text(&manifest["url_variant"]["query"]);
+    let r = app.image_by_url(&url, &query).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+    assert_eq!(
+        header(&r, "x-imgcas-source-hash"),
+        Some(text(&manifest["url_hash"]).as_str())
+    );
+    let body = r.bytes().await.unwrap();
+    assert_eq!(sha256_hex(&body), text(&manifest["url_variant"]["sha256"]));
+
+    // The cached processing error is answered from the variants map.
+    let r = app
+        .image_by_url(
+            &text(&manifest["error_url"]),
+            &text(&manifest["error_query"]),
+        )
+        .await;
+    assert_eq!(
+        u64::from(r.status().as_u16()),
+        manifest["error_status"].as_u64().unwrap()
+    );
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("error-hit"));
+
+    assert_eq!(app.downloads(), 0, "nothing downloaded");
+    assert_eq!(app.processing_runs(), 0, "nothing processed");
+}

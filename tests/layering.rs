@@ -1,0 +1,290 @@
+//! The house rule, checked on every `cargo test`: a module of the library imports only modules
+//! of lower layers (its own subtree aside), so a request walks down and nothing reaches back
+//! up. The check parses every file under `src/` (the binary's `main.rs` and `cli/` aside) and
+//! resolves each `crate::`, `super::` and `self::` path — in `use` trees, in expressions and
+//! types, and in macro bodies — to the top-level module it names.
+//!
+//! `LADDER` is the rule: a new module must be placed on it, and an arrow that points up
+//! fails with the file and the path. The committed fixture `tests/fixtures/upward-import`
+//! proves the check catches a grouped `use crate::{…}`, a `super::super::` and an expression
+//! path.
+
+use std::path::{Path, PathBuf};
+
+use syn::visit_mut::{self, VisitMut};
+
+/// Top-level modules of the library and their layer: an import must point to a lower layer.
+const LADDER: &[(&str, u32)] = &[
+    ("hash", 1),
+    ("config", 1),
+    ("blob", 2),
+    ("maps", 2),
+    ("fetch", 2),
+    ("coalesce", 2),
+    ("admission", 2),
+    ("signing", 2),
+    ("stats", 2),
+    ("hot", 3),
+    ("negative", 3),
+    ("metrics", 3),
+    ("error", 3),
+    ("wire", 4),
+    ("pipeline", 5),
+    ("ingest", 6),
+    ("http", 7),
+    ("app", 8),
+];
+
+fn layer(module: &str) -> Option<u32> {
+    LADDER.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+}
+
+/// One arrow that breaks the rule.
+#[derive(Debug)]
+struct Violation {
+    file: PathBuf,
+    from: String,
+    to: String,
+    path: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: `{}` (layer {:?}) imports `{}` (layer {:?}) through `{}`",
+            self.file.display(),
+            self.from,
+            layer(&self.from),
+            self.to,
+            layer(&self.to),
+            self.path
+        )
+    }
+}
+
+/// Walks one file, resolving paths against the module they are written in.
+struct Imports {
+    /// The module being walked, from the crate root (`["maps", "redb", "variants"]`).
+    module: Vec<String>,
+    /// (top-level module named, the path as written).
+    found: Vec<(String, String)>,
+}
+
+impl Imports {
+    /// The top-level module an absolute-or-relative path names, if it leaves its own module
+    /// by `crate`, `super` or `self`.
+    fn resolve(&mut self, segments: &[String]) {
+        let Some(first) = segments.first() else {
+            return;
+        };
+        let mut here = self.module.clone();
+        let rest = match first.as_str() {
+            "crate" => {
+                here.clear();
+                &segments[1..]
+            }
+            "super" => {
+                let supers = segments.iter().take_while(|s| *s == "super").count();
+                for _ in 0..supers {
+                    here.pop();
+                }
+                &segments[supers..]
+            }
+            "self" => &segments[1..],
+            _ => return,
+        };
+        let top = here.first().or(rest.first());
+        if let Some(top) = top {
+            self.found.push((top.clone(), segments.join("::")));
+        }
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                prefix.push(n.ident.to_string());
+                let path = prefix.clone();
+                self.resolve(&path);
+                prefix.pop();
+            }
+            syn::UseTree::Rename(r) => {
+                prefix.push(r.ident.to_string());
+                let path = prefix.clone();
+                self.resolve(&path);
+                prefix.pop();
+            }
+            syn::UseTree::Glob(_) => {
+                let path = prefix.clone();
+                self.resolve(&path);
+            }
+            syn::UseTree::Group(g) => {
+                for item in &g.items {
+                    self.use_tree(prefix, item);
+                }
+            }
+        }
+    }
+}
+
+impl VisitMut for Imports {
+    fn visit_item_use_mut(&mut self, item: &mut syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &item.tree);
+    }
+
+    fn visit_path_mut(&mut self, path: &mut syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if segments.len() > 1 {
+            self.resolve(&segments);
+        }
+        visit_mut::visit_path_mut(self, path);
+    }
+
+    fn visit_macro_mut(&mut self, mac: &mut syn::Macro) {
+        // Macro bodies are tokens, not syntax: look for `crate :: name` in them.
+        let text = mac.tokens.to_string();
+        for (i, _) in text.match_indices("crate :: ") {
+            let name: String = text[i + 9..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            self.resolve(&["crate".to_string(), name]);
+        }
+        visit_mut::visit_macro_mut(self, mac);
+    }
+
+    fn visit_item_mod_mut(&mut self, item: &mut syn::ItemMod) {
+        self.module.push(item.ident.to_string());
+        visit_mut::visit_item_mod_mut(self, item);
+        self.module.pop();
+    }
+}
+
+/// The module path of a file under `src` (`maps/redb/mod.rs` → `["maps", "redb"]`).
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every upward (or unplaced) arrow among the library's modules under `src`.
+fn check(src: &Path) -> Vec<Violation> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut violations = Vec::new();
+    for file in files {
+        let module = module_of(src, &file);
+        let Some(top) = module.first().cloned() else {
+            continue;
+        };
+        // The crate root only declares modules; the binary's files are another crate.
+        if top == "lib" || top == "main" || top == "cli" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable source");
+        let mut ast = syn::parse_file(&text)
+            .unwrap_or_else(|e| panic!("{}: does not parse: {e}", file.display()));
+        let mut imports = Imports {
+            module,
+            found: Vec::new(),
+        };
+        imports.visit_file_mut(&mut ast);
+        for (to, path) in imports.found {
+            if to == top {
+                continue;
+            }
+            let allowed = matches!((layer(&top), layer(&to)), (Some(a), Some(b)) if b < a);
+            if !allowed {
+                violations.push(Violation {
+                    file: file.clone(),
+                    from: top.clone(),
+                    to,
+                    path,
+                });
+            }
+        }
+    }
+    violations
+}
+
+/// The modules `lib.rs` declares.
+fn declared_modules(lib: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(lib).expect("lib.rs");
+    let ast = syn::parse_file(&text).expect("lib.rs parses");
+    ast.items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_of_the_library_imports_upward() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let violations = check(&src);
+    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    assert!(listed.is_empty(), "upward imports:\n{}", listed.join("\n"));
+}
+
+#[test]
+fn every_module_of_the_library_stands_on_the_ladder_and_cli_is_not_one() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut declared = declared_modules(&src.join("lib.rs"));
+    declared.sort();
+    let mut ladder: Vec<String> = LADDER.iter().map(|(m, _)| m.to_string()).collect();
+    ladder.sort();
+    assert_eq!(declared, ladder, "lib.rs's modules and LADDER differ");
+    assert!(!declared.contains(&"cli".to_string()));
+}
+
+#[test]
+fn the_check_catches_upward_imports_however_they_are_spelled() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upward-import/src");
+    let violations = check(&fixture);
+    let arrows: Vec<(String, String, String)> = violations
+        .iter()
+        .map(|v| (v.from.clone(), v.to.clone(), v.path.clone()))
+        .collect();
+    for expected in [
+        ("maps", "http", "crate::http::Service"),
+        ("maps", "http", "super::super::http::router"),
+        ("hash", "app", "crate::app::running"),
+    ] {
+        assert!(
+            arrows
+                .iter()
+                .any(|(f, t, p)| (f.as_str(), t.as_str(), p.as_str()) == expected),
+            "{expected:?} not caught in {arrows:?}"
+        );
+    }
+    // Downward arrows in the fixture (http → maps, maps → hash, app → http) pass.
+    assert_eq!(violations.len(), 3, "{arrows:?}");
+}
