@@ -84,8 +84,9 @@ enum Outcome {
     Trouble,
     /// The command ran and failed (the server could not start, storage failed): exit 1.
     Failed(String),
-    /// The command could not start: a bad configuration or input, a server that does not
-    /// answer, a data dir another process holds: exit 2.
+    /// The command was refused before any work: a bad configuration (any command), or for
+    /// `ingest` no input, a server that does not answer, a data dir another process holds:
+    /// exit 2.
     Refused(String),
 }
 

@@ -412,6 +412,21 @@ mod tests {
     }
 
     #[test]
+    fn status_rules() {
+        let with = |changed: bool, duplicate: bool| {
+            let mut item = stored("a", duplicate);
+            if let Outcome::Stored(s) = &mut item.outcome {
+                s.changed = changed;
+            }
+            item.status()
+        };
+        assert_eq!(with(false, false), Status::New);
+        assert_eq!(with(false, true), Status::Duplicate);
+        assert_eq!(with(true, true), Status::Changed);
+        assert_eq!(with(true, false), Status::Changed);
+    }
+
+    #[test]
     fn items_travel_flat_and_come_back_whole() {
         let item = stored("a", true);
         let json = serde_json::to_value(&item).unwrap();

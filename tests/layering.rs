@@ -6,8 +6,8 @@
 //!
 //! `LADDER` is the rule: a new module must be placed on it, and an arrow that points up
 //! fails with the file and the path. The committed fixture `tests/fixtures/upward-import`
-//! proves the check catches a grouped `use crate::{…}`, a `super::super::` and an expression
-//! path.
+//! proves the check catches a grouped `use crate::{…}`, a `super::super::`, an expression
+//! path and a path inside a macro.
 
 use std::path::{Path, PathBuf};
 
@@ -146,14 +146,28 @@ impl VisitMut for Imports {
     }
 
     fn visit_macro_mut(&mut self, mac: &mut syn::Macro) {
-        // Macro bodies are tokens, not syntax: look for `crate :: name` in them.
+        // Macro bodies are tokens, not syntax: read the paths in them that start with
+        // `crate`, `super` or `self` (`a :: b :: c` in the tokens' text).
         let text = mac.tokens.to_string();
-        for (i, _) in text.match_indices("crate :: ") {
-            let name: String = text[i + 9..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            self.resolve(&["crate".to_string(), name]);
+        let tokens: Vec<&str> = text.split_whitespace().collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            if matches!(tokens[i], "crate" | "super" | "self") && tokens.get(i + 1) == Some(&"::") {
+                let mut path = vec![tokens[i].to_string()];
+                i += 1;
+                while tokens.get(i) == Some(&"::") {
+                    match tokens.get(i + 1) {
+                        Some(name) if name.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                            path.push(name.to_string());
+                            i += 2;
+                        }
+                        _ => break,
+                    }
+                }
+                self.resolve(&path);
+            } else {
+                i += 1;
+            }
         }
         visit_mut::visit_macro_mut(self, mac);
     }
@@ -277,6 +291,7 @@ fn the_check_catches_upward_imports_however_they_are_spelled() {
         ("maps", "http", "crate::http::Service"),
         ("maps", "http", "super::super::http::router"),
         ("hash", "app", "crate::app::running"),
+        ("hash", "http", "super::http::router"),
     ] {
         assert!(
             arrows
@@ -286,5 +301,5 @@ fn the_check_catches_upward_imports_however_they_are_spelled() {
         );
     }
     // Downward arrows in the fixture (http → maps, maps → hash, app → http) pass.
-    assert_eq!(violations.len(), 3, "{arrows:?}");
+    assert_eq!(violations.len(), 4, "{arrows:?}");
 }

@@ -1,7 +1,8 @@
 //! The one error type of the processing core.
 //!
 //! Every variant but [`ProcessError::Internal`] is a fact about the input bytes and the spec,
-//! so the service may cache it like a result ([`ProcessError::is_permanent`]).
+//! so the service may cache it like a result: [`ProcessError::kind`] names it, and the kind's
+//! byte ([`ProcessFailure::to_byte`]) is what a cached failure stores.
 
 /// Why a source could not be turned into the asked variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,11 +34,6 @@ pub enum ProcessError {
 }
 
 impl ProcessError {
-    /// Whether the same bytes and spec would fail the same way every time.
-    pub fn is_permanent(&self) -> bool {
-        !matches!(self, ProcessError::Internal(_))
-    }
-
     pub(crate) fn too_many_pixels(width: u32, height: u32, limit: u64) -> Self {
         ProcessError::TooManyPixels {
             width: u64::from(width),
@@ -94,8 +90,8 @@ impl ProcessFailure {
 }
 
 impl ProcessError {
-    /// The kind of a permanent failure; `None` for [`ProcessError::Internal`], which is ours
-    /// and never cached.
+    /// The kind of a permanent failure (the same bytes and spec fail the same way every
+    /// time); `None` for [`ProcessError::Internal`], which is ours and never cached.
     pub fn kind(&self) -> Option<ProcessFailure> {
         match self {
             ProcessError::UnsupportedFormat(_) => Some(ProcessFailure::UnsupportedFormat),
@@ -119,6 +115,5 @@ mod tests {
         assert_eq!(ProcessFailure::from_byte(0), None);
         assert_eq!(ProcessFailure::from_byte(5), None);
         assert_eq!(ProcessError::Internal("x".into()).kind(), None);
-        assert!(!ProcessError::Internal("x".into()).is_permanent());
     }
 }

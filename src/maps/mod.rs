@@ -8,7 +8,8 @@
 //! chosen in [`open`]; nothing outside `maps/` changes.
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
-//! backend keeps them in the row, a shared backend may keep them in the blob store.
+//! backend keeps them in the row; a backend that keeps them in the blob store adds the
+//! variant that names the blob (and the pipeline, its read).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
