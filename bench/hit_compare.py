@@ -51,16 +51,7 @@ def main():
                     urllib.request.urlopen(by_url).read()
                     label = f"{name}, hot cache {hot}"
                     targets += [(f"{label}: by hash", by_hash), (f"{label}: by URL", by_url)]
-            docroot = work / "www"
-            docroot.mkdir()
-            (docroot / "variant.jpg").write_bytes(body)
-            nginx = lib.start_nginx(
-                procs,
-                work / "nginx",
-                "server { listen 127.0.0.1:{port}; root " + str(docroot) + ";"
-                " sendfile on; tcp_nopush on; open_file_cache max=100 inactive=60s; }",
-            )
-            targets.insert(0, ("nginx static", nginx + "/variant.jpg"))
+            targets.insert(0, ("nginx static", lib.serve_static(procs, work, body)))
             for _ in range(ROUNDS):
                 for label, url in targets:
                     lib.wrk(url, CONNECTIONS, 1)

@@ -47,23 +47,14 @@ def main():
                     best = (path, size, w)
             path, size, width = best
             body = urllib.request.urlopen(base + path).read()
-            docroot = work / "www"
-            docroot.mkdir()
-            (docroot / "variant.jpg").write_bytes(body)
-            nginx = lib.start_nginx(
-                procs,
-                work / "nginx",
-                "server { listen 127.0.0.1:{port}; root " + str(docroot) + ";"
-                " sendfile on; tcp_nopush on; open_file_cache max=100 inactive=60s;"
-                " location / { add_header Cache-Control 'public, max-age=31536000'; } }",
-            )
+            nginx_file = lib.serve_static(procs, work, body)
             by_url = "/v1/image?" + urllib.parse.urlencode(
                 {"url": origin.base + "/photo.jpg", "w": width, "format": "jpeg", "q": 80}
             )
             urllib.request.urlopen(base + by_url).read()
             runs = {}
             targets = [
-                ("nginx static", nginx + "/variant.jpg"),
+                ("nginx static", nginx_file),
                 ("imgcas by hash", base + path),
                 ("imgcas by URL", base + by_url),
             ]

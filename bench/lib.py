@@ -132,6 +132,22 @@ def start_nginx(procs, workdir, server_block):
             time.sleep(0.05)
 
 
+def serve_static(procs, work, body, name="variant.jpg"):
+    """nginx serving `body` as a static file the fast way (sendfile, open-file cache): the
+    peer of the hit path. Returns the file's URL."""
+    docroot = Path(work) / "www"
+    docroot.mkdir(parents=True, exist_ok=True)
+    (docroot / name).write_bytes(body)
+    base = start_nginx(
+        procs,
+        Path(work) / "nginx",
+        "server { listen 127.0.0.1:{port}; root " + str(docroot) + ";"
+        " sendfile on; tcp_nopush on; open_file_cache max=100 inactive=60s;"
+        " location / { add_header Cache-Control 'public, max-age=31536000'; } }",
+    )
+    return f"{base}/{name}"
+
+
 class StaticOrigin:
     """A threaded origin on loopback serving bytes by path, with ETag/Last-Modified and 304s.
     `set(path, bytes)` changes what a path serves (a new ETag with it)."""
