@@ -68,6 +68,10 @@ impl Fetcher {
         // reqwest is built without a bundled crypto provider; ring is ours.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
+            // Proxy variables (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`) are ignored: through a
+            // proxy the guard would check the proxy's address while the proxy resolved the
+            // target, and any internal address would be one variable away.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout)
             .user_agent(concat!("imgcas/", env!("CARGO_PKG_VERSION")))
