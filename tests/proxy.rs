@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, TcpListener, ToSocketAddrs};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use common::binary::{self, Server};
 use common::{client, jpeg, Origin};
 
 /// A listener standing in for a proxy: it counts connections and closes them.
@@ -40,16 +39,9 @@ impl FakeProxy {
 }
 
 /// `imgcas serve` with every proxy variable set to `proxy` (and `extra` variables).
-fn serve_behind(
-    proxy: &FakeProxy,
-    data_dir: &std::path::Path,
-    extra: &[(&str, &str)],
-) -> (Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+fn serve_behind(proxy: &FakeProxy, data_dir: &std::path::Path, extra: &[(&str, &str)]) -> Server {
+    let mut command = binary::serve_command(data_dir);
     command
-        .arg("serve")
-        .env("IMGCAS_LISTEN", "127.0.0.1:0")
-        .env("IMGCAS_DATA_DIR", data_dir)
         .env("IMGCAS_LOG", "off")
         .env_remove("NO_PROXY")
         .env_remove("no_proxy");
@@ -66,26 +58,7 @@ fn serve_behind(
     for (k, v) in extra {
         command.env(k, v);
     }
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("imgcas starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("imgcas listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
-    (child, base)
-}
-
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+    binary::spawn(command)
 }
 
 /// A host name other than `localhost` (which the guard refuses by name) that this machine
@@ -129,17 +102,17 @@ async fn proxy_variables_do_not_reroute_fetches() {
     let origin = Origin::start().await;
     origin.put("/a.jpg", jpeg(64, 48, 1));
     let dir = tempfile::tempdir().unwrap();
-    let (child, base) = serve_behind(
+    let server = serve_behind(
         &proxy,
         dir.path(),
         &[("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true")],
     );
     let r = get(
-        &base,
+        &server.base,
         &format!("http://127.0.0.1:{}/a.jpg", origin.addr.port()),
     )
     .await;
-    stop(child);
+    server.kill();
     assert_eq!(r.status(), 200);
     assert_eq!(origin.requests(), 1, "the origin is asked directly");
     assert_eq!(proxy.connections(), 0, "the proxy sees nothing");
@@ -159,13 +132,13 @@ async fn a_name_resolving_to_loopback_is_refused_even_with_a_proxy_configured() 
     let origin = Origin::start().await;
     origin.put("/a.jpg", jpeg(64, 48, 1));
     let dir = tempfile::tempdir().unwrap();
-    let (child, base) = serve_behind(&proxy, dir.path(), &[]);
+    let server = serve_behind(&proxy, dir.path(), &[]);
     let r = get(
-        &base,
+        &server.base,
         &format!("http://{name}:{}/a.jpg", origin.addr.port()),
     )
     .await;
-    stop(child);
+    server.kill();
     assert_eq!(r.status(), 403, "{name}");
     let body: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
     assert_eq!(body["error"]["code"], "source_not_allowed");

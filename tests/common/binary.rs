@@ -15,15 +15,27 @@ pub struct Server {
 
 /// Starts `imgcas serve` on `data_dir` and waits for its "listening" line.
 pub fn start(data_dir: &Path, s3: Option<&s3::S3Target>) -> Server {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+    let mut command = serve_command(data_dir);
     for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
         command.env(k, v);
     }
-    let mut child = command
+    command.env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
+    spawn(command)
+}
+
+/// `imgcas serve` on `data_dir` and a free loopback port, to be given more environment.
+pub fn serve_command(data_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_imgcas"));
+    command
         .arg("serve")
         .env("IMGCAS_LISTEN", "127.0.0.1:0")
-        .env("IMGCAS_DATA_DIR", data_dir)
-        .env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true")
+        .env("IMGCAS_DATA_DIR", data_dir);
+    command
+}
+
+/// Spawns a `serve` command and waits for its "listening" line.
+pub fn spawn(mut command: Command) -> Server {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
