@@ -101,3 +101,52 @@ async fn counters_follow_the_work() {
     assert_eq!(value(&m, "imgcas_hot_cache_hits_total", &[]), 2.0);
     assert_eq!(value(&m, "imgcas_variant_map_reads_total", &[]), 1.0);
 }
+
+/// The label sets of `imgcas_http_requests_total`, read from the raw page.
+async fn request_series(app: &TestApp) -> Vec<String> {
+    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let text = r.text().await.unwrap();
+    let mut series: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("imgcas_http_requests_total{"))
+        .filter_map(|l| l.split_once('}').map(|(labels, _)| labels.to_string()))
+        .collect();
+    series.sort();
+    series
+}
+
+#[tokio::test]
+async fn invented_methods_and_paths_add_no_series() {
+    let app = spawn_app().await;
+    let send = |method: String, path: String| {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        app.client.request(method, app.url(&path)).send()
+    };
+    for path in ["/v1/image", "/healthz", "/no/such/route"] {
+        send("BREW".into(), path.into()).await.unwrap();
+    }
+    request_series(&app).await; // the page's own GET /metrics series, from here on
+    let before = request_series(&app).await;
+    for i in 0..50 {
+        for path in [
+            "/v1/image".to_string(),
+            "/healthz".into(),
+            format!("/invented/{i}"),
+        ] {
+            send(format!("X-INVENTED-{i}"), path).await.unwrap();
+        }
+    }
+    let after = request_series(&app).await;
+    assert_eq!(before, after, "no new series");
+    for labels in &after {
+        let method = labels
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("method=\""))
+            .map(|v| v.trim_end_matches('"'))
+            .unwrap_or_else(|| panic!("a method label in {labels}"));
+        assert!(
+            ["GET", "HEAD", "POST", "DELETE", "other"].contains(&method),
+            "{labels}"
+        );
+    }
+}

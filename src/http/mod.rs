@@ -106,7 +106,7 @@ async fn observe(State(service): State<Service>, request: Request, next: Next) -
         metrics::counter!(
             "imgcas_http_requests_total",
             "route" => route.clone(),
-            "method" => method.to_string(),
+            "method" => method_label(&method),
             "status" => status.to_string()
         )
         .increment(1);
@@ -133,6 +133,19 @@ async fn observe(State(service): State<Service>, request: Request, next: Next) -
         ms = elapsed.as_secs_f64() * 1000.0,
     );
     response
+}
+
+/// The `method` label: the methods the API answers, and one value for any other, so invented
+/// methods cannot grow the series without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
 }
 
 /// Whether an `If-None-Match` header matches `etag` (weak comparison, as RFC 9110 asks).
