@@ -4,7 +4,8 @@
 //! count: a 24 MP decode weighs thirty times a 0.8 MP one. A run that would wait for the CPU
 //! longer than the target sojourn time is refused at once with `overloaded`, rather than
 //! queued to time out later (the queue stays short, so admitted work stays fast). The wait is
-//! estimated from the cost ahead in the queue and the measured seconds per pixel; a CoDel-style
+//! estimated from the cost ahead in the queue and the measured seconds per pixel (wall time on
+//! a CPU slot, since that is how long a slot stays taken); a CoDel-style
 //! check catches what the estimate misses: once the measured waits have stayed above target for
 //! a whole interval, arrivals that would have to queue are refused until a wait drops below it,
 //! and no admitted run waits longer than twice the target.
@@ -141,7 +142,8 @@ impl Admission {
         (state.outstanding, state.waiting)
     }
 
-    /// The current estimate of CPU seconds per pixel.
+    /// The current estimate of seconds per pixel: wall time on a CPU slot, not thread CPU
+    /// time (what admission must predict is how long the slot stays taken).
     pub fn secs_per_pixel(&self) -> f64 {
         self.state().secs_per_pixel
     }
@@ -185,7 +187,7 @@ impl Ticket<'_> {
         }
     }
 
-    /// Feeds a finished run's CPU time into the cost estimate.
+    /// Feeds a finished run's wall time on its CPU slot into the cost estimate.
     pub fn record(&self, ran: Duration) {
         let sample = ran.as_secs_f64() / self.cost as f64;
         let mut state = self.admission.state();

@@ -74,7 +74,7 @@ fn describe() {
     describe_histogram!(
         "imgcas_processing_seconds",
         Unit::Seconds,
-        "CPU time of processing runs"
+        "Wall time of processing runs, from taking a CPU slot to the result (a run waiting for a core counts)"
     );
     describe_histogram!(
         "imgcas_queue_wait_seconds",
