@@ -1,5 +1,6 @@
 //! Every bad input gets SPEC's error shape and status, and permanent errors are cached like
-//! results: a corrupt image is decoded once per spec, not once per request.
+//! results: a corrupt image is decoded once per spec, not once per request. An error the
+//! configured limits decided is not: raising the limit lifts it.
 
 mod common;
 
@@ -178,4 +179,31 @@ async fn health_and_readiness() {
         let r = app.client.get(app.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
     }
+}
+
+/// A refusal that the configured limits decided is not stored for good: with the limit raised
+/// and the service restarted on the same data dir, the same URL and spec are served.
+#[tokio::test]
+async fn a_pixel_limit_refusal_is_lifted_by_raising_the_limit() {
+    let origin = Origin::start().await;
+    origin.put("/big.jpg", jpeg(6000, 5000, 5)); // 30 MP
+    let data = tempfile::tempdir().unwrap();
+    let with_limit = |max_pixels: u64| {
+        let dir = data.path().to_path_buf();
+        move |c: &mut imgcas::config::Config| {
+            c.data_dir = dir;
+            c.storage.backend = imgcas::config::StorageBackend::Fs;
+            c.limits.max_pixels = max_pixels;
+        }
+    };
+    let app = spawn_app_with(with_limit(20_000_000)).await;
+    let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+    app.stop().await;
+
+    let app = spawn_app_with(with_limit(60_000_000)).await;
+    let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 100);
 }

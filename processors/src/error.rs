@@ -74,6 +74,13 @@ impl ProcessFailure {
         }
     }
 
+    /// Whether the failure follows from the service's configured limits rather than from the
+    /// bytes and the spec alone: raising `max_pixels` turns it into a success, so it must not
+    /// be stored under hash + spec for good.
+    pub fn depends_on_limits(self) -> bool {
+        matches!(self, ProcessFailure::TooManyPixels)
+    }
+
     /// The stable byte stored with a cached failure.
     pub fn to_byte(self) -> u8 {
         match self {

@@ -250,12 +250,15 @@ impl Pipeline {
                 height: p.height,
                 body: VariantBody::Inline(Bytes::from(p.bytes)),
             },
+            // A failure the configured limits decided is answered, not stored: under other
+            // limits the same bytes and spec succeed. Its check reads only the header, so
+            // answering it again costs little.
             Err(e) => match e.kind() {
-                Some(kind) => VariantRow::Failed {
+                Some(kind) if !kind.depends_on_limits() => VariantRow::Failed {
                     kind,
                     message: e.to_string(),
                 },
-                None => return Err(e.into()),
+                _ => return Err(e.into()),
             },
         };
         s.hot.insert(key.clone(), row.clone());
