@@ -102,3 +102,77 @@ async fn a_failing_origin_leaves_the_stored_mapping_in_service() {
     assert_eq!(r.status(), 404);
     assert_eq!(json(r).await["error"]["code"], "not_found");
 }
+
+#[tokio::test]
+async fn an_origin_with_only_last_modified_is_revalidated_with_if_modified_since() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
+    let origin = Origin::start().await;
+    origin.put_without_etag("/lm.jpg", jpeg(300, 200, 8));
+    for expected in ["miss", "revalidated"] {
+        let r = app.image_by_url(&origin.url("/lm.jpg"), "w=100").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-imgcas-cache"), Some(expected));
+    }
+    assert_eq!(origin.conditional(), 1, "the second request is conditional");
+    assert_eq!(origin.not_modified(), 1, "and answered 304");
+    assert_eq!(origin.full(), 1);
+}
+
+#[tokio::test]
+async fn validators_that_come_with_a_304_replace_the_stored_ones() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
+    let origin = Origin::start().await;
+    origin.put("/t.jpg", jpeg(300, 200, 9));
+    app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    // The origin moves to a new tag for the same bytes, still honouring the old one once:
+    // its 304 carries the new tag.
+    origin.retag("/t.jpg", "\"v2\"", true);
+    let r = app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("revalidated"));
+    // Now only the new tag matches: asking with the old one would cost a full download.
+    origin.retag("/t.jpg", "\"v2\"", false);
+    let r = app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("revalidated"));
+    assert_eq!(origin.not_modified(), 2);
+    assert_eq!(origin.full(), 1, "one download in all");
+}
+
+#[tokio::test]
+async fn an_ingest_recheck_asks_the_origin_itself_while_a_request_is_revalidating() {
+    let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
+    let origin = Origin::start().await;
+    origin.put("/s.jpg", jpeg(300, 200, 10));
+    let url = origin.url("/s.jpg");
+    app.image_by_url(&url, "w=100").await;
+    origin.put_slow(
+        "/s.jpg",
+        jpeg(300, 200, 10),
+        Some(Duration::from_millis(600)),
+    );
+    // A request's revalidation is under way when the merchant pushes the URL.
+    let request = {
+        let mut target = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
+        target
+            .query_pairs_mut()
+            .append_pair("url", &url)
+            .append_pair("w", "100");
+        let client = app.client.clone();
+        tokio::spawn(async move { client.get(target).send().await.unwrap().status() })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let pushed = app
+        .client
+        .post(app.url("/v1/ingest"))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({ "urls": [url] }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pushed.status(), 200);
+    assert_eq!(request.await.unwrap(), 200);
+    assert_eq!(
+        origin.conditional(),
+        2,
+        "the push made its own conditional request, after the news"
+    );
+}

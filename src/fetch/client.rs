@@ -28,8 +28,9 @@ pub struct Validators {
 
 #[derive(Debug)]
 pub enum FetchOutcome {
-    /// `304`: the content is what the validators describe.
-    NotModified,
+    /// `304`: the content is what the validators describe. `validators` are the ones the 304
+    /// carried (an origin may send fresher ones with it), each `None` where it sent none.
+    NotModified { validators: Validators },
     Fetched {
         bytes: Bytes,
         validators: Validators,
@@ -189,7 +190,9 @@ impl Fetcher {
                 continue;
             }
             return match status {
-                StatusCode::NOT_MODIFIED if validators.is_some() => Ok(FetchOutcome::NotModified),
+                StatusCode::NOT_MODIFIED if validators.is_some() => Ok(FetchOutcome::NotModified {
+                    validators: validators_of(&response),
+                }),
                 StatusCode::NOT_MODIFIED => Err(FetchError::UnexpectedNotModified),
                 StatusCode::NOT_FOUND | StatusCode::GONE => {
                     Err(FetchError::NotFound(status.as_u16()))
@@ -210,18 +213,12 @@ impl Fetcher {
 
     async fn read_body(&self, response: reqwest::Response) -> Result<FetchOutcome, FetchError> {
         let limit = self.config.max_bytes;
-        let header = |name| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v: &HeaderValue| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let validators = Validators {
-            etag: header(ETAG),
-            last_modified: header(LAST_MODIFIED),
-        };
-        let declared = header(CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+        let validators = validators_of(&response);
+        let declared = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit) {
             return Err(FetchError::TooLarge { limit });
         }
@@ -252,6 +249,21 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
         at.duration_since(std::time::SystemTime::now())
             .unwrap_or(Duration::ZERO),
     )
+}
+
+/// The validators a response carries.
+fn validators_of(response: &reqwest::Response) -> Validators {
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+            .map(str::to_string)
+    };
+    Validators {
+        etag: header(ETAG),
+        last_modified: header(LAST_MODIFIED),
+    }
 }
 
 fn map_send_error(e: reqwest::Error) -> FetchError {

@@ -102,9 +102,17 @@ impl Pipeline {
             });
         }
         let (this, u) = (self.clone(), url.clone());
+        // A forced recheck has flights of its own: a request's flight may answer from a
+        // mapping another flight just refreshed, without asking the origin, and one that
+        // started before the caller's news may have asked too early.
+        let key = if recheck {
+            format!("recheck {url}")
+        } else {
+            url.as_str().to_string()
+        };
         s.url_flights
             .run(
-                url.as_str().to_string(),
+                key,
                 async move { this.refresh_url(u, recheck).await },
                 |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
             )
@@ -130,12 +138,20 @@ impl Pipeline {
         };
         s.origin_failures.clear(url.as_str());
         match fetched {
-            FetchOutcome::NotModified => {
+            FetchOutcome::NotModified { validators } => {
                 Stats::bump(&s.stats.not_modified);
                 // `NotModified` is only returned for conditional requests, which need an entry.
                 let mut entry =
                     entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
                 entry.checked_at_ms = now_ms();
+                // A 304 may carry fresher validators (RFC 9110 §15.4.5): the next conditional
+                // request must use them, or the origin answers it with the whole body.
+                if validators.etag.is_some() {
+                    entry.etag = validators.etag;
+                }
+                if validators.last_modified.is_some() {
+                    entry.last_modified = validators.last_modified;
+                }
                 s.maps
                     .put_url(url.as_str(), &entry)
                     .await

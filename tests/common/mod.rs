@@ -198,7 +198,10 @@ pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&s
 enum Resource {
     Body {
         bytes: Bytes,
-        etag: String,
+        /// `None`: the origin sends no ETag (Last-Modified only).
+        etag: Option<String>,
+        /// Older tags the origin still answers 304 to (it answers with its current one).
+        accepts: Vec<String>,
         last_modified: String,
         content_type: &'static str,
         delay: Option<Duration>,
@@ -271,13 +274,39 @@ impl Origin {
         self.set(
             path,
             Resource::Body {
-                etag: format!("\"{}\"", &digest[..16]),
+                etag: Some(format!("\"{}\"", &digest[..16])),
+                accepts: Vec::new(),
                 last_modified: "Wed, 21 Oct 2026 07:28:00 GMT".into(),
                 bytes: Bytes::from(bytes),
                 content_type: "image/jpeg",
                 delay,
             },
         );
+    }
+
+    /// Like `put`, but the origin sends no ETag: only Last-Modified.
+    pub fn put_without_etag(&self, path: &str, bytes: Vec<u8>) {
+        self.put(path, bytes);
+        if let Some(Resource::Body { etag, .. }) =
+            self.state.resources.lock().unwrap().get_mut(path)
+        {
+            *etag = None;
+        }
+    }
+
+    /// Gives the resource at `path` a new ETag (same bytes); with `accept_old`, conditional
+    /// requests naming the old tag are still answered 304 (with the new tag).
+    pub fn retag(&self, path: &str, new: &str, accept_old: bool) {
+        if let Some(Resource::Body { etag, accepts, .. }) =
+            self.state.resources.lock().unwrap().get_mut(path)
+        {
+            if accept_old {
+                accepts.extend(etag.take());
+            } else {
+                accepts.clear();
+            }
+            *etag = Some(new.to_string());
+        }
     }
 
     pub fn status(&self, path: &str, status: u16) {
@@ -355,6 +384,7 @@ async fn answer(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
         Some(Resource::Body {
             bytes,
             etag,
+            accepts,
             last_modified,
             content_type,
             delay,
@@ -363,23 +393,26 @@ async fn answer(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
                 tokio::time::sleep(d).await;
             }
             let unchanged = match inm {
-                Some(v) => v == etag,
+                Some(v) => etag.as_deref() == Some(v) || accepts.iter().any(|a| a == v),
                 None => ims == Some(last_modified.as_str()),
             };
-            if unchanged {
+            let mut response = if unchanged {
                 state.not_modified.fetch_add(1, Ordering::SeqCst);
-                return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+                StatusCode::NOT_MODIFIED.into_response()
+            } else {
+                state.full.fetch_add(1, Ordering::SeqCst);
+                let mut r = bytes.into_response();
+                let h = r.headers_mut();
+                h.insert(header::LAST_MODIFIED, last_modified.parse().unwrap());
+                h.insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+                r
+            };
+            if let Some(etag) = etag {
+                response
+                    .headers_mut()
+                    .insert(header::ETAG, etag.parse().unwrap());
             }
-            state.full.fetch_add(1, Ordering::SeqCst);
-            (
-                [
-                    (header::ETAG, etag),
-                    (header::LAST_MODIFIED, last_modified),
-                    (header::CONTENT_TYPE, content_type.to_string()),
-                ],
-                bytes,
-            )
-                .into_response()
+            response
         }
     }
 }
