@@ -187,7 +187,7 @@ async fn nginx_caches_revalidates_varies_and_expires_errors() {
             std::env::var("IMGCAS_TEST_NGINX").is_err(),
             "IMGCAS_TEST_NGINX is set but no nginx was found"
         );
-        eprintln!("nginx not installed: skipping the CDN test (apt install nginx)");
+        skip_unless_ci("nginx not installed (apt install nginx)");
         return;
     };
     let origin = Origin::start().await;

@@ -25,6 +25,17 @@ use imgcas::hash::ContentHash;
 use imgcas::pipeline::Pipeline;
 use imgcas::stats::StatsSnapshot;
 
+/// A test whose outside dependency (a tool, a data set, a server) is missing: it passes with a
+/// note on a developer's machine, and fails loudly under CI (`CI` set), where `.ci/run`
+/// provides every dependency, so that nothing skips there unnoticed.
+pub fn skip_unless_ci(what: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{what}: CI must run this test (.ci/run provides it)"
+    );
+    eprintln!("{what}: skipped");
+}
+
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
