@@ -1,7 +1,9 @@
 //! The default blob store: a directory tree under the data dir.
 //!
 //! Writes go to a temp file in the same filesystem, are fsynced, then renamed into place and
-//! the parent directory fsynced, so a blob is either whole or absent after a crash.
+//! the parent directory fsynced (and each directory the write created, in its own parent), so
+//! a blob is either whole or absent after a crash. Temp files a crash left behind are removed
+//! when the store opens: the data dir's maps admit one process, and they are opened first.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,9 +29,37 @@ impl FsBlobStore {
             let path = root.join(dir);
             std::fs::create_dir_all(&path).map_err(|e| io("cannot create", &path, e))?;
         }
+        let tmp = root.join("tmp");
+        let leftovers = std::fs::read_dir(&tmp).map_err(|e| io("cannot list", &tmp, e))?;
+        for entry in leftovers.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                let path = entry.path();
+                std::fs::remove_file(&path).map_err(|e| io("cannot remove", &path, e))?;
+            }
+        }
         Ok(FsBlobStore {
             root: root.to_path_buf(),
         })
+    }
+
+    /// Creates `dir` and any missing parent, fsyncing each new directory's parent so the new
+    /// entry itself survives a crash.
+    fn create_dir_durably(dir: &Path) -> Result<(), BlobError> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        let parent = dir
+            .parent()
+            .ok_or_else(|| BlobError::Io(format!("{} has no parent", dir.display())))?;
+        Self::create_dir_durably(parent)?;
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+            Err(e) => return Err(io("cannot create", dir, e)),
+        }
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("cannot sync", parent, e))
     }
 
     fn path(&self, hash: &ContentHash) -> PathBuf {
@@ -40,7 +70,7 @@ impl FsBlobStore {
         let parent = target
             .parent()
             .ok_or_else(|| BlobError::Io("blob path has no parent".into()))?;
-        std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
+        Self::create_dir_durably(parent)?;
         let tmp_dir = self.root.join("tmp");
         let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
             .map_err(|e| io("cannot create temp file in", &tmp_dir, e))?;
@@ -175,5 +205,28 @@ mod tests {
         store.delete(&hash).await.unwrap();
         assert_eq!(store.get(&hash).await.unwrap(), None);
         store.check().await.unwrap();
+    }
+
+    #[test]
+    fn temp_files_a_crash_left_are_removed_when_the_store_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(FsBlobStore::open(dir.path()).unwrap());
+        // What a writer killed between its temp file and the rename leaves behind.
+        let leftover = dir.path().join("tmp").join(".tmpAbC123");
+        std::fs::write(&leftover, vec![0u8; 4096]).unwrap();
+        let _store = FsBlobStore::open(dir.path()).unwrap();
+        assert!(!leftover.exists(), "the crashed write's temp file is gone");
+    }
+
+    #[tokio::test]
+    async fn new_fan_out_directories_are_created_on_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsBlobStore::open(dir.path()).unwrap();
+        let bytes = Bytes::from_static(b"fan out");
+        let hash = ContentHash::of(&bytes);
+        store.put_if_absent(&hash, bytes).await.unwrap();
+        let path = dir.path().join(key_for(&hash));
+        assert!(path.is_file());
+        assert!(path.parent().unwrap().is_dir());
     }
 }
