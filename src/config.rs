@@ -4,6 +4,7 @@
 //! Key and variable names are the SPEC's; anything not in the SPEC is marked as an extension.
 //! Each variable is one row of [`ENVIRONMENT`], next to the key it sets.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub struct Config {
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
+    /// Named option sets (`[presets]`, `thumb = "w=200&h=200&fit=cover"`): `preset=thumb` in a
+    /// request stands for those options.
+    pub presets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -103,6 +107,10 @@ pub struct SecurityConfig {
     /// HMAC-SHA256 keys, comma-separated: every key verifies, so a new key can be added
     /// before signers switch to it and the old one removed after.
     pub signing_key: Option<String>,
+    /// Requests may name a preset and nothing else (besides `url` and `sig`).
+    pub only_presets: bool,
+    /// When set, uploads, ingest and `/metrics` need `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
 }
 
 impl SecurityConfig {
@@ -128,6 +136,7 @@ impl Default for Config {
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
+            presets: BTreeMap::new(),
         }
     }
 }
@@ -275,6 +284,23 @@ fn number<T: std::str::FromStr>(v: &str) -> Result<T, String> {
         .map_err(|_| format!("`{v}` is not a number"))
 }
 
+/// `name=<options>;name=<options>`: the first `=` ends the name, the rest are its options.
+fn presets(v: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut presets = BTreeMap::new();
+    for entry in v.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, options)) = entry.split_once('=') else {
+            return Err(format!("`{entry}` is not `name=<options>`"));
+        };
+        if presets
+            .insert(name.trim().to_string(), options.trim().to_string())
+            .is_some()
+        {
+            return Err(format!("preset `{}` is given twice", name.trim()));
+        }
+    }
+    Ok(presets)
+}
+
 fn boolean(v: &str) -> Result<bool, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -319,6 +345,9 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
     setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
+    setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
+    setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
+    setting!("presets", "IMGCAS_PRESETS", presets, presets),
 ];
 
 impl Config {
@@ -390,6 +419,26 @@ impl Config {
                 "each key must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
             ));
         }
+        if self
+            .security
+            .admin_token
+            .as_deref()
+            .is_some_and(|t| t.len() < 16)
+        {
+            return Err(bad(
+                "security.admin_token",
+                "must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
+            ));
+        }
+        for (name, options) in &self.presets {
+            check_preset(name, options).map_err(|m| bad(&format!("presets.{name}"), m))?;
+        }
+        if self.security.only_presets && self.presets.is_empty() {
+            return Err(bad(
+                "security.only_presets",
+                "is on but no preset is defined, so every image request would be refused",
+            ));
+        }
         let no_bucket = self.storage.s3.bucket.as_deref().is_none_or(str::is_empty);
         if self.storage.backend == StorageBackend::S3 && no_bucket {
             return Err(bad(
@@ -399,6 +448,27 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A preset's name is a plain word and its options parse as a spec (a preset naming
+/// another preset is refused: one level keeps the expansion obvious).
+fn check_preset(name: &str, options: &str) -> Result<(), String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err("a preset name is letters, digits, `_` and `-`".into());
+    }
+    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(options.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    if let Some((key, _)) = pairs
+        .iter()
+        .find(|(k, _)| matches!(k.as_str(), "preset" | "url" | "sig"))
+    {
+        return Err(format!("`{key}` cannot be part of a preset"));
+    }
+    imgcas_processors::Spec::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map(|_| ())
+        .map_err(|e| format!("option `{}`: {}", e.option, e.message))
 }
 
 #[cfg(test)]
@@ -484,6 +554,18 @@ mod tests {
             (
                 "IMGCAS_SIGNING_KEY",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),
+            ),
+            ("IMGCAS_ONLY_PRESETS", ("true", "1")),
+            (
+                "IMGCAS_ADMIN_TOKEN",
+                (r#""0123456789abcdef""#, "0123456789abcdef"),
+            ),
+            (
+                "IMGCAS_PRESETS",
+                (
+                    r#"{ thumb = "w=200&h=200&fit=cover", hero = "w=1200&format=auto" }"#,
+                    "thumb=w=200&h=200&fit=cover; hero=w=1200&format=auto",
+                ),
             ),
         ]
         .into();

@@ -34,6 +34,12 @@ pub enum Error {
     StorageUnavailable(String),
     #[error("{0}")]
     BadSignature(String),
+    /// Only presets are allowed (`security.only_presets`) and the request spelled options out.
+    #[error("{0}")]
+    PresetRequired(String),
+    /// A route guarded by the admin token was called without it.
+    #[error("{0}")]
+    Unauthorized(String),
     /// A request carrying more work than one call may (an ingest batch over its limits).
     #[error("{0}")]
     BatchTooLarge(String),
@@ -68,6 +74,8 @@ impl Error {
             Error::OriginTimeout(_) => "origin_timeout",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::BadSignature(_) => "bad_signature",
+            Error::PresetRequired(_) => "preset_required",
+            Error::Unauthorized(_) => "unauthorized",
             Error::BatchTooLarge(_) => "batch_too_large",
             Error::Overloaded { .. } => "overloaded",
             Error::Internal(_) => "internal",

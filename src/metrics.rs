@@ -33,6 +33,9 @@ pub struct Readings {
     pub stats: StatsSnapshot,
     /// Requests waiting on a download or processing run another request started.
     pub coalesced_waiters: usize,
+    /// Downloads (URL resolutions) and processing runs under way, each shared by its callers.
+    pub download_flights: usize,
+    pub process_flights: usize,
     /// Admitted runs waiting for a CPU slot.
     pub queue_depth: usize,
     /// Cost admitted and not finished.
@@ -116,6 +119,10 @@ fn describe() {
         "Requests answered from the negative cache of origin failures"
     );
     describe_gauge!(
+        "imgcas_flights",
+        "Downloads (kind=download) and processing runs (kind=process) under way"
+    );
+    describe_gauge!(
         "imgcas_coalesced_waiters",
         "Requests waiting on a download or processing run another request started"
     );
@@ -161,6 +168,8 @@ impl Metrics {
                 counter!(name).absolute(value);
             }
             gauge!("imgcas_coalesced_waiters").set(readings.coalesced_waiters as f64);
+            gauge!("imgcas_flights", "kind" => "download").set(readings.download_flights as f64);
+            gauge!("imgcas_flights", "kind" => "process").set(readings.process_flights as f64);
             gauge!("imgcas_processing_queue_depth").set(readings.queue_depth as f64);
             gauge!("imgcas_processing_outstanding_pixels").set(readings.outstanding_pixels as f64);
             gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);

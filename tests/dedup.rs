@@ -205,3 +205,72 @@ async fn format_auto_follows_accept_and_says_so_in_vary() {
     assert_eq!(header(&jpeg, "vary"), Some("Accept"));
     assert_ne!(header(&webp, "etag"), header(&jpeg, "etag"));
 }
+
+/// The request that started a download hangs up: the download goes on in the flight's own
+/// task, the requests that come after it join it (one download in all), and the flights
+/// gauge is back to 0 once it lands — also when no request came after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hang_up_neither_cancels_nor_repeats_a_shared_download() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    let flights = |scrape: &prometheus_parse::Scrape, kind: &str| {
+        metric_value(scrape, "imgcas_flights", &[("kind", kind)])
+    };
+    for (path, seed, followers) in [("/slow.jpg", 3, 10), ("/alone.jpg", 4, 0)] {
+        origin.put_slow(path, jpeg(400, 300, seed), Some(Duration::from_secs(1)));
+        let source = origin.url(path);
+        let impatient = reqwest::Client::builder()
+            .timeout(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let mut url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
+        url.query_pairs_mut()
+            .append_pair("url", &source)
+            .append_pair("w", "100");
+        let hung_up = impatient.get(url).send().await;
+        assert!(hung_up.is_err(), "the first client gave up after 100 ms");
+        let during = app.metrics().await;
+        assert_eq!(
+            flights(&during, "download"),
+            1.0,
+            "{path}: the download goes on"
+        );
+
+        let mut later = Vec::new();
+        for _ in 0..followers {
+            let (client, u) = (app.client.clone(), {
+                let mut u = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
+                u.query_pairs_mut()
+                    .append_pair("url", &source)
+                    .append_pair("w", "100");
+                u
+            });
+            later.push(tokio::spawn(async move {
+                client.get(u).send().await.unwrap().status()
+            }));
+        }
+        for handle in later {
+            assert_eq!(handle.await.unwrap(), 200, "{path}");
+        }
+        // With no follower, wait for the download to land on its own.
+        tokio::time::sleep(Duration::from_millis(if followers == 0 {
+            1500
+        } else {
+            100
+        }))
+        .await;
+        let after = app.metrics().await;
+        assert_eq!(flights(&after, "download"), 0.0, "{path}");
+        assert_eq!(flights(&after, "process"), 0.0, "{path}");
+    }
+    assert_eq!(
+        origin.full(),
+        2,
+        "one download per URL, though two clients hung up"
+    );
+    assert_eq!(app.downloads(), 2);
+    // The lonely download was stored: asking now needs no origin.
+    let r = app.image_by_url(&origin.url("/alone.jpg"), "w=100").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(origin.full(), 2);
+}

@@ -8,16 +8,9 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use hmac::{KeyInit, Mac};
 
 const OLD: &str = "the-old-key-0123456789abcdef";
 const NEW: &str = "the-new-key-fedcba9876543210";
-
-fn hmac_hex(key: &str, message: &str) -> String {
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
-    mac.update(message.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
-}
 
 fn encoded(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()

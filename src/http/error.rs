@@ -22,6 +22,8 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, MINUTE),
         Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::BadSignature(_) => (StatusCode::FORBIDDEN, MINUTE),
+        Error::PresetRequired(_) => (StatusCode::FORBIDDEN, MINUTE),
+        Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, NO_STORE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
         Error::SourceTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, FIVE_MINUTES),
         Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, NO_STORE),
@@ -54,6 +56,9 @@ impl IntoResponse for Error {
             header::CACHE_CONTROL,
             HeaderValue::from_static(cache_control),
         );
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             let after = match self {
                 Error::Overloaded {

@@ -14,13 +14,19 @@ use crate::pipeline::{Provenance, Source, Target};
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
-/// Splits a query into the source URL (if `url_param`), and the processing spec.
-fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, Spec), Error> {
+/// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
+/// `preset` into its options (explicit options override them, unless only presets are allowed).
+fn parse_query(
+    service: &Service,
+    query: Option<&str>,
+    url_param: bool,
+) -> Result<(Option<String>, Spec), Error> {
     let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     let mut url = None;
-    let mut options = Vec::with_capacity(pairs.len());
+    let mut preset = None;
+    let mut explicit: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
     for (k, v) in &pairs {
         match k.as_str() {
             "url" if url_param => {
@@ -28,11 +34,39 @@ fn parse_query(query: Option<&str>, url_param: bool) -> Result<(Option<String>, 
                     return Err(Error::invalid_option("url", "given more than once"));
                 }
             }
+            "preset" => {
+                if preset.replace(v.as_str()).is_some() {
+                    return Err(Error::invalid_option("preset", "given more than once"));
+                }
+            }
             // Checked before parsing, by `check_signature`.
             "sig" => {}
-            _ => options.push((k.as_str(), v.as_str())),
+            _ => explicit.push((k.as_str(), v.as_str())),
         }
     }
+    if service.only_presets() {
+        if let Some((name, _)) = explicit.first() {
+            return Err(Error::PresetRequired(format!(
+                "only presets are allowed here: `{name}` must come from a preset"
+            )));
+        }
+        if preset.is_none() {
+            return Err(Error::PresetRequired(
+                "only presets are allowed here: name one with `preset=<name>`".into(),
+            ));
+        }
+    }
+    let mut options: Vec<(&str, &str)> = match preset {
+        None => Vec::new(),
+        Some(name) => service
+            .preset(name)
+            .ok_or_else(|| Error::invalid_option("preset", format!("no preset named `{name}`")))?
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .filter(|(k, _)| !explicit.iter().any(|(e, _)| e == k))
+            .collect(),
+    };
+    options.extend(explicit);
     let spec = Spec::from_pairs(options)?;
     Ok((url, spec))
 }
@@ -47,29 +81,16 @@ pub(super) fn cache_header(provenance: Provenance) -> &'static str {
     }
 }
 
-/// With signing keys configured, the path and query must carry a valid `sig`.
-fn check_signature(service: &Service, uri: &Uri) -> Result<(), Error> {
-    if service.signing_keys().is_empty() {
-        return Ok(());
-    }
-    crate::signing::verify(
-        service.signing_keys(),
-        uri.path(),
-        uri.query().unwrap_or(""),
-    )
-    .map_err(|refusal| Error::BadSignature(refusal.message().into()))
-}
-
 pub async fn by_url(
     State(service): State<Service>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = check_signature(&service, &uri) {
+    if let Err(e) = service.check_signature(&uri) {
         return e.into_response();
     }
-    let (raw, spec) = match parse_query(query.as_deref(), true) {
+    let (raw, spec) = match parse_query(&service, query.as_deref(), true) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
     };
@@ -95,13 +116,13 @@ pub async fn by_hash(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = check_signature(&service, &uri) {
+    if let Err(e) = service.check_signature(&uri) {
         return e.into_response();
     }
     let Ok(hash) = hash.parse() else {
         return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
     };
-    let spec = match parse_query(query.as_deref(), false) {
+    let spec = match parse_query(&service, query.as_deref(), false) {
         Ok((_, spec)) => spec,
         Err(e) => return e.into_response(),
     };
@@ -189,24 +210,5 @@ fn decorate(
     );
     if vary {
         h.insert(header::VARY, HeaderValue::from_static("Accept"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_splits_url_from_options() {
-        let (url, spec) = parse_query(
-            Some("url=http%3A%2F%2Fa.example%2Fx.jpg%3Fv%3D1&w=400&sig=abc"),
-            true,
-        )
-        .unwrap();
-        assert_eq!(url.as_deref(), Some("http://a.example/x.jpg?v=1"));
-        assert_eq!(spec.shape.width, Some(400));
-        assert!(parse_query(Some("url=a&url=b"), true).is_err());
-        let err = parse_query(Some("url=x"), false).unwrap_err();
-        assert!(matches!(err, Error::InvalidOption { option, .. } if option == "url"));
     }
 }

@@ -2,15 +2,19 @@
 //! as the one place errors become statuses, headers and JSON bodies. Handlers share a
 //! [`Service`] and reach the stored state only through its [`Pipeline`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
 use crate::config::Config;
+use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 
@@ -20,8 +24,8 @@ pub mod ingest;
 pub mod ops;
 pub mod originals;
 
-/// What every handler shares: the pipeline, the settings HTTP reads, the signing keys and
-/// the metrics recorder. Clones share one state.
+/// What every handler shares: the pipeline, the settings HTTP reads, the signing keys, the
+/// presets, the admin token and the metrics recorder. Clones share one state.
 #[derive(Clone)]
 pub struct Service {
     parts: Arc<Parts>,
@@ -32,6 +36,10 @@ struct Parts {
     config: Config,
     /// Signing keys (`security.signing_key`); empty: URLs need no `sig`.
     signing_keys: Vec<Vec<u8>>,
+    /// `presets.<name>` as option pairs, parsed once (validated by `Config::validate`).
+    presets: BTreeMap<String, Vec<(String, String)>>,
+    /// SHA-256 of `security.admin_token`; `None`: the admin routes are open.
+    admin_token_digest: Option<[u8; 32]>,
     metrics: Metrics,
 }
 
@@ -41,6 +49,12 @@ impl Service {
             parts: Arc::new(Parts {
                 pipeline,
                 signing_keys: config.security.signing_keys(),
+                presets: config
+                    .presets
+                    .iter()
+                    .map(|(name, options)| (name.clone(), option_pairs(options)))
+                    .collect(),
+                admin_token_digest: config.security.admin_token.as_deref().map(digest),
                 config,
                 metrics,
             }),
@@ -59,8 +73,78 @@ impl Service {
         &self.parts.metrics
     }
 
-    fn signing_keys(&self) -> &[Vec<u8>] {
-        &self.parts.signing_keys
+    /// With signing keys configured, the path and query must carry a valid `sig`.
+    fn check_signature(&self, uri: &Uri) -> Result<(), Error> {
+        if self.parts.signing_keys.is_empty() {
+            return Ok(());
+        }
+        crate::signing::verify(
+            &self.parts.signing_keys,
+            uri.path(),
+            uri.query().unwrap_or(""),
+        )
+        .map_err(|refusal| Error::BadSignature(refusal.message().into()))
+    }
+
+    /// The options a preset stands for.
+    fn preset(&self, name: &str) -> Option<&[(String, String)]> {
+        self.parts.presets.get(name).map(Vec::as_slice)
+    }
+
+    fn only_presets(&self) -> bool {
+        self.parts.config.security.only_presets
+    }
+
+    /// With an admin token configured, the request must carry `Authorization: Bearer <token>`.
+    fn check_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
+        let Some(expected) = &self.parts.admin_token_digest else {
+            return Ok(());
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
+        let Some(token) = presented else {
+            return Err(Error::Unauthorized(
+                "this route needs `Authorization: Bearer <admin token>`".into(),
+            ));
+        };
+        if !same_digest(&digest(token), expected) {
+            return Err(Error::Unauthorized("the admin token does not match".into()));
+        }
+        Ok(())
+    }
+}
+
+fn option_pairs(options: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(options.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares two digests in time that does not depend on where they differ. Comparing digests
+/// rather than the tokens also hides the token's length.
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
+    difference == 0
+}
+
+/// Refuses a request to an admin route without the admin token (before its body is read).
+async fn require_admin(State(service): State<Service>, request: Request, next: Next) -> Response {
+    match service.check_admin(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -69,16 +153,23 @@ pub fn router(service: Service) -> Router {
     let body_limit = usize::try_from(service.config().fetch.max_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(64 << 10);
+    // Routes that write or reveal the whole store: the admin token guards them when set.
+    let admin = Router::new()
+        .route("/v1/originals", post(originals::upload))
+        .route("/v1/ingest", post(ingest::ingest))
+        .route("/metrics", get(ops::metrics))
+        .route_layer(middleware::from_fn_with_state(
+            service.clone(),
+            require_admin,
+        ));
     Router::new()
         .route("/v1/image", get(image::by_url))
         .route("/v1/image/{hash}", get(image::by_hash))
-        .route("/v1/originals", post(originals::upload))
-        .route("/v1/ingest", post(ingest::ingest))
         .route("/v1/originals/{hash}", get(originals::original))
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
+        .merge(admin)
         .route_layer(middleware::from_fn_with_state(service.clone(), observe))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -5,7 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use imgcas_processors::SourceFormat;
@@ -130,8 +130,14 @@ async fn lookup(service: &Service, hash: &str) -> Result<(ContentHash, OriginalI
 pub async fn original(
     State(service): State<Service>,
     Path(hash): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    // The original is the full-size source: with signing on, it needs a signed URL as any
+    // processed image does.
+    if let Err(e) = service.check_signature(&uri) {
+        return e.into_response();
+    }
     let (hash, info) = match lookup(&service, &hash).await {
         Ok(found) => found,
         Err(e) => return e.into_response(),
@@ -166,7 +172,10 @@ pub async fn original(
     response
 }
 
-pub async fn info(State(service): State<Service>, Path(hash): Path<String>) -> Response {
+pub async fn info(State(service): State<Service>, Path(hash): Path<String>, uri: Uri) -> Response {
+    if let Err(e) = service.check_signature(&uri) {
+        return e.into_response();
+    }
     match lookup(&service, &hash).await {
         Ok((hash, info)) => {
             let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);

@@ -163,6 +163,8 @@ impl Pipeline {
         Readings {
             stats: s.stats.snapshot(),
             coalesced_waiters: s.url_flights.waiters() + s.variant_flights.waiters(),
+            download_flights: s.url_flights.in_flight(),
+            process_flights: s.variant_flights.in_flight(),
             queue_depth,
             outstanding_pixels,
             hot_cache_bytes: s.hot.weighted_size(),

@@ -472,3 +472,11 @@ pub async fn json(response: reqwest::Response) -> serde_json::Value {
 pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     response.headers().get(name).and_then(|v| v.to_str().ok())
 }
+
+/// HMAC-SHA256 in hex, computed with the `hmac` crate directly (not the service's code).
+pub fn hmac_hex(key: &str, message: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("any key");
+    mac.update(message.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}

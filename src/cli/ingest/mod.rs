@@ -37,6 +37,9 @@ pub struct IngestOptions {
     /// opened directly (stop the server first).
     #[arg(long)]
     pub server: Option<Url>,
+    /// The server's admin token (else IMGCAS_ADMIN_TOKEN), sent as `Authorization: Bearer`.
+    #[arg(long, value_name = "TOKEN")]
+    pub admin_token: Option<String>,
     /// Build this variant of every item (repeatable), e.g. --warm 'w=400&format=webp'.
     #[arg(long = "warm", value_name = "SPEC")]
     pub warm: Vec<String>,
@@ -69,7 +72,13 @@ pub async fn run(config: Config, options: &IngestOptions) -> Result<Report, Stri
     }
     let warm = ingest::parse_warm(&options.warm).map_err(|e| e.to_string())?;
     let target: Box<dyn Target> = match &options.server {
-        Some(base) => Box::new(Remote::connect(base, &config).await?),
+        Some(base) => {
+            let token = options
+                .admin_token
+                .as_deref()
+                .or(config.security.admin_token.as_deref());
+            Box::new(Remote::connect(base, &config, token).await?)
+        }
         None => Box::new(Local::open(config).await?),
     };
     // The JSON report is for programs; a bar on a terminal is for people.

@@ -102,10 +102,22 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// A client for `base`, once its `/healthz` answers.
-    pub async fn connect(base: &Url, config: &Config) -> Result<Remote, String> {
+    /// A client for `base`, once its `/healthz` answers; `admin_token` goes with every request.
+    pub async fn connect(
+        base: &Url,
+        config: &Config,
+        admin_token: Option<&str>,
+    ) -> Result<Remote, String> {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = admin_token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| "the admin token has characters a header cannot carry".to_string())?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let client = reqwest::Client::builder()
+            .default_headers(headers)
             .user_agent(concat!("imgcas-ingest/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(10))
             // A batch of 1000 URLs, each a download and warm runs, can take minutes.
