@@ -3,7 +3,9 @@
 //! Keys are the filesystem store's (`originals/ab/cd/<sha256>`), so a data set moves between
 //! backends by copying. Writes are conditional (`If-None-Match: *`), so two processes storing
 //! the same content never race; stores that do not implement conditional writes get a HEAD
-//! then a PUT, which is still correct because the key is the content's hash. Large originals
+//! then a PUT, which is still correct because the key is the content's hash. A 412 counts as
+//! "already present" only once a HEAD sees the whole object; a 409 (a concurrent conditional
+//! write still under way) is retried, since that write may fail. Large originals
 //! go up in parts. Credentials come from the standard AWS provider chain; the SDK retries
 //! throttling and 5xx answers with backoff.
 
@@ -28,6 +30,19 @@ use crate::hash::ContentHash;
 const MULTIPART_FROM: usize = 16 << 20;
 /// Part size for multipart uploads (S3's minimum is 5 MiB).
 const PART_SIZE: usize = 8 << 20;
+/// Conditional PUTs tried while S3 answers 409 (another conditional write of the key is in
+/// progress), with doubling waits from 50 ms: about 1.5 s in all.
+const CONFLICT_ATTEMPTS: u32 = 6;
+
+/// What one single-request PUT found.
+enum PutAnswer {
+    Created,
+    /// 412: S3 says the key exists (to be confirmed before anyone is told so).
+    Exists,
+    /// 409 `ConditionalRequestConflict`: a concurrent conditional write of the key is under
+    /// way and may still fail, so nothing is known yet.
+    Conflict,
+}
 
 pub struct S3BlobStore {
     client: Client,
@@ -152,7 +167,7 @@ impl S3BlobStore {
         key: &str,
         bytes: Bytes,
         conditional: bool,
-    ) -> Result<PutOutcome, BlobError> {
+    ) -> Result<PutAnswer, BlobError> {
         let size = bytes.len();
         let mut put = self
             .client
@@ -166,10 +181,9 @@ impl S3BlobStore {
             put = put.if_none_match("*");
         }
         match put.send().await {
-            Ok(_) => Ok(PutOutcome::Created),
-            // 412: the key exists (content-addressed, so it holds these very bytes). 409: a
-            // concurrent conditional write of the same key is in progress.
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(PutOutcome::AlreadyPresent),
+            Ok(_) => Ok(PutAnswer::Created),
+            Err(e) if status(&e) == Some(412) => Ok(PutAnswer::Exists),
+            Err(e) if status(&e) == Some(409) => Ok(PutAnswer::Conflict),
             Err(e) if conditional && matches!(status(&e), Some(501 | 400)) => {
                 Err(BlobError::Io(format!("conditional PUT refused: {e:?}")))
             }
@@ -272,16 +286,46 @@ impl BlobStore for S3BlobStore {
             self.put_in_parts(&key, bytes).await?;
             return Ok(PutOutcome::Created);
         }
-        match self.put_whole(&key, bytes.clone(), true).await {
-            Err(BlobError::Io(_)) => {
-                // A store without conditional writes: look, then write.
-                if self.exists(&key).await? {
-                    return Ok(PutOutcome::AlreadyPresent);
+        let mut wait = Duration::from_millis(50);
+        for _ in 0..CONFLICT_ATTEMPTS {
+            match self.put_whole(&key, bytes.clone(), true).await {
+                Ok(PutAnswer::Created) => return Ok(PutOutcome::Created),
+                // "Already present" is a promise that the bytes are kept: it is made only
+                // once the object is seen whole. A 412 for an object that is not there
+                // (a store answering from a stale view) is tried again.
+                Ok(PutAnswer::Exists) => match self.head_size(&key).await? {
+                    Some(n) if n == bytes.len() as u64 => return Ok(PutOutcome::AlreadyPresent),
+                    Some(n) => {
+                        return Err(BlobError::Unavailable(format!(
+                            "S3 object {key} holds {n} bytes, not {}: run `imgcas verify`",
+                            bytes.len()
+                        )))
+                    }
+                    None => {}
+                },
+                // Another writer's conditional PUT is in flight and may yet fail: taking the
+                // key as stored would index bytes that may never land.
+                Ok(PutAnswer::Conflict) => {}
+                Err(BlobError::Io(_)) => {
+                    // A store without conditional writes: look, then write.
+                    if self.exists(&key).await? {
+                        return Ok(PutOutcome::AlreadyPresent);
+                    }
+                    return match self.put_whole(&key, bytes, false).await? {
+                        PutAnswer::Created => Ok(PutOutcome::Created),
+                        PutAnswer::Exists | PutAnswer::Conflict => Err(BlobError::Unavailable(
+                            format!("S3 refused an unconditional PUT of {key}"),
+                        )),
+                    };
                 }
-                self.put_whole(&key, bytes, false).await
+                Err(e) => return Err(e),
             }
-            other => other,
+            tokio::time::sleep(wait).await;
+            wait *= 2;
         }
+        Err(BlobError::Unavailable(format!(
+            "S3 PUT of {key}: still conflicting after {CONFLICT_ATTEMPTS} attempts"
+        )))
     }
 
     async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError> {

@@ -215,9 +215,16 @@ impl Pipeline {
         let b = bytes.clone();
         let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
         let size = bytes.len() as u64;
-        match s.blobs.put_if_absent(&hash, bytes).await? {
-            PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
-            PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
+        // Indexed bytes are in the blob store already (the blob is written before the index
+        // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
+        let indexed = s.maps.original(&hash).await?.is_some();
+        if indexed {
+            Stats::add(&s.stats.dedup_bytes_saved, size);
+        } else {
+            match s.blobs.put_if_absent(&hash, bytes).await? {
+                PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
+                PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
+            }
         }
         let entry = UrlEntry {
             hash,

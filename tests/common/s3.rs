@@ -45,6 +45,8 @@ pub fn set_credentials() {
 pub struct InProcessS3 {
     pub addr: SocketAddr,
     pub root: Arc<tempfile::TempDir>,
+    /// Answers to inject in front of the real server, and what reached it.
+    pub faults: Arc<Faults>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -60,6 +62,8 @@ impl InProcessS3 {
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
         let fs_root = root.path().to_path_buf();
+        let faults = Arc::new(Faults::default());
+        let injected = faults.clone();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -84,8 +88,20 @@ impl InProcessS3 {
                         },
                         _ = &mut stop => break,
                     };
+                    let (faults, service) = (injected.clone(), service.clone());
+                    let answer = hyper::service::service_fn(
+                        move |request: axum::http::Request<hyper::body::Incoming>| {
+                            let (faults, service) = (faults.clone(), service.clone());
+                            async move {
+                                if let Some(injected) = faults.intercept(&request) {
+                                    return Ok(injected);
+                                }
+                                hyper::service::Service::call(&service, request).await
+                            }
+                        },
+                    );
                     let conn = http
-                        .serve_connection(TokioIo::new(socket), service.clone())
+                        .serve_connection(TokioIo::new(socket), answer)
                         .into_owned();
                     tokio::spawn(async move {
                         let _ = conn.await;
@@ -98,6 +114,7 @@ impl InProcessS3 {
         InProcessS3 {
             addr,
             root,
+            faults,
             shutdown: Some(shutdown),
             thread: Some(thread),
         }
@@ -120,6 +137,56 @@ impl InProcessS3 {
     /// Where a bucket's objects live on disk.
     pub fn bucket_dir(&self, bucket: &str) -> PathBuf {
         self.root.path().join(bucket)
+    }
+}
+
+/// Faults injected in front of the real server (the answers S3 gives under races that a
+/// single test process cannot provoke), and a count of the object PUTs that reached it.
+#[derive(Default)]
+pub struct Faults {
+    /// Conditional PUTs still to be answered 409 `ConditionalRequestConflict` (as S3 does
+    /// while another conditional write of the key is in progress).
+    pub conflicts: AtomicU64,
+    /// PUTs still to be answered 412 whether or not the object exists (a stale view).
+    pub false_exists: AtomicU64,
+    /// Object PUTs (not parts, not bucket creation) that reached the server.
+    pub object_puts: AtomicU64,
+}
+
+impl Faults {
+    fn take(counter: &AtomicU64) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    fn intercept<B>(&self, request: &axum::http::Request<B>) -> Option<s3s::HttpResponse> {
+        let is_object = request.uri().path().trim_matches('/').contains('/');
+        let is_part = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains("partNumber"));
+        if request.method() != axum::http::Method::PUT || !is_object || is_part {
+            return None;
+        }
+        self.object_puts.fetch_add(1, Ordering::SeqCst);
+        let conditional = request.headers().contains_key("if-none-match");
+        let (status, code) = if conditional && Faults::take(&self.conflicts) {
+            (409, "ConditionalRequestConflict")
+        } else if Faults::take(&self.false_exists) {
+            (412, "PreconditionFailed")
+        } else {
+            return None;
+        };
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code>\
+             <Message>injected by the test</Message></Error>"
+        );
+        axum::http::Response::builder()
+            .status(status)
+            .header("content-type", "application/xml")
+            .body(s3s::Body::from(body))
+            .ok()
     }
 }
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The README's two commands: `./imgcas.sh serve` runs the service on its embedded default,
+# `./imgcas.sh test` runs the tests. Before any compiling, it checks for the tools the build
+# needs beyond Rust and a C compiler — nasm (libjpeg-turbo's SIMD: without it JPEG code builds
+# silently twice as slow) and cmake (libaom and libavif) — and installs them with apt when run
+# as root; otherwise it names what is missing and exits 1.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+usage() {
+  echo "usage: ./imgcas.sh serve [imgcas serve flags…] | ./imgcas.sh test [cargo test args…]" >&2
+  exit 2
+}
+[ $# -ge 1 ] || usage
+command=$1
+shift
+
+# tool → Debian package
+declare -A package=([nasm]=nasm [cmake]=cmake [make]=make [cc]=gcc [c++]=g++)
+missing=()
+for tool in nasm cmake make cc c++; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing: ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  else
+    echo "missing: ${missing[*]} (apt-get install ${missing[*]})"
+    exit 1
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "missing: cargo (install Rust: https://rustup.rs)"
+  exit 1
+fi
+
+case "$command" in
+  serve) exec cargo run --release -- serve "$@" ;;
+  test) exec cargo test --workspace "$@" ;;
+  *) usage ;;
+esac
