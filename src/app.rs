@@ -1,14 +1,24 @@
 //! The server's lifecycle: opens the pipeline, binds the listener, serves the router, flushes
 //! the maps once a second and at shutdown.
 //!
+//! The accept loop is our own (not `axum::serve`) because the server must protect itself: a
+//! client gets `server.header_timeout` to send its headers, at most `server.max_connections`
+//! connections are served at once (the rest wait in the kernel's backlog, costing us nothing),
+//! and shutdown waits at most `server.shutdown_timeout` for requests in flight.
+//!
 //! [`start`] is used by `imgcas serve` and by the integration tests alike, so tests run the
 //! very service users run, and see it only through HTTP and [`RunningApp::pipeline`].
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -73,19 +83,13 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let addr = listener
         .local_addr()
         .map_err(|e| StartError(e.to_string()))?;
+    let server = config.server.clone();
     let service = Service::new(pipeline.clone(), config, metrics.clone());
     let router = crate::http::router(service.clone());
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "server stopped");
-        }
+        serve(listener, router, &server, rx).await;
         flusher.abort();
         if let Err(e) = pipeline.flush().await {
             tracing::error!(error = %e, "final flush failed");
@@ -97,6 +101,67 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         shutdown: Some(tx),
         task: Some(task),
     })
+}
+
+/// Accepts connections until `stop` fires, then lets requests in flight finish for up to
+/// `shutdown_timeout`.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    settings: &crate::config::ServerConfig,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut connections = ConnBuilder::new(TokioExecutor::new());
+    connections
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_timeout);
+    let slots = Arc::new(Semaphore::new(settings.max_connections));
+    let graceful = GracefulShutdown::new();
+    loop {
+        // A slot first: over the cap, connections wait in the backlog, not in our memory.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = &mut stop => break,
+        };
+        let (socket, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = socket.set_nodelay(true);
+        let connection = connections
+            .serve_connection_with_upgrades(
+                TokioIo::new(socket),
+                TowerToHyperService::new(router.clone()),
+            )
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(settings.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still in flight after the shutdown timeout of {:?}: closing them",
+            settings.shutdown_timeout
+        );
+    }
 }
 
 /// Once a second: makes non-durable map commits durable, so a crash loses at most about a

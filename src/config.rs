@@ -40,6 +40,7 @@ pub struct Config {
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
+    pub server: ServerConfig,
     /// Named option sets (`[presets]`, `thumb = "w=200&h=200&fit=cover"`): `preset=thumb` in a
     /// request stands for those options.
     pub presets: BTreeMap<String, String>,
@@ -101,6 +102,42 @@ pub struct LimitsConfig {
     pub hot_cache_bytes: u64,
 }
 
+/// How the server protects itself from slow, idle and numerous clients.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The longest a client may take to send a request's headers (`IMGCAS_HEADER_TIMEOUT`).
+    #[serde(deserialize_with = "de_duration")]
+    pub header_timeout: Duration,
+    /// The longest a request may take, body and answer included (`IMGCAS_REQUEST_TIMEOUT`);
+    /// not applied to `/v1/ingest`, whose batches may take minutes.
+    #[serde(deserialize_with = "de_duration")]
+    pub request_timeout: Duration,
+    /// Connections served at once (`IMGCAS_MAX_CONNECTIONS`); more wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long shutdown waits for in-flight requests (`IMGCAS_SHUTDOWN_TIMEOUT`).
+    #[serde(deserialize_with = "de_duration")]
+    pub shutdown_timeout: Duration,
+    /// Uploads (`POST /v1/originals`) receiving their bodies at once
+    /// (`IMGCAS_MAX_CONCURRENT_UPLOADS`); more are refused with 503 `overloaded`.
+    pub max_concurrent_uploads: usize,
+    /// Bytes per second an upload must average after its first 10 s (`IMGCAS_MIN_UPLOAD_RATE`).
+    pub min_upload_rate: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            shutdown_timeout: Duration::from_secs(30),
+            max_concurrent_uploads: 16,
+            min_upload_rate: 64 << 10,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
@@ -136,6 +173,7 @@ impl Default for Config {
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
+            server: ServerConfig::default(),
             presets: BTreeMap::new(),
         }
     }
@@ -348,6 +386,12 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
     setting!("presets", "IMGCAS_PRESETS", presets, presets),
+    setting!("server.header_timeout", "IMGCAS_HEADER_TIMEOUT", server.header_timeout, duration),
+    setting!("server.request_timeout", "IMGCAS_REQUEST_TIMEOUT", server.request_timeout, duration),
+    setting!("server.max_connections", "IMGCAS_MAX_CONNECTIONS", server.max_connections, number),
+    setting!("server.shutdown_timeout", "IMGCAS_SHUTDOWN_TIMEOUT", server.shutdown_timeout, duration),
+    setting!("server.max_concurrent_uploads", "IMGCAS_MAX_CONCURRENT_UPLOADS", server.max_concurrent_uploads, number),
+    setting!("server.min_upload_rate", "IMGCAS_MIN_UPLOAD_RATE", server.min_upload_rate, number),
 ];
 
 impl Config {
@@ -417,6 +461,18 @@ impl Config {
             return Err(bad(
                 "security.signing_key",
                 "each key must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
+            ));
+        }
+        if self.server.header_timeout.is_zero() || self.server.request_timeout.is_zero() {
+            return Err(bad(
+                "server.header_timeout",
+                "server timeouts must be above 0",
+            ));
+        }
+        if self.server.max_connections == 0 || self.server.max_concurrent_uploads == 0 {
+            return Err(bad(
+                "server.max_connections",
+                "connection and upload limits must be above 0",
             ));
         }
         if self
@@ -556,6 +612,12 @@ mod tests {
                 (r#""0123456789abcdef""#, "0123456789abcdef"),
             ),
             ("IMGCAS_ONLY_PRESETS", ("true", "1")),
+            ("IMGCAS_HEADER_TIMEOUT", (r#""3s""#, "3")),
+            ("IMGCAS_REQUEST_TIMEOUT", ("90", "90s")),
+            ("IMGCAS_MAX_CONNECTIONS", ("500", "500")),
+            ("IMGCAS_SHUTDOWN_TIMEOUT", (r#""5s""#, "5s")),
+            ("IMGCAS_MAX_CONCURRENT_UPLOADS", ("4", "4")),
+            ("IMGCAS_MIN_UPLOAD_RATE", ("1024", "1024")),
             (
                 "IMGCAS_ADMIN_TOKEN",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),

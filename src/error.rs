@@ -37,6 +37,9 @@ pub enum Error {
     /// Only presets are allowed (`security.only_presets`) and the request spelled options out.
     #[error("{0}")]
     PresetRequired(String),
+    /// A client sent its request too slowly (an upload under `server.min_upload_rate`).
+    #[error("{0}")]
+    TooSlow(String),
     /// A route guarded by the admin token was called without it.
     #[error("{0}")]
     Unauthorized(String),
@@ -76,6 +79,7 @@ impl Error {
             Error::BadSignature(_) => "bad_signature",
             Error::PresetRequired(_) => "preset_required",
             Error::Unauthorized(_) => "unauthorized",
+            Error::TooSlow(_) => "request_timeout",
             Error::BatchTooLarge(_) => "batch_too_large",
             Error::Overloaded { .. } => "overloaded",
             Error::Internal(_) => "internal",

@@ -40,6 +40,8 @@ struct Parts {
     presets: BTreeMap<String, Vec<(String, String)>>,
     /// SHA-256 of `security.admin_token`; `None`: the admin routes are open.
     admin_token_digest: Option<[u8; 32]>,
+    /// Uploads receiving their bodies now (`server.max_concurrent_uploads`).
+    upload_slots: Arc<tokio::sync::Semaphore>,
     metrics: Metrics,
 }
 
@@ -55,6 +57,9 @@ impl Service {
                     .map(|(name, options)| (name.clone(), option_pairs(options)))
                     .collect(),
                 admin_token_digest: config.security.admin_token.as_deref().map(digest),
+                upload_slots: Arc::new(tokio::sync::Semaphore::new(
+                    config.server.max_concurrent_uploads,
+                )),
                 config,
                 metrics,
             }),
@@ -84,6 +89,22 @@ impl Service {
             uri.query().unwrap_or(""),
         )
         .map_err(|refusal| Error::BadSignature(refusal.message().into()))
+    }
+
+    /// A slot for one upload's body, or 503 `overloaded` when all are taken: an upload is
+    /// bytes held in memory until it is stored, so their number is bounded.
+    pub(super) fn upload_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        self.parts
+            .upload_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded {
+                message: format!(
+                    "{} uploads are being received already; try again shortly",
+                    self.parts.config.server.max_concurrent_uploads
+                ),
+                retry_after_secs: 1,
+            })
     }
 
     /// The options a preset stands for.
@@ -153,15 +174,17 @@ pub fn router(service: Service) -> Router {
     let body_limit = usize::try_from(service.config().fetch.max_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(64 << 10);
+    let guarded = || middleware::from_fn_with_state(service.clone(), require_admin);
+    let timed = || middleware::from_fn_with_state(service.clone(), limit_time);
     // Routes that write or reveal the whole store: the admin token guards them when set.
     let admin = Router::new()
         .route("/v1/originals", post(originals::upload))
-        .route("/v1/ingest", post(ingest::ingest))
         .route("/metrics", get(ops::metrics))
-        .route_layer(middleware::from_fn_with_state(
-            service.clone(),
-            require_admin,
-        ));
+        .route_layer(guarded());
+    // Ingest batches may take minutes: no request timeout.
+    let ingest = Router::new()
+        .route("/v1/ingest", post(ingest::ingest))
+        .route_layer(guarded());
     Router::new()
         .route("/v1/image", get(image::by_url))
         .route("/v1/image/{hash}", get(image::by_hash))
@@ -170,10 +193,27 @@ pub fn router(service: Service) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .merge(admin)
+        .route_layer(timed())
+        .merge(ingest)
         .route_layer(middleware::from_fn_with_state(service.clone(), observe))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(service)
+}
+
+/// Ends a request that takes longer than `server.request_timeout` with 503 `overloaded`.
+/// The work it started (a download, a processing run) belongs to its flight and goes on,
+/// so a retry finds it done.
+async fn limit_time(State(service): State<Service>, request: Request, next: Next) -> Response {
+    let limit = service.config().server.request_timeout;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => Error::Overloaded {
+            message: format!("the request took longer than the limit of {limit:?}"),
+            retry_after_secs: 1,
+        }
+        .into_response(),
+    }
 }
 
 /// Counts and times every routed request, by route pattern (never the raw path, which would

@@ -1,13 +1,16 @@
 //! `POST /v1/originals` (raw or multipart upload), `GET/HEAD /v1/originals/<sha256>` (the
 //! bytes) and `GET /v1/originals/<sha256>/info` (what they are).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::StreamExt;
 use imgcas_processors::SourceFormat;
 
 use super::{etag_matches, Service};
@@ -31,8 +34,57 @@ fn too_large(service: &Service) -> Error {
     }
 }
 
+/// How long an upload may take before its average rate is held against it.
+const UPLOAD_GRACE: Duration = Duration::from_secs(10);
+
+/// The request's body, ended with an error when it arrives slower than `min_rate` bytes per
+/// second on average after [`UPLOAD_GRACE`] (a stalled client included: each chunk has a
+/// deadline). `too_slow` is set when that happened.
+fn paced(body: Body, min_rate: u64, too_slow: Arc<AtomicBool>) -> Body {
+    let started = tokio::time::Instant::now();
+    let rate = min_rate.max(1) as f64;
+    let chunks =
+        futures_util::stream::unfold(Some((body.into_data_stream(), 0u64)), move |state| {
+            let too_slow = too_slow.clone();
+            async move {
+                let (mut stream, received) = state?;
+                let due = UPLOAD_GRACE.max(Duration::from_secs_f64((received + 1) as f64 / rate));
+                match tokio::time::timeout_at(started + due, stream.next()).await {
+                    Ok(Some(Ok(chunk))) => {
+                        let received = received + chunk.len() as u64;
+                        Some((Ok(chunk), Some((stream, received))))
+                    }
+                    Ok(Some(Err(e))) => Some((Err(e), None)),
+                    Ok(None) => None,
+                    Err(_) => {
+                        too_slow.store(true, Ordering::Relaxed);
+                        Some((Err(axum::Error::new("upload too slow")), None))
+                    }
+                }
+            }
+        });
+    Body::from_stream(chunks)
+}
+
 /// The bodies to store: the raw body, or every file part of a multipart form.
 async fn bodies(service: &Service, request: Request) -> Result<Vec<Bytes>, Error> {
+    let min_rate = service.config().server.min_upload_rate;
+    let too_slow = Arc::new(AtomicBool::new(false));
+    let request = request.map(|body| paced(body, min_rate, too_slow.clone()));
+    let slow = || {
+        too_slow.load(Ordering::Relaxed).then(|| {
+            Error::TooSlow(format!(
+                "the upload arrived slower than {min_rate} bytes/s after {}s",
+                UPLOAD_GRACE.as_secs()
+            ))
+        })
+    };
+    read_bodies(service, request)
+        .await
+        .map_err(|e| slow().unwrap_or(e))
+}
+
+async fn read_bodies(service: &Service, request: Request) -> Result<Vec<Bytes>, Error> {
     let limit = service.pipeline().max_source_bytes();
     let is_multipart = request
         .headers()
@@ -82,6 +134,10 @@ async fn bodies(service: &Service, request: Request) -> Result<Vec<Bytes>, Error
 /// 201 when any original is new, 200 when all were stored already. One file answers with an
 /// object, several with an array of them.
 pub async fn upload(State(service): State<Service>, request: Request) -> Response {
+    let _slot = match service.upload_slot() {
+        Ok(slot) => slot,
+        Err(e) => return e.into_response(),
+    };
     let bodies = match bodies(&service, request).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
