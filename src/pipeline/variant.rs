@@ -224,8 +224,11 @@ impl Pipeline {
         let side = (limits.max_pixels as f64).sqrt() as u32;
         let cost = processors::cost(source_format, source_size.unwrap_or((side, side)), &spec);
         let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
-        let original = self.original_bytes(&key.hash).await?;
         let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
+        // The original is read only now, holding a CPU slot: runs waiting in the queue hold
+        // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
+        // of 32 MiB each otherwise).
+        let original = self.original_bytes(&key.hash).await?;
         let waited = running.waited.as_secs_f64();
         s.metrics.with(|| {
             metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
