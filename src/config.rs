@@ -506,6 +506,13 @@ impl Config {
     }
 }
 
+/// `a=1&b=2` as decoded (name, value) pairs: a query string, or a preset's options.
+pub fn option_pairs(options: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(options.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// A preset's name is a plain word and its options parse as a spec (a preset naming
 /// another preset is refused: one level keeps the expansion obvious).
 fn check_preset(name: &str, options: &str) -> Result<(), String> {
@@ -513,9 +520,7 @@ fn check_preset(name: &str, options: &str) -> Result<(), String> {
     if name.is_empty() || !name.chars().all(plain) {
         return Err("a preset name is letters, digits, `_` and `-`".into());
     }
-    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(options.as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
+    let pairs = option_pairs(options);
     if let Some((key, _)) = pairs
         .iter()
         .find(|(k, _)| matches!(k.as_str(), "preset" | "url" | "sig"))

@@ -21,36 +21,23 @@ async fn signing_covers_the_originals_routes() {
         format!("/v1/originals/{hash}"),
         format!("/v1/originals/{hash}/info"),
     ] {
-        let unsigned = app.client.get(app.url(&path)).send().await.unwrap();
+        let unsigned = app.get(&path).await;
         assert_eq!(unsigned.status(), 403, "{path}");
         assert_eq!(json(unsigned).await["error"]["code"], "bad_signature");
         let head = app.client.head(app.url(&path)).send().await.unwrap();
         assert_eq!(head.status(), 403, "HEAD {path}");
         let wrong = hmac_hex(KEY, &format!("{path}x?"));
-        let r = app
-            .client
-            .get(app.url(&format!("{path}?sig={wrong}")))
-            .send()
-            .await
-            .unwrap();
+        let r = app.get(&format!("{path}?sig={wrong}")).await;
         assert_eq!(r.status(), 403, "{path} signed for another path");
 
         let sig = hmac_hex(KEY, &format!("{path}?"));
-        let signed = app
-            .client
-            .get(app.url(&format!("{path}?sig={sig}")))
-            .send()
-            .await
-            .unwrap();
+        let signed = app.get(&format!("{path}?sig={sig}")).await;
         assert_eq!(signed.status(), 200, "{path}");
     }
     let sig = hmac_hex(KEY, &format!("/v1/originals/{hash}?"));
     let bytes = app
-        .client
-        .get(app.url(&format!("/v1/originals/{hash}?sig={sig}")))
-        .send()
+        .get(&format!("/v1/originals/{hash}?sig={sig}"))
         .await
-        .unwrap()
         .bytes()
         .await
         .unwrap();

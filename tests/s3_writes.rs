@@ -24,12 +24,7 @@ async fn app_on_s3(revalidate_after: Duration) -> (TestApp, S3Target) {
 
 async fn original_is_served(app: &TestApp, bytes: &[u8]) {
     let hash = ContentHash::of(bytes).to_hex();
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/originals/{hash}")))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get(&format!("/v1/originals/{hash}")).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().as_ref(), bytes);
 }

@@ -21,9 +21,7 @@ fn parse_query(
     query: Option<&str>,
     url_param: bool,
 ) -> Result<(Option<String>, Spec), Error> {
-    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
+    let pairs = crate::config::option_pairs(query.unwrap_or(""));
     let mut url = None;
     let mut preset = None;
     let mut explicit: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());

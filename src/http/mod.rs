@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::config::Config;
+use crate::config::{option_pairs, Config};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
@@ -138,12 +138,6 @@ impl Service {
         }
         Ok(())
     }
-}
-
-fn option_pairs(options: &str) -> Vec<(String, String)> {
-    url::form_urlencoded::parse(options.as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
 }
 
 fn digest(token: &str) -> [u8; 32] {

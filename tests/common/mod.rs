@@ -105,6 +105,15 @@ impl TestApp {
         self.client.get(full).send().await.expect("request")
     }
 
+    /// `GET <path>` on the app.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request")
+    }
+
     pub async fn upload(&self, bytes: Vec<u8>) -> reqwest::Response {
         self.client
             .post(self.url("/v1/originals"))
