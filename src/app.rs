@@ -164,8 +164,9 @@ async fn serve(
     }
 }
 
-/// Once a second: makes non-durable map commits durable, so a crash loses at most about a
-/// second of recomputable entries, and folds recorded latency samples into their histogram
+/// Once a second: the pipeline's upkeep (use records, the variants' budget, the sweep of
+/// unused URLs, and making non-durable map commits durable, so a crash loses at most about
+/// a second of recomputable entries), and folds recorded latency samples into their histogram
 /// buckets (the recorder queues every sample until then: without it, memory would grow with
 /// each request between scrapes).
 fn spawn_flusher(pipeline: Pipeline, metrics: Metrics) -> JoinHandle<()> {
@@ -174,8 +175,8 @@ fn spawn_flusher(pipeline: Pipeline, metrics: Metrics) -> JoinHandle<()> {
         loop {
             tick.tick().await;
             metrics.upkeep();
-            if let Err(e) = pipeline.flush().await {
-                tracing::warn!(error = %e, "periodic flush failed");
+            if let Err(e) = pipeline.upkeep().await {
+                tracing::warn!(error = %e, "periodic upkeep failed");
             }
         }
     })

@@ -84,6 +84,11 @@ pub struct FetchConfig {
     pub per_host_concurrency: usize,
     /// Extension: downloads in flight in all (`IMGCAS_FETCH_CONCURRENCY`).
     pub concurrency: usize,
+    /// URL entries no request used for this long are dropped (`IMGCAS_FORGET_AFTER`): the
+    /// URL is downloaded afresh if it comes back (its bytes stay stored, so a duplicate
+    /// costs the download only).
+    #[serde(deserialize_with = "de_duration")]
+    pub forget_after: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -100,6 +105,10 @@ pub struct LimitsConfig {
     /// Extension: bytes of recent variants kept in memory in front of the variants map
     /// (`IMGCAS_HOT_CACHE_BYTES`; 0 turns the hot cache off).
     pub hot_cache_bytes: u64,
+    /// Bytes the stored variants (results and cached errors) may hold
+    /// (`IMGCAS_VARIANTS_MAX_BYTES`); the least recently served are evicted beyond it, and
+    /// rebuilt if asked for again.
+    pub variants_max_bytes: u64,
 }
 
 /// How the server protects itself from slow, idle and numerous clients.
@@ -209,6 +218,7 @@ impl Default for FetchConfig {
             revalidate_after: Duration::from_secs(300),
             per_host_concurrency: 8,
             concurrency: 64,
+            forget_after: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -220,6 +230,7 @@ impl Default for LimitsConfig {
             process_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             queue_target: Duration::from_millis(500),
             hot_cache_bytes: 256 << 20,
+            variants_max_bytes: 10 << 30,
         }
     }
 }
@@ -378,10 +389,12 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("fetch.revalidate_after", "IMGCAS_REVALIDATE_AFTER", fetch.revalidate_after, duration),
     setting!("fetch.per_host_concurrency", "IMGCAS_FETCH_PER_HOST", fetch.per_host_concurrency, number),
     setting!("fetch.concurrency", "IMGCAS_FETCH_CONCURRENCY", fetch.concurrency, number),
+    setting!("fetch.forget_after", "IMGCAS_FORGET_AFTER", fetch.forget_after, duration),
     setting!("limits.max_pixels", "IMGCAS_MAX_PIXELS", limits.max_pixels, number),
     setting!("limits.process_concurrency", "IMGCAS_PROCESS_CONCURRENCY", limits.process_concurrency, number),
     setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
     setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
+    setting!("limits.variants_max_bytes", "IMGCAS_VARIANTS_MAX_BYTES", limits.variants_max_bytes, number),
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
@@ -449,6 +462,12 @@ impl Config {
         }
         if self.limits.queue_target.is_zero() {
             return Err(bad("limits.queue_target", "must be above 0"));
+        }
+        if self.fetch.forget_after.is_zero() {
+            return Err(bad("fetch.forget_after", "must be above 0"));
+        }
+        if self.limits.variants_max_bytes == 0 {
+            return Err(bad("limits.variants_max_bytes", "must be above 0"));
         }
         if self.fetch.per_host_concurrency == 0 || self.fetch.concurrency == 0 {
             return Err(bad("fetch.concurrency", "download limits must be above 0"));
@@ -608,6 +627,8 @@ mod tests {
             ("IMGCAS_REVALIDATE_AFTER", ("60", "1m")),
             ("IMGCAS_FETCH_PER_HOST", ("3", "3")),
             ("IMGCAS_FETCH_CONCURRENCY", ("5", "5")),
+            ("IMGCAS_FORGET_AFTER", (r#""7d""#, "7days")),
+            ("IMGCAS_VARIANTS_MAX_BYTES", ("1000000", "1_000_000")),
             ("IMGCAS_MAX_PIXELS", ("1000", "1000")),
             ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),
             ("IMGCAS_QUEUE_TARGET", (r#""250ms""#, "250ms")),

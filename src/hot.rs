@@ -6,7 +6,7 @@
 
 use moka::sync::Cache;
 
-use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::maps::{VariantKey, VariantRow};
 
 pub struct HotVariants {
     cache: Option<Cache<VariantKey, VariantRow>>,
@@ -14,14 +14,7 @@ pub struct HotVariants {
 
 /// Memory an entry holds: its bytes plus the key and bookkeeping.
 fn weight(key: &VariantKey, value: &VariantRow) -> u32 {
-    let body = match value {
-        VariantRow::Image {
-            body: VariantBody::Inline(bytes),
-            ..
-        } => bytes.len(),
-        VariantRow::Failed { message, .. } => message.len(),
-    };
-    u32::try_from(body + key.canonical_spec.len() + 128).unwrap_or(u32::MAX)
+    u32::try_from(value.body_len() + key.canonical_spec.len() + 128).unwrap_or(u32::MAX)
 }
 
 impl HotVariants {
@@ -59,6 +52,7 @@ impl HotVariants {
 mod tests {
     use super::*;
     use crate::hash::ContentHash;
+    use crate::maps::VariantBody;
     use imgcas_processors::OutputFormat;
 
     fn key(i: u8) -> VariantKey {

@@ -41,6 +41,8 @@ pub struct Readings {
     /// Cost admitted and not finished.
     pub outstanding_pixels: u64,
     pub hot_cache_bytes: u64,
+    /// Bytes the stored variants count for (the budget's measure).
+    pub variant_bytes: u64,
 }
 
 impl Default for Metrics {
@@ -135,6 +137,18 @@ fn describe() {
         "Cost admitted and not finished"
     );
     describe_gauge!("imgcas_hot_cache_bytes", "Bytes held by the hot cache");
+    describe_gauge!(
+        "imgcas_variant_bytes",
+        "Bytes the stored variants hold, as limited by limits.variants_max_bytes"
+    );
+    describe_counter!(
+        "imgcas_variants_evicted_total",
+        "Variants evicted to keep within limits.variants_max_bytes"
+    );
+    describe_counter!(
+        "imgcas_urls_forgotten_total",
+        "URL entries dropped after fetch.forget_after without a request"
+    );
 }
 
 impl Metrics {
@@ -163,6 +177,8 @@ impl Metrics {
                 ("imgcas_hot_cache_hits_total", s.hot_hits),
                 ("imgcas_variant_map_reads_total", s.variant_map_reads),
                 ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
+                ("imgcas_variants_evicted_total", s.variants_evicted),
+                ("imgcas_urls_forgotten_total", s.urls_forgotten),
             ];
             for (name, value) in counters {
                 counter!(name).absolute(value);
@@ -173,6 +189,7 @@ impl Metrics {
             gauge!("imgcas_processing_queue_depth").set(readings.queue_depth as f64);
             gauge!("imgcas_processing_outstanding_pixels").set(readings.outstanding_pixels as f64);
             gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);
+            gauge!("imgcas_variant_bytes").set(readings.variant_bytes as f64);
         });
         self.handle.render()
     }

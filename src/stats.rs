@@ -23,6 +23,10 @@ pub struct Stats {
     pub hot_hits: AtomicU64,
     /// Requests answered from the negative cache of origin failures (no origin traffic).
     pub origin_failure_hits: AtomicU64,
+    /// Variants dropped to keep within `limits.variants_max_bytes`.
+    pub variants_evicted: AtomicU64,
+    /// URL entries dropped after `fetch.forget_after` without a request.
+    pub urls_forgotten: AtomicU64,
 }
 
 impl Stats {
@@ -50,6 +54,8 @@ impl Stats {
             variant_map_reads: Self::get(&self.variant_map_reads),
             hot_hits: Self::get(&self.hot_hits),
             origin_failure_hits: Self::get(&self.origin_failure_hits),
+            variants_evicted: Self::get(&self.variants_evicted),
+            urls_forgotten: Self::get(&self.urls_forgotten),
         }
     }
 }
@@ -66,4 +72,6 @@ pub struct StatsSnapshot {
     pub variant_map_reads: u64,
     pub hot_hits: u64,
     pub origin_failure_hits: u64,
+    pub variants_evicted: u64,
+    pub urls_forgotten: u64,
 }

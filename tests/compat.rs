@@ -10,7 +10,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{header, spawn_app_with};
+use common::{header, spawn_app_with, TestApp};
 use imgcas::config::StorageBackend;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -32,8 +32,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-#[tokio::test]
-async fn a_data_dir_from_the_previous_release_serves_unchanged() {
+/// The app on a copy of the fixture (on the filesystem store), configured further by
+/// `tweak`, and the fixture's manifest.
+async fn app_on_the_fixture(
+    tweak: impl FnOnce(&mut imgcas::config::Config),
+) -> (TestApp, Value, tempfile::TempDir) {
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/datadir-v0.1");
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
@@ -44,6 +47,15 @@ async fn a_data_dir_from_the_previous_release_serves_unchanged() {
     let app = spawn_app_with(move |c| {
         c.data_dir = dir;
         c.storage.backend = StorageBackend::Fs;
+        tweak(c);
+    })
+    .await;
+    (app, manifest, data)
+}
+
+#[tokio::test]
+async fn a_data_dir_from_the_previous_release_serves_unchanged() {
+    let (app, manifest, _data) = app_on_the_fixture(|c| {
         // The origin that served the URL is long gone: its mapping must be used as stored.
         c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
     })
@@ -101,4 +113,39 @@ async fn a_data_dir_from_the_previous_release_serves_unchanged() {
 
     assert_eq!(app.downloads(), 0, "nothing downloaded");
     assert_eq!(app.processing_runs(), 0, "nothing processed");
+}
+
+/// Variants written before the byte budget existed count against it from the first start:
+/// under a budget smaller than any of them, the first upkeep evicts them all, and a request
+/// makes its variant again.
+#[tokio::test]
+async fn variants_of_the_previous_release_count_against_the_budget() {
+    let (app, manifest, _data) = app_on_the_fixture(|c| {
+        c.limits.variants_max_bytes = 10;
+        c.limits.hot_cache_bytes = 0;
+    })
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.stats().variants_evicted < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stored variants were not evicted: {:?}",
+            app.stats()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let upload = manifest["upload_hash"].as_str().unwrap();
+    let query = manifest["upload_variant"]["query"].as_str().unwrap();
+    let r = app.get(&format!("/v1/image/{upload}?{query}")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-imgcas-cache"),
+        Some("miss"),
+        "evicted, made again"
+    );
+    let body = r.bytes().await.unwrap();
+    assert_eq!(
+        sha256_hex(&body),
+        manifest["upload_variant"]["sha256"].as_str().unwrap()
+    );
 }

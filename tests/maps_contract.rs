@@ -36,6 +36,7 @@ fn url_entry(hash: ContentHash) -> UrlEntry {
         etag: Some("\"e1\"".into()),
         last_modified: Some("Wed, 21 Oct 2015 07:28:00 GMT".into()),
         checked_at_ms: 42,
+        requested_at_ms: 0,
     }
 }
 
@@ -176,6 +177,94 @@ async fn contract(open: impl Fn() -> Opened) {
     maps.check().await.unwrap();
 }
 
+/// What bounded growth relies on: the variants' bytes counted exactly once per stored row,
+/// eviction in order of last use (stamps only move forward), request stamps on URL entries,
+/// and forgetting by last use; all of it surviving a restart.
+async fn bounded_growth(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    let a = ContentHash::of(b"a");
+    assert_eq!(maps.variant_bytes().await.unwrap(), 0);
+    let (k1, k2, k3) = (key(a, "w=1"), key(a, "w=2"), key(a, "w=3"));
+    maps.put_variant(&k1, &image(&[1; 1000])).await.unwrap();
+    let one = maps.variant_bytes().await.unwrap();
+    assert!(one >= 1000, "{one}");
+    // Storing a key again replaces its count.
+    maps.put_variant(&k1, &image(&[1; 1000])).await.unwrap();
+    assert_eq!(maps.variant_bytes().await.unwrap(), one);
+    maps.put_variant(&k2, &image(&[2; 1000])).await.unwrap();
+    maps.put_variant(&k3, &image(&[3; 1000])).await.unwrap();
+    assert_eq!(maps.variant_bytes().await.unwrap(), 3 * one);
+    let error = VariantRow::Failed {
+        kind: ProcessFailure::Undecodable,
+        message: "x".repeat(500),
+    };
+    let k4 = key(a, "w=4");
+    maps.put_variant(&k4, &error).await.unwrap();
+    let four = maps.variant_bytes().await.unwrap();
+    assert!(four >= 3 * one + 500, "cached errors count too");
+    maps.remove_variants(std::slice::from_ref(&k4))
+        .await
+        .unwrap();
+    assert_eq!(maps.variant_bytes().await.unwrap(), 3 * one);
+
+    // Served stamps: k1 most recently, then k3; k2 least. A stamp never moves back, and an
+    // unknown key is skipped.
+    let now = now_ms();
+    maps.mark_variants_served(&[
+        (k1.clone(), now + 20_000),
+        (k3.clone(), now + 10_000),
+        (key(a, "w=unknown"), now),
+    ])
+    .await
+    .unwrap();
+    maps.mark_variants_served(&[(k1.clone(), 1)]).await.unwrap();
+    let evicted = maps.evict_variants(2 * one).await.unwrap();
+    assert_eq!(evicted.keys, vec![k2.clone()]);
+    assert_eq!(evicted.remaining_bytes, 2 * one);
+    assert_eq!(maps.variant(&k2).await.unwrap(), None);
+    let evicted = maps.evict_variants(2 * one).await.unwrap();
+    assert!(evicted.keys.is_empty(), "within the target already");
+
+    // URL entries: a request stamp moves forward only; forgetting goes by last use.
+    let hash = ContentHash::of(b"u");
+    maps.put_url("http://127.0.0.1/used", &url_entry(hash))
+        .await
+        .unwrap();
+    maps.put_url("http://127.0.0.1/unused", &url_entry(hash))
+        .await
+        .unwrap();
+    maps.mark_urls_requested(&[
+        ("http://127.0.0.1/used".into(), now),
+        ("http://127.0.0.1/none".into(), now),
+    ])
+    .await
+    .unwrap();
+    maps.mark_urls_requested(&[("http://127.0.0.1/used".into(), 7)])
+        .await
+        .unwrap();
+    let used = maps.url("http://127.0.0.1/used").await.unwrap().unwrap();
+    assert_eq!((used.requested_at_ms, used.last_used_ms()), (now, now));
+    assert_eq!(maps.url("http://127.0.0.1/none").await.unwrap(), None);
+    assert_eq!(maps.forget_urls(now - 1000).await.unwrap(), 1);
+    assert_eq!(maps.url("http://127.0.0.1/unused").await.unwrap(), None);
+
+    // All of it survives a restart.
+    maps.flush().await.unwrap();
+    drop(maps);
+    let maps = open().await;
+    assert_eq!(maps.variant_bytes().await.unwrap(), 2 * one);
+    let used = maps.url("http://127.0.0.1/used").await.unwrap().unwrap();
+    assert_eq!(used.requested_at_ms, now);
+    assert_eq!(maps.urls().await.unwrap().len(), 1);
+    let evicted = maps.evict_variants(one).await.unwrap();
+    assert_eq!(evicted.keys, vec![k3], "k3 was served before k1");
+    let evicted = maps.evict_variants(0).await.unwrap();
+    assert_eq!((evicted.keys, evicted.remaining_bytes), (vec![k1], 0));
+    assert!(maps.variant_keys().await.unwrap().is_empty());
+    maps.compact().await.unwrap();
+    maps.check().await.unwrap();
+}
+
 /// Concurrent durable inserts share their syncs; every one lands and survives a restart.
 async fn concurrent_durable_inserts(open: impl Fn() -> Opened) {
     let maps = open().await;
@@ -213,6 +302,7 @@ fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
 async fn redb_keeps_the_contract() {
     contract(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     concurrent_durable_inserts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]

@@ -53,13 +53,16 @@ pub fn describe_stats(r: &StatsReport) -> String {
         "urls            {:>10}\n\
          originals       {:>10}   {:.1} MiB\n\
          variants        {:>10}   {:.1} MiB\n\
-         cached errors   {:>10}\n",
+         cached errors   {:>10}\n\
+         variant budget  {:>10.1} MiB of {:.1} MiB used\n",
         r.urls,
         r.originals,
         mib(r.original_bytes),
         r.variants.images,
         mib(r.variants.image_bytes),
         r.variants.errors,
+        mib(r.variant_bytes),
+        mib(r.variants_max_bytes),
     )
 }
 
@@ -95,12 +98,22 @@ pub fn describe_verify(r: &VerifyReport) -> String {
 pub fn describe_gc(r: &GcReport) -> String {
     let verb = if r.applied { "removed" } else { "would remove" };
     let mut out = format!(
-        "{verb} {} unreferenced blobs ({} bytes) and {} orphan variants",
+        "{verb} {} unreferenced blobs ({} bytes) and {} orphan variants\n\
+         {verb} {} URL entries unused for fetch.forget_after",
         r.unreferenced_blobs.len(),
         r.bytes,
-        r.orphan_variants
+        r.orphan_variants,
+        r.unused_urls,
     );
-    if !r.applied && (r.orphan_variants > 0 || !r.unreferenced_blobs.is_empty()) {
+    if r.applied {
+        out.push_str(&format!(
+            "\nevicted {} variants beyond limits.variants_max_bytes",
+            r.evicted_variants
+        ));
+        if r.compacted {
+            out.push_str("\ncompacted the maps' file");
+        }
+    } else if r.orphan_variants > 0 || r.unused_urls > 0 || !r.unreferenced_blobs.is_empty() {
         out.push_str("\ndry run: `imgcas gc --apply` removes them");
     }
     out

@@ -10,6 +10,12 @@
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
 //! backend keeps them in the row; a backend that keeps them in the blob store adds the
 //! variant that names the blob (and the pipeline, its read).
+//!
+//! Bounded growth is a duty of every backend: each counts the bytes its variants hold and
+//! keeps their order of last use, so the pipeline can hold them to a budget by evicting the
+//! least recently served; each keeps when a URL entry was last used, so entries nobody asks
+//! for are forgotten. Use is recorded coarsely by the caller (batched, at most once per key
+//! per interval), never as a write per hit.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -50,6 +56,17 @@ pub struct UrlEntry {
     pub last_modified: Option<String>,
     /// When the origin last confirmed or served the content, ms since the epoch.
     pub checked_at_ms: u64,
+    /// When a request last used the entry, as recorded (coarsely) by the pipeline; 0 in
+    /// entries written before the field existed.
+    #[serde(default)]
+    pub requested_at_ms: u64,
+}
+
+impl UrlEntry {
+    /// The entry's last use: a request, or the check a request caused.
+    pub fn last_used_ms(&self) -> u64 {
+        self.checked_at_ms.max(self.requested_at_ms)
+    }
 }
 
 /// What the originals index holds for one hash (the bytes live in the blob store).
@@ -120,6 +137,19 @@ pub enum VariantRow {
     },
 }
 
+impl VariantRow {
+    /// The bytes of its image, or of its error message.
+    pub fn body_len(&self) -> usize {
+        match self {
+            VariantRow::Image {
+                body: VariantBody::Inline(bytes),
+                ..
+            } => bytes.len(),
+            VariantRow::Failed { message, .. } => message.len(),
+        }
+    }
+}
+
 /// What the variants map holds.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct VariantTotals {
@@ -127,6 +157,15 @@ pub struct VariantTotals {
     /// Encoded size, as stored (a few bytes of header per image included).
     pub image_bytes: u64,
     pub errors: u64,
+}
+
+/// What [`MapStore::evict_variants`] dropped.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    /// The variants dropped, least recently served first.
+    pub keys: Vec<VariantKey>,
+    /// The bytes the variants hold now, as [`MapStore::variant_bytes`] counts them.
+    pub remaining_bytes: u64,
 }
 
 /// The maps' operations, as the pipeline and the maintenance commands use them.
@@ -146,6 +185,14 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Every URL entry (for `verify`, `gc` and `stats`).
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError>;
+
+    /// Records when URLs were last requested (ms since the epoch; the caller batches). A
+    /// stamp only moves forward; URLs without an entry are skipped.
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError>;
+
+    /// Drops the URL entries whose last use ([`UrlEntry::last_used_ms`]) is before
+    /// `unused_since_ms`; returns how many.
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError>;
 
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError>;
 
@@ -171,8 +218,21 @@ pub trait MapStore: Send + Sync + 'static {
 
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError>;
 
-    /// Stores a result (a lost one is recomputed, never wrong).
+    /// Stores a result (a lost one is recomputed, never wrong), counted in
+    /// [`MapStore::variant_bytes`] and stamped as served now.
     async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError>;
+
+    /// Records when variants were last served (ms since the epoch; the caller batches).
+    /// A stamp only moves forward; keys no longer stored are skipped.
+    async fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> Result<(), MapError>;
+
+    /// The bytes the variants hold (keys and rows, results and cached errors alike): what
+    /// the budget `limits.variants_max_bytes` limits. Variants stored before the store
+    /// counted them are counted from its first open.
+    async fn variant_bytes(&self) -> Result<u64, MapError>;
+
+    /// Drops the least recently served variants until they hold at most `target_bytes`.
+    async fn evict_variants(&self, target_bytes: u64) -> Result<Evicted, MapError>;
 
     /// Every variant key.
     async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError>;
@@ -185,6 +245,11 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Makes every write so far durable.
     async fn flush(&self) -> Result<(), MapError>;
+
+    /// Hands the space of dropped entries back to the file system, where the backend keeps
+    /// any (a redb file reuses it but never shrinks by itself). Needs the store to itself:
+    /// `imgcas gc` runs it with the server stopped. Returns whether anything was done.
+    async fn compact(&self) -> Result<bool, MapError>;
 
     /// Readiness: the store answers a read.
     async fn check(&self) -> Result<(), MapError>;

@@ -8,7 +8,10 @@
 //!   entry and a corrupt blob, the URL entries pointing at it, its variants): the next request
 //!   downloads afresh instead of failing.
 //! - `gc`: blobs the index does not know (left by a crash between blob write and index write)
-//!   and variants of unindexed originals; removed only when applied.
+//!   and variants of unindexed originals; URL entries unused for `fetch.forget_after`;
+//!   variants beyond `limits.variants_max_bytes` (a budget lowered since the server last
+//!   ran). Removed only when applied; then the maps' file is compacted, giving the freed
+//!   space back to the file system.
 
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -26,6 +29,9 @@ pub struct StatsReport {
     pub originals: u64,
     pub original_bytes: u64,
     pub variants: VariantTotals,
+    /// What the variants count for against the budget, and the budget.
+    pub variant_bytes: u64,
+    pub variants_max_bytes: u64,
 }
 
 /// What `verify` found (and, with repair, dropped).
@@ -53,6 +59,12 @@ pub struct GcReport {
     pub unreferenced_blobs: Vec<ContentHash>,
     pub bytes: u64,
     pub orphan_variants: u64,
+    /// URL entries unused for `fetch.forget_after`.
+    pub unused_urls: u64,
+    /// Variants evicted to meet the budget (only when applied).
+    pub evicted_variants: u64,
+    /// The maps' file was compacted (only when applied).
+    pub compacted: bool,
     pub applied: bool,
 }
 
@@ -62,6 +74,8 @@ impl Pipeline {
         let mut report = StatsReport {
             urls: maps.urls().await?.len() as u64,
             variants: maps.variant_totals().await?,
+            variant_bytes: maps.variant_bytes().await?,
+            variants_max_bytes: self.shared.config.limits.variants_max_bytes,
             ..StatsReport::default()
         };
         for hash in maps.original_hashes().await? {
@@ -148,8 +162,13 @@ impl Pipeline {
         report.orphan_variants = orphans.len() as u64;
         if apply {
             maps.remove_variants(&orphans).await?;
+            report.unused_urls = self.forget_unused_urls().await?;
+            report.evicted_variants = self.keep_variants_within_budget().await?;
+            maps.flush().await?;
+            report.compacted = maps.compact().await?;
+        } else {
+            report.unused_urls = self.unused_urls().await?;
         }
-        maps.flush().await?;
         Ok(report)
     }
 

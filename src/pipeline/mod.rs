@@ -8,7 +8,9 @@
 //! - `resolve.rs`: URL → hash (URL map, conditional fetch, origin failures held per URL);
 //! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run);
 //! - `upload.rs`: bytes in → an indexed original;
-//! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store.
+//! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
+//! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
+//!   the coarse use records both need.
 //!
 //! Writes keep one order: blob first, then the map entry that points at it. Work that many
 //! requests may want at once runs once, through the single-flight maps.
@@ -35,6 +37,7 @@ use crate::stats::{Stats, StatsSnapshot};
 
 mod maintenance;
 mod resolve;
+mod upkeep;
 mod upload;
 mod variant;
 
@@ -74,6 +77,8 @@ struct Shared {
     stats: Stats,
     /// Where latency histograms and refusals are recorded.
     metrics: Metrics,
+    /// Use records, the variants' byte count and the sweep schedule.
+    upkeep: upkeep::Upkeep,
 }
 
 /// Why the pipeline could not open.
@@ -126,6 +131,7 @@ impl Pipeline {
         Ok(Pipeline {
             shared: Arc::new(Shared {
                 hot: HotVariants::new(config.limits.hot_cache_bytes),
+                upkeep: upkeep::Upkeep::new(&config),
                 config,
                 maps,
                 blobs,
@@ -168,6 +174,7 @@ impl Pipeline {
             queue_depth,
             outstanding_pixels,
             hot_cache_bytes: s.hot.weighted_size(),
+            variant_bytes: s.upkeep.variant_bytes(),
         }
     }
 
@@ -183,8 +190,10 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Makes every map write so far durable (the app calls it every second and at shutdown).
+    /// Writes the queued use records and makes every map write so far durable (at
+    /// shutdown; while running, [`Pipeline::upkeep`] does this and more every second).
     pub async fn flush(&self) -> Result<(), Error> {
+        self.write_use().await?;
         Ok(self.shared.maps.flush().await?)
     }
 

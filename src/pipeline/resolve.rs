@@ -85,6 +85,7 @@ impl Pipeline {
         let entry = s.maps.url(url.as_str()).await.map_err(Error::from)?;
         if let Some(entry) = &entry {
             if !recheck && is_fresh(entry, s.config.fetch.revalidate_after) {
+                self.note_url_requested(url.as_str());
                 return Ok(Resolved::known(entry.hash, UrlState::Fresh));
             }
         }
@@ -92,6 +93,7 @@ impl Pipeline {
         if let Some((failure, left)) = s.origin_failures.active(url.as_str()) {
             Stats::bump(&s.stats.origin_failure_hits);
             if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
+                self.note_url_requested(url.as_str());
                 return Ok(Resolved::known(entry.hash, UrlState::Stale));
             }
             return Err(Failure {
@@ -144,6 +146,7 @@ impl Pipeline {
                 let mut entry =
                     entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
                 entry.checked_at_ms = now_ms();
+                entry.requested_at_ms = entry.checked_at_ms;
                 // A 304 may carry fresher validators (RFC 9110 §15.4.5): the next conditional
                 // request must use them, or the origin answers it with the whole body.
                 if validators.etag.is_some() {
@@ -188,6 +191,7 @@ impl Pipeline {
     ) -> Result<Resolved, Failure> {
         let held_for = self.shared.origin_failures.record(url.as_str(), &error);
         if let (true, Some(entry)) = (error.is_transient(), entry) {
+            self.note_url_requested(url.as_str());
             tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
             return Ok(Resolved::known(entry.hash, UrlState::Stale));
         }
@@ -226,11 +230,13 @@ impl Pipeline {
                 PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
             }
         }
+        let now = now_ms();
         let entry = UrlEntry {
             hash,
             etag: validators.etag,
             last_modified: validators.last_modified,
-            checked_at_ms: now_ms(),
+            checked_at_ms: now,
+            requested_at_ms: now,
         };
         // The index, not the blob store's answer, decides "new": a blob a crash left without
         // its index entry is still news to every reader of the maps.

@@ -168,7 +168,10 @@ impl Pipeline {
             }
         };
         let (row, processed, ran_here) = match stored {
-            Some(v) => (v, false, false),
+            Some(v) => {
+                self.note_variant_served(&target.key);
+                (v, false, false)
+            }
             None => {
                 let (this, t) = (self.clone(), target.clone());
                 let (result, led) = s
@@ -265,8 +268,9 @@ impl Pipeline {
             },
         };
         s.hot.insert(key.clone(), row.clone());
-        if let Err(e) = s.maps.put_variant(&key, &row).await {
-            tracing::warn!(error = %e, "variant not stored; serving it anyway");
+        match s.maps.put_variant(&key, &row).await {
+            Ok(()) => self.variant_stored(&key, &row).await,
+            Err(e) => tracing::warn!(error = %e, "variant not stored; serving it anyway"),
         }
         Ok((row, true))
     }

@@ -15,15 +15,23 @@
 //! already covered them skip theirs, so a burst of uploads shares fsyncs instead of paying ≈ 7 ms
 //! each. Uploads sync before they are acknowledged; the URL map and the variants (rebuildable
 //! from origins and originals) are synced by the periodic flush and at shutdown.
+//!
+//! Space: redb reuses a freed page only once no durable commit references it, so between two
+//! syncs the file holds both the variants evicted and those that replaced them. Variant
+//! writes therefore also sync after every [`SYNC_AFTER_BYTES`] written, which bounds that
+//! overlap to a few MiB however fast variants churn under a small budget.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
-use super::{MapError, MapStore, OriginalInfo, UrlEntry, VariantKey, VariantRow, VariantTotals};
+use super::{
+    now_ms, Evicted, MapError, MapStore, OriginalInfo, UrlEntry, VariantKey, VariantRow,
+    VariantTotals,
+};
 use crate::hash::ContentHash;
 
 mod originals;
@@ -45,22 +53,34 @@ store_errors!(
     redb::TableError,
     redb::StorageError,
     redb::CommitError,
-    redb::SetDurabilityError
+    redb::SetDurabilityError,
+    redb::CompactionError
 );
 
 /// The database handle and its group-commit bookkeeping.
 #[derive(Clone)]
 struct Db {
-    db: Arc<Database>,
+    /// Transactions begin under the read lock (they do not borrow the database); compaction
+    /// takes the write lock, since redb compacts only through `&mut Database`.
+    db: Arc<RwLock<Database>>,
     /// Sequence number of the last committed (maybe not yet durable) write.
     written: Arc<AtomicU64>,
     /// Sequence number up to which writes are durable; the lock serializes syncs.
     durable: Arc<Mutex<u64>>,
+    /// Variant bytes written since the last sync.
+    unsynced_bytes: Arc<AtomicU64>,
 }
 
+/// Variant bytes written without a sync after which a variant write syncs.
+const SYNC_AFTER_BYTES: u64 = 1 << 20;
+
 impl Db {
+    fn database(&self) -> std::sync::RwLockReadGuard<'_, Database> {
+        self.db.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn read(&self) -> Result<ReadTransaction, MapError> {
-        Ok(self.db.begin_read()?)
+        Ok(self.database().begin_read()?)
     }
 
     /// Runs `f` in one write transaction and commits it without an fsync. Returns the value
@@ -69,7 +89,7 @@ impl Db {
         &self,
         f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
     ) -> Result<(T, u64), MapError> {
-        let mut txn = self.db.begin_write()?;
+        let mut txn = self.database().begin_write()?;
         txn.set_durability(Durability::None)?;
         let out = f(&txn)?;
         txn.commit()?;
@@ -95,9 +115,10 @@ impl Db {
         }
         // Everything committed before this load is covered by the commit below.
         let covered = self.written.load(Ordering::Acquire);
-        let txn = self.db.begin_write()?;
+        let txn = self.database().begin_write()?;
         txn.commit()?;
         *durable = covered;
+        self.unsynced_bytes.store(0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -159,15 +180,16 @@ impl RedbMaps {
             .map_err(|e| MapError::Store(format!("cannot create {}: {e}", data_dir.display())))?;
         let database = Database::create(data_dir.join("imgcas.redb"))?;
         let db = Db {
-            db: Arc::new(database),
+            db: Arc::new(RwLock::new(database)),
             written: Arc::new(AtomicU64::new(0)),
             durable: Arc::new(Mutex::new(0)),
+            unsynced_bytes: Arc::new(AtomicU64::new(0)),
         };
         // Readers expect every table to exist.
         db.write_durable(|txn| {
             url_map::create(txn)?;
             originals::create(txn)?;
-            variants::create(txn)?;
+            variants::create(txn, now_ms())?;
             Ok(())
         })?;
         Ok(RedbMaps {
@@ -229,6 +251,45 @@ impl MapStore for RedbMaps {
 
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
         self.db.run(|db| url_map::all(&db.read()?)).await
+    }
+
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        if requested.is_empty() {
+            return Ok(());
+        }
+        let (requested, cache) = (requested.to_vec(), self.urls.clone());
+        self.db
+            .run(move |db| {
+                let written = db.write(|txn| {
+                    for (url, entry) in url_map::mark_requested(txn, &requested)? {
+                        cache.insert(url, Some(entry));
+                    }
+                    Ok(())
+                });
+                if written.is_err() {
+                    for (url, _) in &requested {
+                        cache.invalidate(url);
+                    }
+                }
+                written.map(|_| ())
+            })
+            .await
+    }
+
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
+        let cache = self.urls.clone();
+        self.db
+            .run(move |db| {
+                let (forgotten, _) = db.write(|txn| {
+                    let doomed = url_map::forget(txn, unused_since_ms)?;
+                    for url in &doomed {
+                        cache.insert(url.clone(), None);
+                    }
+                    Ok(doomed.len() as u64)
+                })?;
+                Ok(forgotten)
+            })
+            .await
     }
 
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
@@ -304,7 +365,46 @@ impl MapStore for RedbMaps {
     async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
         let (key, row) = (key.clone(), row.clone());
         self.db
-            .run(move |db| db.write(|txn| variants::put(txn, &key, &row)).map(|_| ()))
+            .run(move |db| {
+                let (size, seq) = db.write(|txn| variants::put(txn, &key, &row, now_ms()))?;
+                if db.unsynced_bytes.fetch_add(size, Ordering::Relaxed) + size >= SYNC_AFTER_BYTES {
+                    db.sync(seq)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> Result<(), MapError> {
+        if served.is_empty() {
+            return Ok(());
+        }
+        let served = served.to_vec();
+        self.db
+            .run(move |db| {
+                db.write(|txn| variants::mark_served(txn, &served))
+                    .map(|_| ())
+            })
+            .await
+    }
+
+    async fn variant_bytes(&self) -> Result<u64, MapError> {
+        self.db.run(|db| variants::counted_bytes(&db.read()?)).await
+    }
+
+    async fn evict_variants(&self, target_bytes: u64) -> Result<Evicted, MapError> {
+        self.db
+            .run(move |db| {
+                let mut all = Evicted::default();
+                loop {
+                    let ((batch, done), _) = db.write(|txn| variants::evict(txn, target_bytes))?;
+                    all.keys.extend(batch.keys);
+                    all.remaining_bytes = batch.remaining_bytes;
+                    if done {
+                        return Ok(all);
+                    }
+                }
+            })
             .await
     }
 
@@ -329,6 +429,17 @@ impl MapStore for RedbMaps {
     async fn flush(&self) -> Result<(), MapError> {
         self.db
             .run(|db| db.sync(db.written.load(Ordering::Acquire)))
+            .await
+    }
+
+    async fn compact(&self) -> Result<bool, MapError> {
+        self.db
+            .run(|db| {
+                // Compaction rewrites from the last durable state: make everything durable.
+                db.sync(db.written.load(Ordering::Acquire))?;
+                let mut database = db.db.write().unwrap_or_else(|p| p.into_inner());
+                Ok(database.compact()?)
+            })
             .await
     }
 

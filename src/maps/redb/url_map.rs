@@ -18,7 +18,13 @@ fn decode(url: &str, raw: &[u8]) -> Result<UrlEntry, MapError> {
 }
 
 pub(super) fn get(txn: &ReadTransaction, url: &str) -> Result<Option<UrlEntry>, MapError> {
-    let table = txn.open_table(TABLE)?;
+    lookup(&txn.open_table(TABLE)?, url)
+}
+
+fn lookup(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    url: &str,
+) -> Result<Option<UrlEntry>, MapError> {
     let raw = table.get(url)?;
     raw.map(|r| decode(url, r.value())).transpose()
 }
@@ -42,4 +48,42 @@ pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(String, UrlEntry)>, MapE
         out.push((k.value().to_string(), decode(k.value(), v.value())?));
     }
     Ok(out)
+}
+
+/// Moves the request stamps of known URLs forward; returns the entries it changed.
+pub(super) fn mark_requested(
+    txn: &WriteTransaction,
+    requested: &[(String, u64)],
+) -> Result<Vec<(String, UrlEntry)>, MapError> {
+    let mut changed = Vec::new();
+    for (url, at) in requested {
+        let Some(mut entry) = lookup(&txn.open_table(TABLE)?, url)? else {
+            continue;
+        };
+        if *at > entry.requested_at_ms {
+            entry.requested_at_ms = *at;
+            put(txn, url, &entry)?;
+            changed.push((url.clone(), entry));
+        }
+    }
+    Ok(changed)
+}
+
+/// Drops the entries last used before `unused_since_ms`; returns their URLs.
+pub(super) fn forget(
+    txn: &WriteTransaction,
+    unused_since_ms: u64,
+) -> Result<Vec<String>, MapError> {
+    let mut table = txn.open_table(TABLE)?;
+    let mut doomed = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        if decode(k.value(), v.value())?.last_used_ms() < unused_since_ms {
+            doomed.push(k.value().to_string());
+        }
+    }
+    for url in &doomed {
+        table.remove(url.as_str())?;
+    }
+    Ok(doomed)
 }

@@ -1,23 +1,93 @@
-//! The variants table: [`VariantKey::to_bytes`] → the row, bytes inline.
+//! The variants: [`VariantKey::to_bytes`] → the row, and the bookkeeping that holds them to a
+//! byte budget.
 //!
-//! Value layout (compact, read on every hit; unchanged since the first release): tag `0`,
-//! format name length and name, width and height (u32 LE), then the image bytes; or tag `1`,
-//! the failure kind's byte ([`ProcessFailure::to_byte`]), then the message.
+//! Row layout (`variants`), compact since it is read on every hit:
+//! - tag `0`: format name length and name, width and height (u32 LE), then the image bytes
+//!   (every release so far wrote this; now only for images that fit one page with their key);
+//! - tag `1`: the failure kind's byte ([`ProcessFailure::to_byte`]), then the message;
+//! - tag `2`: as tag `0` up to the height, then the image's length (u64 LE); the bytes are in
+//!   `variant_chunks`, under the key followed by the chunk's index (u32 BE).
+//!
+//! Why chunks: redb gives a pair larger than a page a run of pages rounded up to a power of
+//! two, so a 40 KiB image inline takes 64 KiB and the file would hold up to twice what the
+//! budget counts. Chunks sized to fill one 4 KiB page each waste only the last one's rest.
+//!
+//! Bookkeeping, updated in the same transaction as the rows it describes so it never drifts:
+//! `variant_served` (key → last served, counted bytes), `variant_eviction_order` (the same
+//! pairs keyed by last served first, so the least recently served is the first row) and
+//! `variant_meta` (the total counted bytes). A file written before these tables existed gets
+//! them filled at its first open, every variant stamped as served then.
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
-use super::super::{MapError, VariantBody, VariantKey, VariantRow, VariantTotals};
+use super::super::{Evicted, MapError, VariantBody, VariantKey, VariantRow, VariantTotals};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("variants");
+/// Variant key ‖ chunk index (u32 BE) → a piece of a tag-`2` image.
+const CHUNKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("variant_chunks");
+/// Variant key → (last served, ms since the epoch; bytes counted for it).
+const SERVED: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("variant_served");
+/// (last served, variant key) → bytes counted: the eviction order.
+const EVICTION_ORDER: TableDefinition<(u64, &[u8]), u64> =
+    TableDefinition::new("variant_eviction_order");
+const META: TableDefinition<&str, u64> = TableDefinition::new("variant_meta");
+/// `variant_meta` key: the bytes all variants count for.
+const COUNTED_BYTES: &str = "counted_bytes";
+/// `variant_meta` key: present once the bookkeeping covers every variant.
+const BOOKKEEPING: &str = "bookkeeping_version";
 
-pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
-    txn.open_table(TABLE)?;
-    Ok(())
+/// Key and value bytes of one pair that fills a 4 KiB leaf page by itself: redb's leaf takes
+/// 4 bytes of header and 8 of lengths per pair; the rest is slack, should that change.
+const PAIR_IN_A_PAGE: usize = 4000;
+
+const INLINE: u8 = 0;
+const FAILED: u8 = 1;
+const CHUNKED: u8 = 2;
+
+/// Opens the tables; on a file written before the bookkeeping, fills it for every variant
+/// stored (stamped as served `now_ms`), so they count against the budget from this open.
+pub(super) fn create(txn: &WriteTransaction, now_ms: u64) -> Result<(), MapError> {
+    let table = txn.open_table(TABLE)?;
+    txn.open_table(CHUNKS)?;
+    let mut books = Books::open(txn)?;
+    if books.meta.get(BOOKKEEPING)?.is_some() {
+        return Ok(());
+    }
+    // Files without the bookkeeping have only inline rows (tags 0 and 1).
+    for row in table.iter()? {
+        let (k, v) = row?;
+        books.note(
+            k.value(),
+            now_ms,
+            (k.value().len() + v.value().len()) as u64,
+        )?;
+    }
+    books.meta.insert(BOOKKEEPING, 1)?;
+    books.save()
 }
 
-fn encode(row: &VariantRow) -> Vec<u8> {
+/// The facts of a stored image, as its row's head holds them.
+struct Head {
+    format: OutputFormat,
+    width: u32,
+    height: u32,
+}
+
+fn encode_head(tag: u8, head: &Head) -> Vec<u8> {
+    let name = head.format.name().as_bytes();
+    let mut out = Vec::with_capacity(2 + name.len() + 16);
+    out.push(tag);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&head.width.to_le_bytes());
+    out.extend_from_slice(&head.height.to_le_bytes());
+    out
+}
+
+/// A row's value, and the chunks that go with it (tag `2`).
+fn encode(key: &[u8], row: &VariantRow) -> (Vec<u8>, Vec<Vec<u8>>) {
     match row {
         VariantRow::Image {
             format,
@@ -25,75 +95,158 @@ fn encode(row: &VariantRow) -> Vec<u8> {
             height,
             body: VariantBody::Inline(bytes),
         } => {
-            let name = format.name().as_bytes();
-            let mut out = Vec::with_capacity(2 + name.len() + 8 + bytes.len());
-            out.push(0);
-            out.push(name.len() as u8);
-            out.extend_from_slice(name);
-            out.extend_from_slice(&width.to_le_bytes());
-            out.extend_from_slice(&height.to_le_bytes());
-            out.extend_from_slice(bytes);
-            out
+            let head = Head {
+                format: *format,
+                width: *width,
+                height: *height,
+            };
+            let mut value = encode_head(INLINE, &head);
+            if key.len() + value.len() + bytes.len() <= PAIR_IN_A_PAGE {
+                value.extend_from_slice(bytes);
+                return (value, Vec::new());
+            }
+            value[0] = CHUNKED;
+            value.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            let piece = PAIR_IN_A_PAGE - (key.len() + 4);
+            (value, bytes.chunks(piece).map(<[u8]>::to_vec).collect())
         }
         VariantRow::Failed { kind, message } => {
-            let mut out = vec![1, kind.to_byte()];
+            let mut out = vec![FAILED, kind.to_byte()];
             out.extend_from_slice(message.as_bytes());
-            out
+            (out, Vec::new())
         }
     }
 }
 
-fn decode(raw: &[u8]) -> Result<VariantRow, MapError> {
+/// A row read back: complete, or an image whose bytes (of this length) are in chunks.
+enum Decoded {
+    Row(VariantRow),
+    Chunked(Head, usize),
+}
+
+fn decode(raw: &[u8]) -> Result<Decoded, MapError> {
     let corrupt = || MapError::Corrupt("variant value".into());
-    match raw.first() {
-        Some(0) => {
-            let len = usize::from(*raw.get(1).ok_or_else(corrupt)?);
-            let name = raw.get(2..2 + len).ok_or_else(corrupt)?;
-            let format = std::str::from_utf8(name)
-                .ok()
-                .and_then(OutputFormat::from_name)
-                .ok_or_else(corrupt)?;
-            let rest = raw.get(2 + len..).ok_or_else(corrupt)?;
-            let num = |i: usize| -> Result<u32, MapError> {
-                let b: [u8; 4] = rest
-                    .get(i..i + 4)
-                    .and_then(|s| s.try_into().ok())
-                    .ok_or_else(corrupt)?;
-                Ok(u32::from_le_bytes(b))
-            };
-            let bytes = bytes::Bytes::copy_from_slice(rest.get(8..).ok_or_else(corrupt)?);
-            Ok(VariantRow::Image {
-                format,
-                width: num(0)?,
-                height: num(4)?,
-                body: VariantBody::Inline(bytes),
-            })
-        }
-        Some(1) => {
-            let kind = raw
-                .get(1)
-                .and_then(|b| ProcessFailure::from_byte(*b))
-                .ok_or_else(corrupt)?;
-            let message = String::from_utf8_lossy(raw.get(2..).unwrap_or_default()).into();
-            Ok(VariantRow::Failed { kind, message })
-        }
-        _ => Err(corrupt()),
+    let tag = *raw.first().ok_or_else(corrupt)?;
+    if tag == FAILED {
+        let kind = raw
+            .get(1)
+            .and_then(|b| ProcessFailure::from_byte(*b))
+            .ok_or_else(corrupt)?;
+        let message = String::from_utf8_lossy(raw.get(2..).unwrap_or_default()).into();
+        return Ok(Decoded::Row(VariantRow::Failed { kind, message }));
     }
+    if tag != INLINE && tag != CHUNKED {
+        return Err(corrupt());
+    }
+    let len = usize::from(*raw.get(1).ok_or_else(corrupt)?);
+    let name = raw.get(2..2 + len).ok_or_else(corrupt)?;
+    let format = std::str::from_utf8(name)
+        .ok()
+        .and_then(OutputFormat::from_name)
+        .ok_or_else(corrupt)?;
+    let rest = raw.get(2 + len..).ok_or_else(corrupt)?;
+    let field = |i: usize, n: usize| rest.get(i..i + n).ok_or_else(corrupt);
+    let num = |i: usize| -> Result<u32, MapError> {
+        Ok(u32::from_le_bytes(
+            field(i, 4)?.try_into().map_err(|_| corrupt())?,
+        ))
+    };
+    let head = Head {
+        format,
+        width: num(0)?,
+        height: num(4)?,
+    };
+    if tag == CHUNKED {
+        let total = u64::from_le_bytes(field(8, 8)?.try_into().map_err(|_| corrupt())?);
+        return Ok(Decoded::Chunked(head, total as usize));
+    }
+    let bytes = bytes::Bytes::copy_from_slice(rest.get(8..).ok_or_else(corrupt)?);
+    Ok(Decoded::Row(VariantRow::Image {
+        format: head.format,
+        width: head.width,
+        height: head.height,
+        body: VariantBody::Inline(bytes),
+    }))
+}
+
+/// The key of chunk `index` of the variant stored under `key`.
+fn chunk_key(key: &[u8], index: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 4);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&index.to_be_bytes());
+    out
 }
 
 pub(super) fn get(txn: &ReadTransaction, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
     let table = txn.open_table(TABLE)?;
-    let raw = table.get(key.to_bytes().as_slice())?;
-    raw.map(|r| decode(r.value())).transpose()
+    let key = key.to_bytes();
+    let Some(raw) = table.get(key.as_slice())? else {
+        return Ok(None);
+    };
+    let (head, total) = match decode(raw.value())? {
+        Decoded::Row(row) => return Ok(Some(row)),
+        Decoded::Chunked(head, total) => (head, total),
+    };
+    let chunks = txn.open_table(CHUNKS)?;
+    let mut bytes = Vec::with_capacity(total);
+    let (first, last) = (chunk_key(&key, 0), chunk_key(&key, u32::MAX));
+    for chunk in chunks.range(first.as_slice()..=last.as_slice())? {
+        bytes.extend_from_slice(chunk?.1.value());
+    }
+    if bytes.len() != total {
+        return Err(MapError::Corrupt(format!(
+            "variant bytes: {} of {total} found",
+            bytes.len()
+        )));
+    }
+    Ok(Some(VariantRow::Image {
+        format: head.format,
+        width: head.width,
+        height: head.height,
+        body: VariantBody::Inline(bytes.into()),
+    }))
 }
 
+/// Stores a row, stamped as served at `now_ms`. Returns the bytes it counts for.
 pub(super) fn put(
     txn: &WriteTransaction,
     key: &VariantKey,
     row: &VariantRow,
+    now_ms: u64,
+) -> Result<u64, MapError> {
+    let key = key.to_bytes();
+    let (value, chunks) = encode(&key, row);
+    let mut rows = Rows::open(txn)?;
+    rows.remove(&key)?;
+    rows.table.insert(key.as_slice(), value.as_slice())?;
+    let mut size = (key.len() + value.len()) as u64;
+    for (index, chunk) in chunks.iter().enumerate() {
+        let chunk_key = chunk_key(&key, index as u32);
+        rows.chunks.insert(chunk_key.as_slice(), chunk.as_slice())?;
+        size += (chunk_key.len() + chunk.len()) as u64;
+    }
+    rows.books.note(&key, now_ms, size)?;
+    rows.books.save()?;
+    Ok(size)
+}
+
+/// Moves the served stamps of stored variants forward.
+pub(super) fn mark_served(
+    txn: &WriteTransaction,
+    served_at: &[(VariantKey, u64)],
 ) -> Result<(), MapError> {
-    txn.open_table(TABLE)?
-        .insert(key.to_bytes().as_slice(), encode(row).as_slice())?;
+    let mut books = Books::open(txn)?;
+    for (key, at) in served_at {
+        let key = key.to_bytes();
+        let Some((was, size)) = books.served.get(key.as_slice())?.map(|g| g.value()) else {
+            continue;
+        };
+        if *at > was {
+            books.order.remove((was, key.as_slice()))?;
+            books.order.insert((*at, key.as_slice()), size)?;
+            books.served.insert(key.as_slice(), (*at, size))?;
+        }
+    }
     Ok(())
 }
 
@@ -102,12 +255,57 @@ pub(super) fn keys(txn: &ReadTransaction) -> Result<Vec<VariantKey>, MapError> {
 }
 
 pub(super) fn remove(txn: &WriteTransaction, keys: &[VariantKey]) -> Result<u64, MapError> {
-    let mut table = txn.open_table(TABLE)?;
+    let mut rows = Rows::open(txn)?;
     let mut removed = 0;
     for key in keys {
-        removed += u64::from(table.remove(key.to_bytes().as_slice())?.is_some());
+        removed += u64::from(rows.remove(&key.to_bytes())?);
     }
+    rows.books.save()?;
     Ok(removed)
+}
+
+/// Rows one eviction transaction drops at most (the caller repeats while over target), so
+/// one transaction stays short.
+const EVICTION_BATCH: usize = 4096;
+
+/// Drops least recently served variants until at most `target` bytes are counted, or one
+/// batch is done. Returns what it dropped and whether to stop: the target is met, or
+/// nothing is left to drop.
+pub(super) fn evict(txn: &WriteTransaction, target: u64) -> Result<(Evicted, bool), MapError> {
+    let mut rows = Rows::open(txn)?;
+    let mut doomed = Vec::new();
+    {
+        let mut left = rows.books.total;
+        for row in rows.books.order.iter()? {
+            if left <= target || doomed.len() >= EVICTION_BATCH {
+                break;
+            }
+            let (k, size) = row?;
+            left = left.saturating_sub(size.value());
+            doomed.push(k.value().1.to_vec());
+        }
+    }
+    let mut keys = Vec::with_capacity(doomed.len());
+    for key in &doomed {
+        rows.remove(key)?;
+        // A key no release writes cannot be named to the caller; dropping it is still right.
+        keys.extend(VariantKey::from_bytes(key));
+    }
+    let remaining_bytes = rows.books.total;
+    let done = remaining_bytes <= target || doomed.is_empty();
+    rows.books.save()?;
+    Ok((
+        Evicted {
+            keys,
+            remaining_bytes,
+        },
+        done,
+    ))
+}
+
+pub(super) fn counted_bytes(txn: &ReadTransaction) -> Result<u64, MapError> {
+    let meta = txn.open_table(META)?;
+    Ok(meta.get(COUNTED_BYTES)?.map_or(0, |g| g.value()))
 }
 
 pub(super) fn totals(txn: &ReadTransaction) -> Result<VariantTotals, MapError> {
@@ -115,39 +313,159 @@ pub(super) fn totals(txn: &ReadTransaction) -> Result<VariantTotals, MapError> {
     let mut totals = VariantTotals::default();
     for row in table.iter()? {
         let (_, v) = row?;
-        // The first byte tells an image (0) from a cached error (1).
-        if v.value().first() == Some(&0) {
-            totals.images += 1;
-            totals.image_bytes += v.value().len() as u64;
-        } else {
-            totals.errors += 1;
+        match decode(v.value())? {
+            Decoded::Row(VariantRow::Failed { .. }) => totals.errors += 1,
+            Decoded::Row(VariantRow::Image { .. }) => {
+                totals.images += 1;
+                totals.image_bytes += v.value().len() as u64;
+            }
+            Decoded::Chunked(_, len) => {
+                totals.images += 1;
+                totals.image_bytes += (v.value().len() + len) as u64;
+            }
         }
     }
     Ok(totals)
+}
+
+/// The rows, their chunks and the bookkeeping, open in one write transaction.
+struct Rows<'t> {
+    table: Table<'t, &'static [u8], &'static [u8]>,
+    chunks: Table<'t, &'static [u8], &'static [u8]>,
+    books: Books<'t>,
+}
+
+impl<'t> Rows<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, MapError> {
+        Ok(Rows {
+            table: txn.open_table(TABLE)?,
+            chunks: txn.open_table(CHUNKS)?,
+            books: Books::open(txn)?,
+        })
+    }
+
+    /// Drops a variant: its row, its chunks, its count. Returns whether it was stored.
+    fn remove(&mut self, key: &[u8]) -> Result<bool, MapError> {
+        let chunked = match self.table.remove(key)? {
+            None => return Ok(false),
+            Some(old) => old.value().first() == Some(&CHUNKED),
+        };
+        if chunked {
+            let (first, last) = (chunk_key(key, 0), chunk_key(key, u32::MAX));
+            self.chunks
+                .retain_in(first.as_slice()..=last.as_slice(), |_, _| false)?;
+        }
+        self.books.forget(key)?;
+        Ok(true)
+    }
+}
+
+/// The bookkeeping tables open in one write transaction, with the running total.
+struct Books<'t> {
+    served: Table<'t, &'static [u8], (u64, u64)>,
+    order: Table<'t, (u64, &'static [u8]), u64>,
+    meta: Table<'t, &'static str, u64>,
+    total: u64,
+}
+
+impl<'t> Books<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, MapError> {
+        let meta = txn.open_table(META)?;
+        let total = meta.get(COUNTED_BYTES)?.map_or(0, |g| g.value());
+        Ok(Books {
+            served: txn.open_table(SERVED)?,
+            order: txn.open_table(EVICTION_ORDER)?,
+            meta,
+            total,
+        })
+    }
+
+    /// Counts a variant, served at `at`.
+    fn note(&mut self, key: &[u8], at: u64, size: u64) -> Result<(), MapError> {
+        self.served.insert(key, (at, size))?;
+        self.order.insert((at, key), size)?;
+        self.total += size;
+        Ok(())
+    }
+
+    /// Stops counting a variant (nothing when it was not counted).
+    fn forget(&mut self, key: &[u8]) -> Result<(), MapError> {
+        if let Some((at, size)) = self.served.remove(key)?.map(|g| g.value()) {
+            self.order.remove((at, key))?;
+            self.total = self.total.saturating_sub(size);
+        }
+        Ok(())
+    }
+
+    fn save(mut self) -> Result<(), MapError> {
+        self.meta.insert(COUNTED_BYTES, self.total)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn round_trip(key: &[u8], row: &VariantRow) -> VariantRow {
+        let (value, chunks) = encode(key, row);
+        match decode(&value).unwrap() {
+            Decoded::Row(row) => {
+                assert!(chunks.is_empty());
+                row
+            }
+            Decoded::Chunked(head, total) => {
+                let bytes: Vec<u8> = chunks.concat();
+                assert_eq!(bytes.len(), total);
+                VariantRow::Image {
+                    format: head.format,
+                    width: head.width,
+                    height: head.height,
+                    body: VariantBody::Inline(bytes.into()),
+                }
+            }
+        }
+    }
+
     #[test]
     fn values_round_trip() {
+        let image = |bytes: Vec<u8>| VariantRow::Image {
+            format: OutputFormat::Webp,
+            width: 400,
+            height: 300,
+            body: VariantBody::Inline(bytes.into()),
+        };
         for v in [
-            VariantRow::Image {
-                format: OutputFormat::Webp,
-                width: 400,
-                height: 300,
-                body: VariantBody::Inline(bytes::Bytes::from_static(b"RIFF....")),
-            },
+            image(b"RIFF....".to_vec()),
+            image(vec![7; 100_000]),
             VariantRow::Failed {
                 kind: ProcessFailure::Undecodable,
                 message: "bad huffman table".into(),
             },
         ] {
-            assert_eq!(decode(&encode(&v)).unwrap(), v);
+            assert_eq!(round_trip(b"key", &v), v);
         }
         assert!(decode(&[0, 200]).is_err());
         assert!(decode(&[]).is_err());
         assert!(decode(&[1, 9]).is_err());
+        assert!(decode(&[2, 4, b'w', b'e', b'b', b'p', 0, 0]).is_err());
+    }
+
+    #[test]
+    fn a_chunk_and_its_key_fill_one_page() {
+        let key = vec![0; 80];
+        let (value, chunks) = encode(&key, &{
+            VariantRow::Image {
+                format: OutputFormat::Jpeg,
+                width: 1,
+                height: 1,
+                body: VariantBody::Inline(vec![1; 50_000].into()),
+            }
+        });
+        assert_eq!(value[0], CHUNKED);
+        assert!(chunks.len() > 1);
+        for chunk in &chunks[..chunks.len() - 1] {
+            assert_eq!(chunk_key(&key, 0).len() + chunk.len(), PAIR_IN_A_PAGE);
+        }
     }
 }

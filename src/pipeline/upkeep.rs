@@ -1,0 +1,239 @@
+//! Keeping the maps bounded, so that looping over `w=1..8192` cannot fill the disk:
+//!
+//! - the variants (results and cached errors) stay within `limits.variants_max_bytes`: past
+//!   it, the least recently served are evicted, down to nine tenths of it so one eviction makes
+//!   room for many results; an evicted variant is simply made again when asked for;
+//! - URL entries no request used for `fetch.forget_after` are forgotten, by a periodic sweep
+//!   and by `imgcas gc`; the URL is downloaded afresh if it comes back.
+//!
+//! Use is recorded coarsely. The first use of a key within its grain (an hour for variants;
+//! for URLs an hour, or an eighth of `forget_after` when that is shorter) is queued in
+//! memory, and the queue is written as one batch by the once-a-second upkeep: a hit costs a
+//! lookup in memory, never a write. Writes of new results and downloads stamp themselves.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use moka::sync::Cache;
+
+use super::Pipeline;
+use crate::config::Config;
+use crate::error::Error;
+use crate::maps::{now_ms, VariantKey, VariantRow};
+use crate::stats::Stats;
+
+/// A variant's use is recorded at most once per this long.
+const VARIANT_GRAIN: Duration = Duration::from_secs(3600);
+/// Keys remembered as recently recorded, each kind (beyond it, a key may be recorded twice
+/// in a grain: harmless).
+const NOTED_KEYS: u64 = 1_000_000;
+/// Uses queued between two upkeeps, each kind; more are dropped (the next grain records
+/// them again).
+const QUEUE_LIMIT: usize = 100_000;
+
+/// Use records waiting for the next upkeep.
+#[derive(Default)]
+struct Queued {
+    variants: Vec<(VariantKey, u64)>,
+    urls: Vec<(String, u64)>,
+}
+
+/// The bookkeeping of bounded growth, owned by the pipeline.
+pub(super) struct Upkeep {
+    variants_noted: Cache<VariantKey, ()>,
+    urls_noted: Cache<String, ()>,
+    queued: Mutex<Queued>,
+    /// The variants' bytes as last read from the maps, plus what was stored since: whether
+    /// a store pushed them over the budget is known without a read.
+    variant_bytes: AtomicU64,
+    /// One eviction at a time; others find the room made.
+    evicting: tokio::sync::Mutex<()>,
+    variants_max_bytes: u64,
+    forget_after: Duration,
+    sweep_every: Duration,
+    next_sweep: Mutex<Instant>,
+}
+
+impl Upkeep {
+    pub(super) fn new(config: &Config) -> Upkeep {
+        let forget_after = config.fetch.forget_after;
+        let url_grain = (forget_after / 8).min(VARIANT_GRAIN);
+        let sweep_every = url_grain.max(Duration::from_secs(1));
+        Upkeep {
+            variants_noted: noted(VARIANT_GRAIN),
+            urls_noted: noted(url_grain),
+            queued: Mutex::default(),
+            variant_bytes: AtomicU64::new(0),
+            evicting: tokio::sync::Mutex::new(()),
+            variants_max_bytes: config.limits.variants_max_bytes,
+            forget_after,
+            sweep_every,
+            next_sweep: Mutex::new(Instant::now() + sweep_every),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bytes eviction brings the variants down to.
+    fn eviction_target(&self) -> u64 {
+        self.variants_max_bytes - self.variants_max_bytes / 10
+    }
+
+    /// The variants' bytes, as last known (for `/metrics`).
+    pub(super) fn variant_bytes(&self) -> u64 {
+        self.variant_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// Keys recorded within the last `grain`.
+fn noted<K>(grain: Duration) -> Cache<K, ()>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+{
+    Cache::builder()
+        .max_capacity(NOTED_KEYS)
+        .time_to_live(grain)
+        .build()
+}
+
+/// About what a row counts for in the maps (they count exactly; this only decides whether
+/// to ask them).
+fn approximate_size(key: &VariantKey, row: &VariantRow) -> u64 {
+    (row.body_len() + key.canonical_spec.len() + 48) as u64
+}
+
+/// Queues a use of `key` unless one was queued within its grain (`noted` forgets after it).
+fn note<K>(noted: &Cache<K, ()>, queue: &mut Vec<(K, u64)>, key: K)
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+{
+    if noted.contains_key(&key) {
+        return;
+    }
+    noted.insert(key.clone(), ());
+    if queue.len() < QUEUE_LIMIT {
+        queue.push((key, now_ms()));
+    }
+}
+
+impl Pipeline {
+    /// A stored variant was served.
+    pub(super) fn note_variant_served(&self, key: &VariantKey) {
+        let u = &self.shared.upkeep;
+        if !u.variants_noted.contains_key(key) {
+            note(&u.variants_noted, &mut u.queue().variants, key.clone());
+        }
+    }
+
+    /// A URL entry answered a request without being written.
+    pub(super) fn note_url_requested(&self, url: &str) {
+        let u = &self.shared.upkeep;
+        if !u.urls_noted.contains_key(url) {
+            note(&u.urls_noted, &mut u.queue().urls, url.to_string());
+        }
+    }
+
+    /// A variant was just stored (stamped as served by the store): evicts at once when that
+    /// took the variants over the budget, unless an eviction is already running.
+    pub(super) async fn variant_stored(&self, key: &VariantKey, row: &VariantRow) {
+        let u = &self.shared.upkeep;
+        u.variants_noted.insert(key.clone(), ());
+        let size = approximate_size(key, row);
+        if u.variant_bytes.fetch_add(size, Ordering::Relaxed) + size <= u.variants_max_bytes {
+            return;
+        }
+        let Ok(_running) = u.evicting.try_lock() else {
+            return;
+        };
+        if let Err(e) = self.evict_to_target().await {
+            tracing::warn!(error = %e, "variant eviction failed");
+        }
+    }
+
+    /// Evicts the least recently served variants when the maps count more than the budget.
+    /// Returns how many were evicted.
+    async fn evict_to_target(&self) -> Result<u64, Error> {
+        let (s, u) = (&self.shared, &self.shared.upkeep);
+        let stored = s.maps.variant_bytes().await?;
+        u.variant_bytes.store(stored, Ordering::Relaxed);
+        if stored <= u.variants_max_bytes {
+            return Ok(0);
+        }
+        let evicted = s.maps.evict_variants(u.eviction_target()).await?;
+        u.variant_bytes
+            .store(evicted.remaining_bytes, Ordering::Relaxed);
+        let count = evicted.keys.len() as u64;
+        Stats::add(&s.stats.variants_evicted, count);
+        tracing::debug!(
+            evicted = count,
+            remaining_bytes = evicted.remaining_bytes,
+            "variants evicted"
+        );
+        Ok(count)
+    }
+
+    /// Holds the variants to the budget now (the upkeep, `imgcas gc`, and the first upkeep
+    /// after a start, which counts variants stored before the budget existed).
+    pub async fn keep_variants_within_budget(&self) -> Result<u64, Error> {
+        let _running = self.shared.upkeep.evicting.lock().await;
+        self.evict_to_target().await
+    }
+
+    /// Drops URL entries unused for `fetch.forget_after`; returns how many.
+    pub async fn forget_unused_urls(&self) -> Result<u64, Error> {
+        let s = &self.shared;
+        self.write_use().await?;
+        let cutoff = now_ms().saturating_sub(s.upkeep.forget_after.as_millis() as u64);
+        let forgotten = s.maps.forget_urls(cutoff).await?;
+        Stats::add(&s.stats.urls_forgotten, forgotten);
+        if forgotten > 0 {
+            tracing::info!(forgotten, "URL entries unused for forget_after dropped");
+        }
+        Ok(forgotten)
+    }
+
+    /// URL entries that [`Pipeline::forget_unused_urls`] would drop now (a dry-run `gc`).
+    pub(super) async fn unused_urls(&self) -> Result<u64, Error> {
+        let s = &self.shared;
+        let cutoff = now_ms().saturating_sub(s.upkeep.forget_after.as_millis() as u64);
+        let urls = s.maps.urls().await?;
+        Ok(urls
+            .iter()
+            .filter(|(_, e)| e.last_used_ms() < cutoff)
+            .count() as u64)
+    }
+
+    /// Writes the queued use records.
+    pub(super) async fn write_use(&self) -> Result<(), Error> {
+        let s = &self.shared;
+        let queued = std::mem::take(&mut *s.upkeep.queue());
+        s.maps.mark_variants_served(&queued.variants).await?;
+        s.maps.mark_urls_requested(&queued.urls).await?;
+        Ok(())
+    }
+
+    /// The once-a-second duties of a running server: writes the queued use records, holds
+    /// the variants to the budget, forgets unused URLs when a sweep is due, and makes every
+    /// map write so far durable (so freed space is reusable, and a crash loses at most about
+    /// a second of recomputable entries).
+    pub async fn upkeep(&self) -> Result<(), Error> {
+        let u = &self.shared.upkeep;
+        self.write_use().await?;
+        self.keep_variants_within_budget().await?;
+        let sweep_due = {
+            let mut next = u.next_sweep.lock().unwrap_or_else(|p| p.into_inner());
+            let due = Instant::now() >= *next;
+            if due {
+                *next = Instant::now() + u.sweep_every;
+            }
+            due
+        };
+        if sweep_due {
+            self.forget_unused_urls().await?;
+        }
+        Ok(self.shared.maps.flush().await?)
+    }
+}

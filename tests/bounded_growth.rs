@@ -1,0 +1,254 @@
+//! The disk does not grow without bound (issue 12, item 2), on the real binary:
+//! - the variants stay within `IMGCAS_VARIANTS_MAX_BYTES`, the least recently served evicted
+//!   first, and the redb file reuses the space they leave (a thousand widths of one photo
+//!   grow the data dir by at most the budget + 25 % + 4 MiB); the variant served last is
+//!   still stored; `imgcas gc --apply` compacts the file;
+//! - URL entries no request used for `IMGCAS_FORGET_AFTER` are dropped, by the server's sweep
+//!   while a URL in use is kept, and by `imgcas gc`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::binary::{run, serve_command, spawn, Server};
+use common::*;
+
+/// Bytes of every file under `path`.
+fn dir_bytes(path: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(path).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+fn photo() -> Vec<u8> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/exif-orientation/Landscape_1.jpg");
+    std::fs::read(path).unwrap()
+}
+
+/// `imgcas serve` on `dir` with loopback origins allowed (and the S3 bucket when the suite
+/// runs there) and `env`.
+fn serve(dir: &Path, s3: Option<&s3::S3Target>, env: &[(&str, String)]) -> Server {
+    let mut command = serve_command(dir);
+    command.env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
+    for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
+        command.env(k, v);
+    }
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    spawn(command)
+}
+
+/// `GET /v1/image?url=<source>&<query>` on `base`, retried while the server sheds load (a
+/// busy CI machine), so every request ends in its real answer.
+async fn image(
+    client: &reqwest::Client,
+    base: &str,
+    source: &str,
+    query: &str,
+) -> reqwest::Response {
+    let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+    url.query_pairs_mut().append_pair("url", source);
+    let url = format!("{url}&{query}");
+    loop {
+        let r = client.get(&url).send().await.expect("request");
+        if r.status() != 503 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The URL entries `imgcas stats` counts.
+fn stored_urls(dir: &Path, env: &[(&'static str, String)]) -> u64 {
+    let (code, out) = run(dir, env, &["stats"]);
+    assert_eq!(code, 0, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("urls"))
+        .expect("a urls line");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The S3 bucket originals go to, when the suite runs on S3.
+async fn s3_when_asked() -> Option<s3::S3Target> {
+    if s3::pipeline_on_s3() {
+        Some(s3::S3Target::new().await)
+    } else {
+        None
+    }
+}
+
+const BUDGET: u64 = 2_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_widths_stay_within_the_variant_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = s3_when_asked().await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", photo());
+    let source = origin.url("/photo.jpg");
+    let env = [("IMGCAS_VARIANTS_MAX_BYTES", BUDGET.to_string())];
+    let server = serve(dir.path(), s3.as_ref(), &env);
+    let base = server.base.clone();
+    let client = client();
+    let before = dir_bytes(dir.path());
+    let allowed = BUDGET + BUDGET / 4 + (4 << 20);
+
+    // Widths 1..=999 four at a time, the data dir measured along the way; then 1000, last.
+    let next = Arc::new(AtomicU32::new(1));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (next, client, base, source) =
+            (next.clone(), client.clone(), base.clone(), source.clone());
+        let data = dir.path().to_path_buf();
+        workers.push(tokio::spawn(async move {
+            let mut largest_growth = 0;
+            loop {
+                let w = next.fetch_add(1, Ordering::SeqCst);
+                if w > 999 {
+                    return largest_growth;
+                }
+                let r = image(&client, &base, &source, &format!("w={w}")).await;
+                assert_eq!(r.status(), 200, "w={w}");
+                r.bytes().await.unwrap();
+                if w % 50 == 0 {
+                    largest_growth = largest_growth.max(dir_bytes(&data).saturating_sub(before));
+                }
+            }
+        }));
+    }
+    let mut largest_growth = 0;
+    for worker in workers {
+        largest_growth = largest_growth.max(worker.await.unwrap());
+    }
+    let r = image(&client, &base, &source, "w=1000").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("miss"));
+    let last = r.bytes().await.unwrap();
+
+    // The server's own count stays within the budget, and it evicted to get there.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let scrape = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let scrape =
+        prometheus_parse::Scrape::parse(scrape.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let counted = metric_value(&scrape, "imgcas_variant_bytes", &[]);
+    assert!(
+        counted > 0.0 && counted <= BUDGET as f64,
+        "counted {counted}"
+    );
+    let evicted = metric_value(&scrape, "imgcas_variants_evicted_total", &[]);
+    assert!(evicted > 500.0, "evicted {evicted}");
+    server.terminate();
+
+    let grown = dir_bytes(dir.path()).saturating_sub(before);
+    largest_growth = largest_growth.max(grown);
+    assert!(
+        largest_growth <= allowed,
+        "the data dir grew by {largest_growth} bytes; at most {allowed} allowed"
+    );
+
+    // After a restart: the variant served last is a stored hit, byte for byte; the first
+    // ones were evicted and are made again; the photo is not downloaded again.
+    let server = serve(dir.path(), s3.as_ref(), &env);
+    let r = image(&client, &server.base, &source, "w=1000").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+    assert_eq!(r.bytes().await.unwrap(), last);
+    let r = image(&client, &server.base, &source, "w=1").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-imgcas-cache"),
+        Some("miss"),
+        "evicted, made again"
+    );
+    assert_eq!(origin.full(), 1, "one download in all");
+    server.terminate();
+
+    // `imgcas gc --apply` compacts the file: the space the evicted variants left goes back.
+    let mut gc_env = vec![("IMGCAS_VARIANTS_MAX_BYTES", BUDGET.to_string())];
+    gc_env.extend(s3.as_ref().map(s3::S3Target::env).unwrap_or_default());
+    let before_gc = dir_bytes(dir.path());
+    let (code, out) = run(dir.path(), &gc_env, &["gc", "--apply"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("compacted the maps' file"), "{out}");
+    let after_gc = dir_bytes(dir.path());
+    assert!(
+        after_gc < before_gc,
+        "{after_gc} bytes after gc, {before_gc} before"
+    );
+    let (code, out) = run(dir.path(), &gc_env, &["stats"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("of 1.9 MiB used"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn url_entries_unused_for_forget_after_are_dropped_by_the_sweep_and_by_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = s3_when_asked().await;
+    let origin = Origin::start().await;
+    origin.put("/kept.jpg", jpeg(64, 48, 1));
+    origin.put("/dropped.jpg", jpeg(64, 48, 2));
+    // No revalidation during the test: an entry in use is kept by its request stamps alone.
+    let env = [
+        ("IMGCAS_FORGET_AFTER", "3s".to_string()),
+        ("IMGCAS_REVALIDATE_AFTER", "1h".to_string()),
+    ];
+    let server = serve(dir.path(), s3.as_ref(), &env);
+    let client = client();
+    let (kept, dropped) = (origin.url("/kept.jpg"), origin.url("/dropped.jpg"));
+    for source in [&kept, &dropped] {
+        let r = image(&client, &server.base, source, "w=16").await;
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(origin.full(), 2);
+
+    // Six seconds: `kept` is asked for every 300 ms, `dropped` never.
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    while tokio::time::Instant::now() < until {
+        let r = image(&client, &server.base, &kept, "w=16").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let r = image(&client, &server.base, &dropped, "w=16").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(origin.full(), 3, "the forgotten URL is downloaded afresh");
+    assert_eq!(
+        origin.conditional(),
+        0,
+        "with no validators: its entry is gone"
+    );
+    server.terminate();
+
+    // Offline, once both are unused for longer than forget_after: gc reports, then drops.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let mut gc_env: Vec<(&'static str, String)> = vec![("IMGCAS_FORGET_AFTER", "3s".into())];
+    gc_env.extend(s3.as_ref().map(s3::S3Target::env).unwrap_or_default());
+    let (code, out) = run(dir.path(), &gc_env, &["gc"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("would remove 2 URL entries"), "{out}");
+    assert_eq!(stored_urls(dir.path(), &gc_env), 2);
+    let (code, out) = run(dir.path(), &gc_env, &["gc", "--apply"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("removed 2 URL entries"), "{out}");
+    assert_eq!(stored_urls(dir.path(), &gc_env), 0);
+}
