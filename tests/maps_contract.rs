@@ -207,6 +207,28 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
         .unwrap();
     assert_eq!(maps.variant_bytes().await.unwrap(), 3 * one);
 
+    // Large images (stored in pieces by some backends) whose keys share a prefix stay apart.
+    let (short, long) = (key(a, "w=100"), key(a, "w=1000"));
+    let big = |fill: u8| VariantRow::Image {
+        format: OutputFormat::Jpeg,
+        width: 1,
+        height: 1,
+        body: VariantBody::Inline(Bytes::from(vec![fill; 50_000])),
+    };
+    maps.put_variant(&short, &big(1)).await.unwrap();
+    maps.put_variant(&long, &big(2)).await.unwrap();
+    assert_eq!(maps.variant(&short).await.unwrap(), Some(big(1)));
+    assert_eq!(maps.variant(&long).await.unwrap(), Some(big(2)));
+    maps.put_variant(&short, &big(3)).await.unwrap();
+    maps.remove_variants(std::slice::from_ref(&short))
+        .await
+        .unwrap();
+    assert_eq!(maps.variant(&long).await.unwrap(), Some(big(2)));
+    maps.remove_variants(std::slice::from_ref(&long))
+        .await
+        .unwrap();
+    assert_eq!(maps.variant_bytes().await.unwrap(), 3 * one);
+
     // Served stamps: k1 most recently, then k3; k2 least. A stamp never moves back, and an
     // unknown key is skipped.
     let now = now_ms();

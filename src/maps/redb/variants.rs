@@ -6,7 +6,7 @@
 //!   (every release so far wrote this; now only for images that fit one page with their key);
 //! - tag `1`: the failure kind's byte ([`ProcessFailure::to_byte`]), then the message;
 //! - tag `2`: as tag `0` up to the height, then the image's length (u64 LE); the bytes are in
-//!   `variant_chunks`, under the key followed by the chunk's index (u32 BE).
+//!   `variant_chunks`, under the key's length (u16 BE), the key and the chunk's index (u32 BE).
 //!
 //! Why chunks: redb gives a pair larger than a page a run of pages rounded up to a power of
 //! two, so a 40 KiB image inline takes 64 KiB and the file would hold up to twice what the
@@ -25,7 +25,7 @@ use imgcas_processors::{OutputFormat, ProcessFailure};
 use super::super::{Evicted, MapError, VariantBody, VariantKey, VariantRow, VariantTotals};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("variants");
-/// Variant key ‖ chunk index (u32 BE) → a piece of a tag-`2` image.
+/// Key length (u16 BE) ‖ variant key ‖ chunk index (u32 BE) → a piece of a tag-`2` image.
 const CHUNKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("variant_chunks");
 /// Variant key → (last served, ms since the epoch; bytes counted for it).
 const SERVED: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("variant_served");
@@ -107,7 +107,7 @@ fn encode(key: &[u8], row: &VariantRow) -> (Vec<u8>, Vec<Vec<u8>>) {
             }
             value[0] = CHUNKED;
             value.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            let piece = PAIR_IN_A_PAGE - (key.len() + 4);
+            let piece = PAIR_IN_A_PAGE - (key.len() + CHUNK_KEY_EXTRA);
             (value, bytes.chunks(piece).map(<[u8]>::to_vec).collect())
         }
         VariantRow::Failed { kind, message } => {
@@ -169,13 +169,20 @@ fn decode(raw: &[u8]) -> Result<Decoded, MapError> {
     }))
 }
 
-/// The key of chunk `index` of the variant stored under `key`.
+/// The key of chunk `index` of the variant stored under `key`: the key's length (u16 BE),
+/// the key, the index (u32 BE). The length comes first so that one variant's chunks are a
+/// range no other variant's fall into: without it, `…w=10`'s chunks would sort between
+/// `…w=1`'s first and last.
 fn chunk_key(key: &[u8], index: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + 4);
+    let mut out = Vec::with_capacity(CHUNK_KEY_EXTRA + key.len());
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(&index.to_be_bytes());
     out
 }
+
+/// Bytes a chunk's key adds to the variant key.
+const CHUNK_KEY_EXTRA: usize = 6;
 
 pub(super) fn get(txn: &ReadTransaction, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
     let table = txn.open_table(TABLE)?;
