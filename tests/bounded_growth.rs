@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::binary::{run, serve_command, spawn, Server};
+use common::binary::{run, start_with};
 use common::*;
 
 /// Bytes of every file under `path`.
@@ -34,20 +34,6 @@ fn photo() -> Vec<u8> {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/exif-orientation/Landscape_1.jpg");
     std::fs::read(path).unwrap()
-}
-
-/// `imgcas serve` on `dir` with loopback origins allowed (and the S3 bucket when the suite
-/// runs there) and `env`.
-fn serve(dir: &Path, s3: Option<&s3::S3Target>, env: &[(&str, String)]) -> Server {
-    let mut command = serve_command(dir);
-    command.env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
-    for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
-        command.env(k, v);
-    }
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    spawn(command)
 }
 
 /// `GET /v1/image?url=<source>&<query>` on `base`, retried while the server sheds load (a
@@ -100,7 +86,7 @@ async fn a_thousand_widths_stay_within_the_variant_budget() {
     origin.put("/photo.jpg", photo());
     let source = origin.url("/photo.jpg");
     let env = [("IMGCAS_VARIANTS_MAX_BYTES", BUDGET.to_string())];
-    let server = serve(dir.path(), s3.as_ref(), &env);
+    let server = start_with(dir.path(), s3.as_ref(), &env);
     let base = server.base.clone();
     let client = client();
     let before = dir_bytes(dir.path());
@@ -168,7 +154,7 @@ async fn a_thousand_widths_stay_within_the_variant_budget() {
 
     // After a restart: the variant served last is a stored hit, byte for byte; the first
     // ones were evicted and are made again; the photo is not downloaded again.
-    let server = serve(dir.path(), s3.as_ref(), &env);
+    let server = start_with(dir.path(), s3.as_ref(), &env);
     let r = image(&client, &server.base, &source, "w=1000").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
@@ -212,7 +198,7 @@ async fn url_entries_unused_for_forget_after_are_dropped_by_the_sweep_and_by_gc(
         ("IMGCAS_FORGET_AFTER", "3s".to_string()),
         ("IMGCAS_REVALIDATE_AFTER", "1h".to_string()),
     ];
-    let server = serve(dir.path(), s3.as_ref(), &env);
+    let server = start_with(dir.path(), s3.as_ref(), &env);
     let client = client();
     let (kept, dropped) = (origin.url("/kept.jpg"), origin.url("/dropped.jpg"));
     for source in [&kept, &dropped] {

@@ -8,7 +8,8 @@
 //! chosen in [`open`]; nothing outside `maps/` changes.
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
-//! backend keeps them in the row; a backend that keeps them in the blob store adds the
+//! backend keeps them in its file (with the row, or in page-sized pieces beside it for large
+//! images) and hands them back with the row; a backend that keeps them in the blob store adds the
 //! variant that names the blob (and the pipeline, its read).
 //!
 //! Bounded growth is a duty of every backend: each counts the bytes its variants hold and

@@ -11,6 +11,8 @@
 //! memory, and the queue is written as one batch by the once-a-second upkeep: a hit costs a
 //! lookup in memory, never a write. Writes of new results and downloads stamp themselves.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -82,6 +84,33 @@ impl Upkeep {
         self.variants_max_bytes - self.variants_max_bytes / 10
     }
 
+    /// Queues a use of `key` unless one was queued within its grain (`noted` forgets after
+    /// it). A key already noted costs one lookup: no allocation, no lock.
+    fn note<K, Q>(
+        &self,
+        noted: &Cache<K, ()>,
+        key: &Q,
+        queue: impl FnOnce(&mut Queued) -> &mut Vec<(K, u64)>,
+    ) where
+        K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
+        Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
+    {
+        if noted.contains_key(key) {
+            return;
+        }
+        noted.insert(key.to_owned(), ());
+        let mut queued = self.queue();
+        let queue = queue(&mut queued);
+        if queue.len() < QUEUE_LIMIT {
+            queue.push((key.to_owned(), now_ms()));
+        }
+    }
+
+    /// URL entries last used before this are forgotten.
+    fn forget_cutoff_ms(&self) -> u64 {
+        now_ms().saturating_sub(self.forget_after.as_millis() as u64)
+    }
+
     /// The variants' bytes, as last known (for `/metrics`).
     pub(super) fn variant_bytes(&self) -> u64 {
         self.variant_bytes.load(Ordering::Relaxed)
@@ -91,7 +120,7 @@ impl Upkeep {
 /// Keys recorded within the last `grain`.
 fn noted<K>(grain: Duration) -> Cache<K, ()>
 where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Send + Sync + 'static,
 {
     Cache::builder()
         .max_capacity(NOTED_KEYS)
@@ -105,35 +134,17 @@ fn approximate_size(key: &VariantKey, row: &VariantRow) -> u64 {
     (row.body_len() + key.canonical_spec.len() + 48) as u64
 }
 
-/// Queues a use of `key` unless one was queued within its grain (`noted` forgets after it).
-fn note<K>(noted: &Cache<K, ()>, queue: &mut Vec<(K, u64)>, key: K)
-where
-    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-{
-    if noted.contains_key(&key) {
-        return;
-    }
-    noted.insert(key.clone(), ());
-    if queue.len() < QUEUE_LIMIT {
-        queue.push((key, now_ms()));
-    }
-}
-
 impl Pipeline {
     /// A stored variant was served.
     pub(super) fn note_variant_served(&self, key: &VariantKey) {
         let u = &self.shared.upkeep;
-        if !u.variants_noted.contains_key(key) {
-            note(&u.variants_noted, &mut u.queue().variants, key.clone());
-        }
+        u.note(&u.variants_noted, key, |q| &mut q.variants);
     }
 
     /// A URL entry answered a request without being written.
     pub(super) fn note_url_requested(&self, url: &str) {
         let u = &self.shared.upkeep;
-        if !u.urls_noted.contains_key(url) {
-            note(&u.urls_noted, &mut u.queue().urls, url.to_string());
-        }
+        u.note(&u.urls_noted, url, |q| &mut q.urls);
     }
 
     /// A variant was just stored (stamped as served by the store): evicts at once when that
@@ -182,12 +193,12 @@ impl Pipeline {
         self.evict_to_target().await
     }
 
-    /// Drops URL entries unused for `fetch.forget_after`; returns how many.
+    /// Drops URL entries unused for `fetch.forget_after`; returns how many. (The upkeep
+    /// writes the queued use records first, so an entry in use is not dropped for a record
+    /// still in memory.)
     pub async fn forget_unused_urls(&self) -> Result<u64, Error> {
         let s = &self.shared;
-        self.write_use().await?;
-        let cutoff = now_ms().saturating_sub(s.upkeep.forget_after.as_millis() as u64);
-        let forgotten = s.maps.forget_urls(cutoff).await?;
+        let forgotten = s.maps.forget_urls(s.upkeep.forget_cutoff_ms()).await?;
         Stats::add(&s.stats.urls_forgotten, forgotten);
         if forgotten > 0 {
             tracing::info!(forgotten, "URL entries unused for forget_after dropped");
@@ -198,7 +209,7 @@ impl Pipeline {
     /// URL entries that [`Pipeline::forget_unused_urls`] would drop now (a dry-run `gc`).
     pub(super) async fn unused_urls(&self) -> Result<u64, Error> {
         let s = &self.shared;
-        let cutoff = now_ms().saturating_sub(s.upkeep.forget_after.as_millis() as u64);
+        let cutoff = s.upkeep.forget_cutoff_ms();
         let urls = s.maps.urls().await?;
         Ok(urls
             .iter()

@@ -15,11 +15,19 @@ pub struct Server {
 
 /// Starts `imgcas serve` on `data_dir` and waits for its "listening" line.
 pub fn start(data_dir: &Path, s3: Option<&s3::S3Target>) -> Server {
+    start_with(data_dir, s3, &[])
+}
+
+/// [`start`] with more environment.
+pub fn start_with(data_dir: &Path, s3: Option<&s3::S3Target>, env: &[(&str, String)]) -> Server {
     let mut command = serve_command(data_dir);
     for (k, v) in s3.map(s3::S3Target::env).unwrap_or_default() {
         command.env(k, v);
     }
     command.env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
+    for (k, v) in env {
+        command.env(k, v);
+    }
     spawn(command)
 }
 

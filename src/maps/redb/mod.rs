@@ -1,5 +1,6 @@
-//! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps,
-//! one table each (`url_map.rs`, `originals.rs`, `variants.rs` own their table and encoding).
+//! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps.
+//! `url_map.rs` and `originals.rs` own a table each, `variants.rs` the variants' rows, the
+//! pieces of large images and the budget's bookkeeping; each owns its encoding.
 //! Nothing outside this folder touches redb.
 //!
 //! redb is a blocking library, so every operation that touches the file runs on tokio's

@@ -29,9 +29,13 @@ fn lookup(
     raw.map(|r| decode(url, r.value())).transpose()
 }
 
+fn encode(entry: &UrlEntry) -> Result<Vec<u8>, MapError> {
+    serde_json::to_vec(entry).map_err(|e| MapError::Corrupt(e.to_string()))
+}
+
 pub(super) fn put(txn: &WriteTransaction, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-    let value = serde_json::to_vec(entry).map_err(|e| MapError::Corrupt(e.to_string()))?;
-    txn.open_table(TABLE)?.insert(url, value.as_slice())?;
+    txn.open_table(TABLE)?
+        .insert(url, encode(entry)?.as_slice())?;
     Ok(())
 }
 
@@ -55,14 +59,15 @@ pub(super) fn mark_requested(
     txn: &WriteTransaction,
     requested: &[(String, u64)],
 ) -> Result<Vec<(String, UrlEntry)>, MapError> {
+    let mut table = txn.open_table(TABLE)?;
     let mut changed = Vec::new();
     for (url, at) in requested {
-        let Some(mut entry) = lookup(&txn.open_table(TABLE)?, url)? else {
+        let Some(mut entry) = lookup(&table, url)? else {
             continue;
         };
         if *at > entry.requested_at_ms {
             entry.requested_at_ms = *at;
-            put(txn, url, &entry)?;
+            table.insert(url.as_str(), encode(&entry)?.as_slice())?;
             changed.push((url.clone(), entry));
         }
     }

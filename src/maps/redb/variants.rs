@@ -77,7 +77,7 @@ struct Head {
 
 fn encode_head(tag: u8, head: &Head) -> Vec<u8> {
     let name = head.format.name().as_bytes();
-    let mut out = Vec::with_capacity(2 + name.len() + 16);
+    let mut out = Vec::with_capacity(HEAD_FIXED + name.len() + 8);
     out.push(tag);
     out.push(name.len() as u8);
     out.extend_from_slice(name);
@@ -86,8 +86,12 @@ fn encode_head(tag: u8, head: &Head) -> Vec<u8> {
     out
 }
 
-/// A row's value, and the chunks that go with it (tag `2`).
-fn encode(key: &[u8], row: &VariantRow) -> (Vec<u8>, Vec<Vec<u8>>) {
+/// Bytes of a head besides the format's name: tag, name length, width, height.
+const HEAD_FIXED: usize = 10;
+
+/// A row's value, and the pieces of the image that go with it (tag `2`), borrowed from the
+/// row.
+fn encode<'r>(key: &[u8], row: &'r VariantRow) -> (Vec<u8>, Vec<&'r [u8]>) {
     match row {
         VariantRow::Image {
             format,
@@ -100,15 +104,16 @@ fn encode(key: &[u8], row: &VariantRow) -> (Vec<u8>, Vec<Vec<u8>>) {
                 width: *width,
                 height: *height,
             };
-            let mut value = encode_head(INLINE, &head);
-            if key.len() + value.len() + bytes.len() <= PAIR_IN_A_PAGE {
+            let inline_len = key.len() + HEAD_FIXED + format.name().len() + bytes.len();
+            if inline_len <= PAIR_IN_A_PAGE {
+                let mut value = encode_head(INLINE, &head);
                 value.extend_from_slice(bytes);
                 return (value, Vec::new());
             }
-            value[0] = CHUNKED;
+            let mut value = encode_head(CHUNKED, &head);
             value.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             let piece = PAIR_IN_A_PAGE - (key.len() + CHUNK_KEY_EXTRA);
-            (value, bytes.chunks(piece).map(<[u8]>::to_vec).collect())
+            (value, bytes.chunks(piece).collect())
         }
         VariantRow::Failed { kind, message } => {
             let mut out = vec![FAILED, kind.to_byte()];
@@ -229,7 +234,7 @@ pub(super) fn put(
     let mut size = (key.len() + value.len()) as u64;
     for (index, chunk) in chunks.iter().enumerate() {
         let chunk_key = chunk_key(&key, index as u32);
-        rows.chunks.insert(chunk_key.as_slice(), chunk.as_slice())?;
+        rows.chunks.insert(chunk_key.as_slice(), chunk)?;
         size += (chunk_key.len() + chunk.len()) as u64;
     }
     rows.books.note(&key, now_ms, size)?;
@@ -320,15 +325,21 @@ pub(super) fn totals(txn: &ReadTransaction) -> Result<VariantTotals, MapError> {
     let mut totals = VariantTotals::default();
     for row in table.iter()? {
         let (_, v) = row?;
-        match decode(v.value())? {
-            Decoded::Row(VariantRow::Failed { .. }) => totals.errors += 1,
-            Decoded::Row(VariantRow::Image { .. }) => {
+        let raw = v.value();
+        // The tag tells a result from a cached error; only a chunked image's head is read
+        // further, for its length.
+        match raw.first() {
+            Some(&FAILED) => totals.errors += 1,
+            Some(&CHUNKED) => {
+                let Decoded::Chunked(_, len) = decode(raw)? else {
+                    return Err(MapError::Corrupt("variant value".into()));
+                };
                 totals.images += 1;
-                totals.image_bytes += v.value().len() as u64;
+                totals.image_bytes += (raw.len() + len) as u64;
             }
-            Decoded::Chunked(_, len) => {
+            _ => {
                 totals.images += 1;
-                totals.image_bytes += (v.value().len() + len) as u64;
+                totals.image_bytes += raw.len() as u64;
             }
         }
     }
@@ -461,14 +472,13 @@ mod tests {
     #[test]
     fn a_chunk_and_its_key_fill_one_page() {
         let key = vec![0; 80];
-        let (value, chunks) = encode(&key, &{
-            VariantRow::Image {
-                format: OutputFormat::Jpeg,
-                width: 1,
-                height: 1,
-                body: VariantBody::Inline(vec![1; 50_000].into()),
-            }
-        });
+        let row = VariantRow::Image {
+            format: OutputFormat::Jpeg,
+            width: 1,
+            height: 1,
+            body: VariantBody::Inline(vec![1; 50_000].into()),
+        };
+        let (value, chunks) = encode(&key, &row);
         assert_eq!(value[0], CHUNKED);
         assert!(chunks.len() > 1);
         for chunk in &chunks[..chunks.len() - 1] {
