@@ -37,6 +37,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub storage: StorageConfig,
+    pub maps: MapsConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -58,6 +59,15 @@ pub enum StorageBackend {
 pub struct StorageConfig {
     pub backend: StorageBackend,
     pub s3: S3Config,
+}
+
+/// Where the three maps live.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MapsConfig {
+    /// `postgres://…` (`IMGCAS_MAPS_URL`): the maps on PostgreSQL, shared by every node that
+    /// names the same database. Unset: the embedded redb file under the data dir.
+    pub url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -179,6 +189,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("./imgcas-data"),
             storage: StorageConfig::default(),
+            maps: MapsConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -382,6 +393,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("storage.s3.endpoint", "IMGCAS_S3_ENDPOINT", storage.s3.endpoint, some_text),
     setting!("storage.s3.region", "IMGCAS_S3_REGION", storage.s3.region, text),
     setting!("storage.s3.force_path_style", "IMGCAS_S3_FORCE_PATH_STYLE", storage.s3.force_path_style, boolean),
+    setting!("maps.url", "IMGCAS_MAPS_URL", maps.url, some_text),
     setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
     setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
     setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),
@@ -514,6 +526,18 @@ impl Config {
                 "is on but no preset is defined, so every image request would be refused",
             ));
         }
+        if let Some(url) = &self.maps.url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(bad("maps.url", "must be a postgres:// URL"));
+            }
+            if self.storage.backend != StorageBackend::S3 {
+                return Err(bad(
+                    "maps.url",
+                    "PostgreSQL maps need the S3 blob store (IMGCAS_STORAGE=s3): the nodes \
+                     that share the maps must share one bucket, not each a local directory",
+                ));
+            }
+        }
         let no_bucket = self.storage.s3.bucket.as_deref().is_none_or(str::is_empty);
         if self.storage.backend == StorageBackend::S3 && no_bucket {
             return Err(bad(
@@ -617,6 +641,13 @@ mod tests {
             ),
             ("IMGCAS_S3_REGION", (r#""eu-west-3""#, "eu-west-3")),
             ("IMGCAS_S3_FORCE_PATH_STYLE", ("true", "true")),
+            (
+                "IMGCAS_MAPS_URL",
+                (
+                    r#""postgres://imgcas@127.0.0.1/imgcas""#,
+                    "postgres://imgcas@127.0.0.1/imgcas",
+                ),
+            ),
             ("IMGCAS_ALLOW_PRIVATE_NETWORKS", ("true", "yes")),
             (
                 "IMGCAS_ALLOWED_HOSTS",
@@ -669,6 +700,26 @@ mod tests {
             assert_eq!(from_file, from_env, "{} vs {}", row.key, row.var);
             assert_ne!(from_file, Config::default(), "{} changes nothing", row.key);
         }
+    }
+
+    #[test]
+    fn shared_maps_need_a_shared_bucket() {
+        let mut config = Config::default();
+        config.maps.url = Some("postgres://imgcas@127.0.0.1/imgcas".into());
+        let refused = config.validate().unwrap_err().to_string();
+        assert!(
+            refused.starts_with("maps.url: PostgreSQL maps need the S3 blob store"),
+            "{refused}"
+        );
+        config.storage.backend = StorageBackend::S3;
+        config.storage.s3.bucket = Some("pics".into());
+        config.validate().unwrap();
+        config.maps.url = Some("mysql://x".into());
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("maps.url"));
     }
 
     #[test]

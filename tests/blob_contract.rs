@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::s3::{self, InProcessS3, S3Target};
-use imgcas::blob::{key_for, BlobError, BlobStore, FsBlobStore, PutOutcome, S3BlobStore};
+use imgcas::blob::{
+    key_for, BlobError, BlobStore, FsBlobStore, PutOutcome, S3BlobStore, VariantObject,
+};
 use imgcas::config::S3Config;
 use imgcas::hash::ContentHash;
 
@@ -57,6 +59,41 @@ async fn contract(store: &dyn BlobStore) {
         .delete(&ha)
         .await
         .expect("deleting a missing blob is not an error");
+
+    // Variant bytes: named by the original's hash and a digest, replaced by a second put,
+    // apart from the originals (never listed as one), deleted in batches.
+    let v1 = VariantObject {
+        hash: hb,
+        digest: [1; 32],
+    };
+    let v2 = VariantObject {
+        hash: hb,
+        digest: [2; 32],
+    };
+    assert_eq!(store.get_variant(&v1).await.unwrap(), None);
+    store.put_variant(&v1, a.clone()).await.unwrap();
+    store.put_variant(&v2, b.clone()).await.unwrap();
+    assert_eq!(store.get_variant(&v1).await.unwrap(), Some(a.clone()));
+    store.put_variant(&v1, b.clone()).await.unwrap();
+    assert_eq!(store.get_variant(&v1).await.unwrap(), Some(b.clone()));
+    assert_eq!(store.get_variant(&v2).await.unwrap(), Some(b.clone()));
+    assert_eq!(
+        store.list().await.unwrap(),
+        vec![hb],
+        "variants are not originals"
+    );
+    let missing = VariantObject {
+        hash: ha,
+        digest: [3; 32],
+    };
+    store
+        .delete_variants(&[v1, missing])
+        .await
+        .expect("deleting a missing variant is not an error");
+    assert_eq!(store.get_variant(&v1).await.unwrap(), None);
+    assert_eq!(store.get_variant(&v2).await.unwrap(), Some(b.clone()));
+    store.delete_variants(&[v2]).await.unwrap();
+    assert_eq!(store.get_variant(&v2).await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -5,6 +5,8 @@
 //!
 //! A new backend adds one `#[tokio::test]` that hands [`contract`] a way to open it.
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, MapStore, OriginalInfo, RedbMaps, UrlEntry, VariantBody, VariantKey, VariantRow,
+    now_ms, MapStore, OriginalInfo, PostgresMaps, RedbMaps, UrlEntry, VariantBody, VariantKey,
+    VariantRow,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -48,12 +51,24 @@ fn key(hash: ContentHash, spec: &str) -> VariantKey {
     }
 }
 
-fn image(bytes: &'static [u8]) -> VariantRow {
+/// An image's body as `maps` keeps it: the bytes themselves, or (for a store that keeps
+/// them in the blob store) their length.
+fn body(maps: &dyn MapStore, bytes: Bytes) -> VariantBody {
+    if maps.holds_variant_bytes() {
+        VariantBody::Inline(bytes)
+    } else {
+        VariantBody::InBlobStore {
+            len: bytes.len() as u64,
+        }
+    }
+}
+
+fn image(maps: &dyn MapStore, bytes: &'static [u8]) -> VariantRow {
     VariantRow::Image {
         format: OutputFormat::Webp,
         width: 400,
         height: 300,
-        body: VariantBody::Inline(Bytes::from_static(bytes)),
+        body: body(maps, Bytes::from_static(bytes)),
     }
 }
 
@@ -108,9 +123,9 @@ async fn contract(open: impl Fn() -> Opened) {
 
     // Variants: images and each kind of cached error come back as stored.
     let rows = [
-        (key(a, "w=400"), image(b"RIFF....WEBP")),
-        (key(a, "w=200"), image(b"")),
-        (key(b, "w=400"), image(b"RIFF")),
+        (key(a, "w=400"), image(&*maps, b"RIFF....WEBP")),
+        (key(a, "w=200"), image(&*maps, b"")),
+        (key(b, "w=400"), image(&*maps, b"RIFF")),
     ];
     for (k, row) in &rows {
         assert_eq!(maps.variant(k).await.unwrap(), None);
@@ -171,7 +186,7 @@ async fn contract(open: impl Fn() -> Opened) {
     );
     assert_eq!(
         maps.variant(&key(b, "w=400")).await.unwrap(),
-        Some(image(b"RIFF"))
+        Some(image(&*maps, b"RIFF"))
     );
     assert_eq!(maps.variant_keys().await.unwrap().len(), 5);
     maps.check().await.unwrap();
@@ -185,14 +200,22 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
     let a = ContentHash::of(b"a");
     assert_eq!(maps.variant_bytes().await.unwrap(), 0);
     let (k1, k2, k3) = (key(a, "w=1"), key(a, "w=2"), key(a, "w=3"));
-    maps.put_variant(&k1, &image(&[1; 1000])).await.unwrap();
+    maps.put_variant(&k1, &image(&*maps, &[1; 1000]))
+        .await
+        .unwrap();
     let one = maps.variant_bytes().await.unwrap();
     assert!(one >= 1000, "{one}");
     // Storing a key again replaces its count.
-    maps.put_variant(&k1, &image(&[1; 1000])).await.unwrap();
+    maps.put_variant(&k1, &image(&*maps, &[1; 1000]))
+        .await
+        .unwrap();
     assert_eq!(maps.variant_bytes().await.unwrap(), one);
-    maps.put_variant(&k2, &image(&[2; 1000])).await.unwrap();
-    maps.put_variant(&k3, &image(&[3; 1000])).await.unwrap();
+    maps.put_variant(&k2, &image(&*maps, &[2; 1000]))
+        .await
+        .unwrap();
+    maps.put_variant(&k3, &image(&*maps, &[3; 1000]))
+        .await
+        .unwrap();
     assert_eq!(maps.variant_bytes().await.unwrap(), 3 * one);
     let error = VariantRow::Failed {
         kind: ProcessFailure::Undecodable,
@@ -213,7 +236,7 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
         format: OutputFormat::Jpeg,
         width: 1,
         height: 1,
-        body: VariantBody::Inline(Bytes::from(vec![fill; 50_000])),
+        body: body(&*maps, Bytes::from(vec![fill; 50_000])),
     };
     maps.put_variant(&short, &big(1)).await.unwrap();
     maps.put_variant(&long, &big(2)).await.unwrap();
@@ -334,4 +357,113 @@ async fn redb_admits_one_process_at_a_time() {
     let second = RedbMaps::open(dir.path().to_path_buf()).await;
     assert!(second.is_err(), "a second handle on one file is refused");
     drop(first);
+}
+
+/// Opens the PostgreSQL maps in database `url` afresh at each call (a node restarting).
+fn postgres_at(url: String) -> impl Fn() -> Opened {
+    move || -> Opened {
+        let url = url.clone();
+        Box::pin(async move {
+            Arc::new(
+                PostgresMaps::open(&url)
+                    .await
+                    .expect("PostgreSQL maps open"),
+            ) as Arc<dyn MapStore>
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_keeps_the_contract() {
+    let Some(server) = common::postgres::PgServer::or_skip("postgres_keeps_the_contract") else {
+        return;
+    };
+    contract(postgres_at(server.database("contract"))).await;
+    concurrent_durable_inserts(postgres_at(server.database("durable_inserts"))).await;
+    bounded_growth(postgres_at(server.database("bounded_growth"))).await;
+}
+
+/// Nodes starting together on an empty database all come up (the migrations serialise on a
+/// row), and later starts find the schema in place.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_nodes_starting_at_once_all_come_up() {
+    let Some(server) = common::postgres::PgServer::or_skip("postgres_nodes_starting") else {
+        return;
+    };
+    let url = server.database("starting_at_once");
+    let starts: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PostgresMaps::open(&url).await.map(|_| ()) })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().expect("every node comes up");
+    }
+    PostgresMaps::open(&url).await.expect("and again");
+    let version = server
+        .psql("starting_at_once", "SELECT version FROM imgcas_schema")
+        .unwrap();
+    assert_eq!(version, "1");
+}
+
+/// Two nodes storing the same variant at once count its bytes once; one node's upload is
+/// the other's at once (nothing cached that another node could change).
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_nodes_share_one_truth() {
+    let Some(server) = common::postgres::PgServer::or_skip("postgres_nodes_share") else {
+        return;
+    };
+    let url = server.database("one_truth");
+    let a = Arc::new(PostgresMaps::open(&url).await.unwrap());
+    let b = Arc::new(PostgresMaps::open(&url).await.unwrap());
+    let hash = ContentHash::of(b"shared");
+    let k = key(hash, "w=1");
+    let row = image(&*a, &[7; 900]);
+    let mut writers = Vec::new();
+    for i in 0..16 {
+        let (node, k, row) = (
+            if i % 2 == 0 { a.clone() } else { b.clone() },
+            k.clone(),
+            row.clone(),
+        );
+        writers.push(tokio::spawn(
+            async move { node.put_variant(&k, &row).await },
+        ));
+    }
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    let counted = a.variant_bytes().await.unwrap();
+    assert!(counted >= 900, "{counted}");
+    assert_eq!(b.variant_bytes().await.unwrap(), counted);
+    b.remove_variants(std::slice::from_ref(&k)).await.unwrap();
+    assert_eq!(
+        a.variant_bytes().await.unwrap(),
+        0,
+        "counted once, so gone at once"
+    );
+
+    assert_eq!(b.url("http://127.0.0.1/u").await.unwrap(), None);
+    a.put_url("http://127.0.0.1/u", &url_entry(hash))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.url("http://127.0.0.1/u").await.unwrap(),
+        Some(url_entry(hash))
+    );
+    let mut moved = url_entry(ContentHash::of(b"new"));
+    moved.checked_at_ms = 43;
+    b.put_url("http://127.0.0.1/u", &moved).await.unwrap();
+    assert_eq!(a.url("http://127.0.0.1/u").await.unwrap(), Some(moved));
+    assert!(a.add_original(&hash, &info(5)).await.unwrap());
+    assert_eq!(b.original(&hash).await.unwrap().unwrap().bytes, 5);
+    // Rows naming bytes kept in the row are refused: this store keeps none.
+    let inline = VariantRow::Image {
+        format: OutputFormat::Png,
+        width: 1,
+        height: 1,
+        body: VariantBody::Inline(Bytes::from_static(b"x")),
+    };
+    assert!(a.put_variant(&k, &inline).await.is_err());
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{key_for, BlobError, BlobStore, PutOutcome};
+use super::{key_for, BlobError, BlobStore, PutOutcome, VariantObject};
 use crate::hash::ContentHash;
 
 pub struct FsBlobStore {
@@ -176,6 +176,35 @@ impl BlobStore for FsBlobStore {
             ))),
             Err(e) => Err(BlobError::Unavailable(format!("{}: {e}", dir.display()))),
         }
+    }
+
+    async fn put_variant(&self, name: &VariantObject, bytes: Bytes) -> Result<(), BlobError> {
+        let target = self.root.join(name.key());
+        let store = FsBlobStore {
+            root: self.root.clone(),
+        };
+        blocking(move || store.write_atomically(&target, &bytes)).await
+    }
+
+    async fn get_variant(&self, name: &VariantObject) -> Result<Option<Bytes>, BlobError> {
+        let path = self.root.join(name.key());
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => Ok(Some(Bytes::from(bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot read", &path, e)),
+        }
+    }
+
+    async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {
+        for name in names {
+            let path = self.root.join(name.key());
+            match tokio::fs::remove_file(&path).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("cannot delete", &path, e)),
+            }
+        }
+        Ok(())
     }
 }
 

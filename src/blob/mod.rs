@@ -1,4 +1,6 @@
-//! The blob store: original bytes, stored once per SHA-256 under a content-addressed key.
+//! The blob store: original bytes, stored once per SHA-256 under a content-addressed key, and
+//! (when the maps are shared by many nodes and keep only rows) variant bytes under
+//! `variants/<hash>/<digest of the variant's key>`.
 //!
 //! The trait is shaped for both backends: keys are the same on disk and in a bucket
 //! (`originals/ab/cd/<sha256>`), so moving a data set between them is a copy; every call is
@@ -37,6 +39,27 @@ pub async fn open(
 
 /// Where originals live in either backend; everything else under the root is not theirs.
 pub const KEY_PREFIX: &str = "originals/";
+/// Where variant bytes live, when the maps do not hold them.
+pub const VARIANT_PREFIX: &str = "variants/";
+
+/// The name of one variant's bytes: the original's hash (so an original's variants share a
+/// prefix) and a digest of the variant's identity, which the caller derives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VariantObject {
+    pub hash: ContentHash,
+    pub digest: [u8; 32],
+}
+
+impl VariantObject {
+    /// The object's key, shared by every backend.
+    pub fn key(&self) -> String {
+        format!(
+            "{VARIANT_PREFIX}{}/{}",
+            self.hash.to_hex(),
+            hex::encode(self.digest)
+        )
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
@@ -75,6 +98,15 @@ pub trait BlobStore: Send + Sync + 'static {
 
     /// Readiness: the store answers.
     async fn check(&self) -> Result<(), BlobError>;
+
+    /// Stores a variant's bytes (replacing any: the same name holds the same result), durably
+    /// before returning, since a map row that points at them follows.
+    async fn put_variant(&self, name: &VariantObject, bytes: Bytes) -> Result<(), BlobError>;
+
+    async fn get_variant(&self, name: &VariantObject) -> Result<Option<Bytes>, BlobError>;
+
+    /// Deletes variants' bytes; names with nothing stored are fine.
+    async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError>;
 }
 
 /// The key of an original, shared by every backend.

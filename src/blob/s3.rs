@@ -22,7 +22,7 @@ use aws_sdk_s3::Client;
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use bytes::Bytes;
 
-use super::{key_for, BlobError, BlobStore, PutOutcome, KEY_PREFIX};
+use super::{key_for, BlobError, BlobStore, PutOutcome, VariantObject, KEY_PREFIX};
 use crate::config::S3Config;
 use crate::hash::ContentHash;
 
@@ -35,6 +35,7 @@ const PART_SIZE: usize = 8 << 20;
 const CONFLICT_ATTEMPTS: u32 = 6;
 
 /// What one single-request PUT found.
+#[derive(Debug)]
 enum PutAnswer {
     Created,
     /// 412: S3 says the key exists (to be confirmed before anyone is told so).
@@ -132,6 +133,40 @@ impl S3BlobStore {
         };
         store.check().await?;
         Ok(store)
+    }
+
+    /// An object's bytes, `None` when there is no such object.
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, BlobError> {
+        let got = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await;
+        let object = match got {
+            Ok(o) => o,
+            Err(e) if status(&e) == Some(404) => return Ok(None),
+            Err(e) => return Err(failure("GET", &e)),
+        };
+        let body = object
+            .body
+            .collect()
+            .await
+            .map_err(|e| BlobError::Unavailable(format!("S3 GET body failed: {e}")))?;
+        Ok(Some(body.into_bytes()))
+    }
+
+    /// Deletes an object (S3 answers success for a missing one too).
+    async fn delete_key(&self, key: &str) -> Result<(), BlobError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| failure("DELETE", &e))?;
+        Ok(())
     }
 
     /// The object's size, `None` when there is no such object.
@@ -329,24 +364,7 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError> {
-        let got = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key_for(hash))
-            .send()
-            .await;
-        let object = match got {
-            Ok(o) => o,
-            Err(e) if status(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(failure("GET", &e)),
-        };
-        let body = object
-            .body
-            .collect()
-            .await
-            .map_err(|e| BlobError::Unavailable(format!("S3 GET body failed: {e}")))?;
-        Ok(Some(body.into_bytes()))
+        self.get_key(&key_for(hash)).await
     }
 
     async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
@@ -354,14 +372,7 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key_for(hash))
-            .send()
-            .await
-            .map_err(|e| failure("DELETE", &e))?;
-        Ok(())
+        self.delete_key(&key_for(hash)).await
     }
 
     async fn list(&self) -> Result<Vec<ContentHash>, BlobError> {
@@ -400,5 +411,29 @@ impl BlobStore for S3BlobStore {
                 _ => failure("HEAD bucket", &e),
             }),
         }
+    }
+
+    async fn put_variant(&self, name: &VariantObject, bytes: Bytes) -> Result<(), BlobError> {
+        let key = name.key();
+        match self.put_whole(&key, bytes, false).await? {
+            PutAnswer::Created => Ok(()),
+            other => Err(BlobError::Unavailable(format!(
+                "S3 PUT of {key} answered {other:?}"
+            ))),
+        }
+    }
+
+    async fn get_variant(&self, name: &VariantObject) -> Result<Option<Bytes>, BlobError> {
+        self.get_key(&name.key()).await
+    }
+
+    async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let keys: Vec<String> = names.iter().map(VariantObject::key).collect();
+        futures_util::stream::iter(keys)
+            .map(|key| async move { self.delete_key(&key).await })
+            .buffer_unordered(16)
+            .try_collect::<()>()
+            .await
     }
 }

@@ -3,14 +3,15 @@
 //! (hash + canonical spec + processor version → a processed image's row, or the cached error).
 //!
 //! The pipeline sees only this trait and the types here; each backend lives in a folder of its
-//! own and owns its encoding. Today that is `redb/` (one file under the data dir, the embedded
-//! default). A second backend implements [`MapStore`], passes `tests/maps_contract.rs`, and is
-//! chosen in [`open`]; nothing outside `maps/` changes.
+//! own and owns its encoding: `redb/` (one file under the data dir, the embedded default) and
+//! `postgres/` (one database shared by many nodes, `maps.url`). Each implements [`MapStore`],
+//! passes `tests/maps_contract.rs`, and is chosen in [`open`].
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
 //! backend keeps them in its file (with the row, or in page-sized pieces beside it for large
-//! images) and hands them back with the row; a backend that keeps them in the blob store adds the
-//! variant that names the blob (and the pipeline, its read).
+//! images) and hands them back with the row; the shared backend keeps only their length, and
+//! the pipeline writes and reads the bytes in the blob store
+//! ([`MapStore::holds_variant_bytes`]).
 //!
 //! Bounded growth is a duty of every backend: each counts the bytes its variants hold and
 //! keeps their order of last use, so the pipeline can hold them to a budget by evicting the
@@ -30,8 +31,10 @@ use imgcas_processors::{OutputFormat, ProcessFailure};
 use crate::config::Config;
 use crate::hash::ContentHash;
 
+pub mod postgres;
 pub mod redb;
 
+pub use self::postgres::PostgresMaps;
 pub use self::redb::RedbMaps;
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +123,9 @@ impl VariantKey {
 pub enum VariantBody {
     /// In the row itself (the embedded backend: one read serves a hit).
     Inline(Bytes),
+    /// In the blob store, under the variant's object name, `len` bytes long (the shared
+    /// backend: every node reads them from the bucket they all use).
+    InBlobStore { len: u64 },
 }
 
 /// One variants row: a processed image (its facts, and where its bytes are), or the permanent
@@ -146,6 +152,10 @@ impl VariantRow {
                 body: VariantBody::Inline(bytes),
                 ..
             } => bytes.len(),
+            VariantRow::Image {
+                body: VariantBody::InBlobStore { len },
+                ..
+            } => usize::try_from(*len).unwrap_or(usize::MAX),
             VariantRow::Failed { message, .. } => message.len(),
         }
     }
@@ -176,6 +186,13 @@ pub struct Evicted {
 /// is the durability point for the rest (the app calls it every second and at shutdown).
 #[async_trait]
 pub trait MapStore: Send + Sync + 'static {
+    /// Whether variant rows hold their image bytes ([`VariantBody::Inline`]); if not, the
+    /// caller stores them in the blob store first and hands over a row that names them
+    /// ([`VariantBody::InBlobStore`]).
+    fn holds_variant_bytes(&self) -> bool {
+        true
+    }
+
     /// The URL map entry of a canonical URL.
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError>;
 
@@ -256,10 +273,13 @@ pub trait MapStore: Send + Sync + 'static {
     async fn check(&self) -> Result<(), MapError>;
 }
 
-/// The maps the configuration names: today the embedded redb file under `data_dir`.
+/// The maps the configuration names: PostgreSQL at `maps.url` when set, else the embedded
+/// redb file under `data_dir`.
 pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
-    let maps = RedbMaps::open(config.data_dir.clone()).await?;
-    Ok(Arc::new(maps))
+    Ok(match &config.maps.url {
+        Some(url) => Arc::new(PostgresMaps::open(url).await?),
+        None => Arc::new(RedbMaps::open(config.data_dir.clone()).await?),
+    })
 }
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ impl Pipeline {
             }
             let doomed = self.variants_where(|h| bad.contains(h)).await?;
             maps.remove_variants(&doomed).await?;
+            self.drop_variant_bytes(&doomed).await?;
             maps.flush().await?;
         }
         Ok(report)
@@ -162,6 +163,7 @@ impl Pipeline {
         report.orphan_variants = orphans.len() as u64;
         if apply {
             maps.remove_variants(&orphans).await?;
+            self.drop_variant_bytes(&orphans).await?;
             report.unused_urls = self.forget_unused_urls().await?;
             report.evicted_variants = self.keep_variants_within_budget().await?;
             maps.flush().await?;

@@ -115,10 +115,11 @@ impl Pipeline {
     pub async fn open(config: Config, metrics: Metrics) -> Result<Pipeline, OpenError> {
         config.validate().map_err(|e| OpenError(e.to_string()))?;
         let maps = crate::maps::open(&config).await.map_err(|e| {
-            OpenError(format!(
-                "cannot open the maps in {}: {e}",
-                config.data_dir.display()
-            ))
+            OpenError(match config.maps.url {
+                // (The URL itself may hold a password.)
+                Some(_) => format!("cannot open the maps on PostgreSQL (maps.url): {e}"),
+                None => format!("cannot open the maps in {}: {e}", config.data_dir.display()),
+            })
         })?;
         let blobs = crate::blob::open(&config)
             .await

@@ -174,6 +174,7 @@ impl Pipeline {
             return Ok(0);
         }
         let evicted = s.maps.evict_variants(u.eviction_target()).await?;
+        self.drop_variant_bytes(&evicted.keys).await?;
         u.variant_bytes
             .store(evicted.remaining_bytes, Ordering::Relaxed);
         let count = evicted.keys.len() as u64;

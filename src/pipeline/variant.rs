@@ -15,10 +15,24 @@ use imgcas_processors::{
 
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::Overloaded;
+use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
+
+/// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
+fn key_digest(key: &VariantKey) -> [u8; 32] {
+    Sha256::digest(key.to_bytes()).into()
+}
+
+/// Where a variant's bytes live in the blob store, when the maps keep none.
+fn variant_object(key: &VariantKey) -> VariantObject {
+    VariantObject {
+        hash: key.hash,
+        digest: key_digest(key),
+    }
+}
 
 /// What a request names.
 #[derive(Debug, Clone)]
@@ -127,8 +141,7 @@ impl Pipeline {
             canonical_spec: resolved.canonical(),
             processor_version: PROCESSOR_VERSION,
         };
-        let digest: [u8; 32] = Sha256::digest(key.to_bytes()).into();
-        let etag = format!("\"{}\"", hex::encode(&digest[..16]));
+        let etag = format!("\"{}\"", hex::encode(&key_digest(&key)[..16]));
         Ok(Target {
             key,
             spec: resolved,
@@ -156,11 +169,10 @@ impl Pipeline {
             }
             None => {
                 Stats::bump(&s.stats.variant_map_reads);
-                let v = s
-                    .maps
-                    .variant(&target.key)
+                let v = self
+                    .stored_variant(&target.key)
                     .await
-                    .map_err(|e| fail(e.into(), false))?;
+                    .map_err(|e| fail(e, false))?;
                 if let Some(v) = &v {
                     s.hot.insert(target.key.clone(), v.clone());
                 }
@@ -201,10 +213,93 @@ impl Pipeline {
                     Provenance::stored(target.url_state)
                 },
             }),
+            VariantRow::Image {
+                body: VariantBody::InBlobStore { .. },
+                ..
+            } => Err(fail(
+                Error::Internal("a variant's bytes were not loaded".into()),
+                false,
+            )),
             VariantRow::Failed { kind, message } => {
                 Err(fail(Error::Process { kind, message }, !processed))
             }
         }
+    }
+
+    /// The variants map's row for `key`, with its image bytes in hand: rows of maps that keep
+    /// bytes in the blob store are completed from there. A row whose bytes are gone (evicted
+    /// by another node between the two reads, or lost) counts as absent: it is made again.
+    async fn stored_variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, Error> {
+        let s = &self.shared;
+        let Some(row) = s.maps.variant(key).await? else {
+            return Ok(None);
+        };
+        let VariantRow::Image {
+            format,
+            width,
+            height,
+            body: VariantBody::InBlobStore { len },
+        } = row
+        else {
+            return Ok(Some(row));
+        };
+        match s.blobs.get_variant(&variant_object(key)).await? {
+            Some(bytes) if bytes.len() as u64 == len => Ok(Some(VariantRow::Image {
+                format,
+                width,
+                height,
+                body: VariantBody::Inline(bytes),
+            })),
+            found => {
+                tracing::warn!(
+                    key = %variant_object(key).key(),
+                    expected = len,
+                    found = found.map(|b| b.len()),
+                    "variant bytes missing or short in the blob store; making them again"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob
+    /// store first and the row that names them after.
+    async fn store_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), Error> {
+        let s = &self.shared;
+        let row = match row {
+            VariantRow::Image {
+                format,
+                width,
+                height,
+                body: VariantBody::Inline(bytes),
+            } if !s.maps.holds_variant_bytes() => {
+                s.blobs
+                    .put_variant(&variant_object(key), bytes.clone())
+                    .await?;
+                VariantRow::Image {
+                    format: *format,
+                    width: *width,
+                    height: *height,
+                    body: VariantBody::InBlobStore {
+                        len: bytes.len() as u64,
+                    },
+                }
+            }
+            _ => row.clone(),
+        };
+        s.maps.put_variant(key, &row).await?;
+        Ok(())
+    }
+
+    /// Deletes the blob-store bytes of variants whose rows are gone, where the maps keep
+    /// none themselves.
+    pub(super) async fn drop_variant_bytes(&self, keys: &[VariantKey]) -> Result<(), Error> {
+        let s = &self.shared;
+        if s.maps.holds_variant_bytes() || keys.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<VariantObject> = keys.iter().map(variant_object).collect();
+        Ok(s.blobs.delete_variants(&names).await?)
     }
 
     /// Processes one variant and stores the result (or the permanent error). Returns the
@@ -219,7 +314,7 @@ impl Pipeline {
             ..
         } = target;
         // A flight that landed between our miss and our joining has stored the answer.
-        if let Some(v) = s.maps.variant(&key).await? {
+        if let Some(v) = self.stored_variant(&key).await? {
             return Ok((v, false));
         }
         let limits = self.limits();
@@ -268,7 +363,7 @@ impl Pipeline {
             },
         };
         s.hot.insert(key.clone(), row.clone());
-        match s.maps.put_variant(&key, &row).await {
+        match self.store_variant(&key, &row).await {
             Ok(()) => self.variant_stored(&key, &row).await,
             Err(e) => tracing::warn!(error = %e, "variant not stored; serving it anyway"),
         }

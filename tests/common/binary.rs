@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use super::s3;
+use super::{postgres, s3};
 
 pub struct Server {
     pub child: Child,
@@ -25,6 +25,10 @@ pub fn start_with(data_dir: &Path, s3: Option<&s3::S3Target>, env: &[(&str, Stri
         command.env(k, v);
     }
     command.env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
+    // Shared maps go with a shared bucket.
+    if let Some(url) = s3.and_then(|_| postgres::maps_url_for(data_dir)) {
+        command.env("IMGCAS_MAPS_URL", url);
+    }
     for (k, v) in env {
         command.env(k, v);
     }
@@ -89,6 +93,11 @@ pub fn run(data_dir: &Path, env: &[(&'static str, String)], args: &[&str]) -> (i
         .args(args)
         .env("IMGCAS_DATA_DIR", data_dir)
         .env("IMGCAS_LOG", "off");
+    // Shared maps go with a shared bucket.
+    let on_s3 = env.iter().any(|(k, v)| *k == "IMGCAS_STORAGE" && v == "s3");
+    if let Some(url) = postgres::maps_url_for(data_dir).filter(|_| on_s3) {
+        command.env("IMGCAS_MAPS_URL", url);
+    }
     for (k, v) in env {
         command.env(k, v);
     }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod postgres;
 pub mod s3;
 
 use std::collections::HashMap;
@@ -77,6 +78,11 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         None
     };
     tweak(&mut config);
+    // Shared maps go with a shared bucket: one database per data dir, so an app started
+    // again on a data dir finds its maps.
+    if config.storage.backend == imgcas::config::StorageBackend::S3 && config.maps.url.is_none() {
+        config.maps.url = postgres::maps_url_for(&config.data_dir);
+    }
     let running = app::start(config).await.expect("app starts");
     TestApp {
         addr: running.addr(),

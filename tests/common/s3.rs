@@ -19,9 +19,11 @@ use imgcas::config::{Config, StorageBackend};
 pub const ACCESS_KEY: &str = "imgcas-test-access";
 pub const SECRET_KEY: &str = "imgcas-test-secret-key-for-sigv4";
 
-/// Whether the pipeline suites should run on S3 (`IMGCAS_TEST_STORAGE=s3`).
+/// Whether the pipeline suites should run on S3 (`IMGCAS_TEST_STORAGE=s3`, or maps on
+/// PostgreSQL, which need a bucket).
 pub fn pipeline_on_s3() -> bool {
     std::env::var("IMGCAS_TEST_STORAGE").is_ok_and(|v| v == "s3")
+        || super::postgres::pipeline_on_postgres()
 }
 
 /// The external S3 endpoint to test against, if one is named.
@@ -280,6 +282,27 @@ impl S3Target {
             ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
             ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
         ]
+    }
+
+    /// The bytes of the objects whose keys start with `prefix`.
+    pub async fn bytes_under(&self, prefix: &str) -> u64 {
+        let mut total = 0;
+        let mut pages = self
+            .client()
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.expect("list bucket");
+            total += page
+                .contents()
+                .iter()
+                .map(|o| o.size().unwrap_or(0) as u64)
+                .sum::<u64>();
+        }
+        total
     }
 
     /// Every object key in the bucket.

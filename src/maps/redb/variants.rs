@@ -90,9 +90,9 @@ fn encode_head(tag: u8, head: &Head) -> Vec<u8> {
 const HEAD_FIXED: usize = 10;
 
 /// A row's value, and the pieces of the image that go with it (tag `2`), borrowed from the
-/// row.
-fn encode<'r>(key: &[u8], row: &'r VariantRow) -> (Vec<u8>, Vec<&'r [u8]>) {
-    match row {
+/// row. Rows naming bytes elsewhere are refused: this file holds its variants' bytes.
+fn encode<'r>(key: &[u8], row: &'r VariantRow) -> Result<(Vec<u8>, Vec<&'r [u8]>), MapError> {
+    Ok(match row {
         VariantRow::Image {
             format,
             width,
@@ -108,19 +108,27 @@ fn encode<'r>(key: &[u8], row: &'r VariantRow) -> (Vec<u8>, Vec<&'r [u8]>) {
             if inline_len <= PAIR_IN_A_PAGE {
                 let mut value = encode_head(INLINE, &head);
                 value.extend_from_slice(bytes);
-                return (value, Vec::new());
+                return Ok((value, Vec::new()));
             }
             let mut value = encode_head(CHUNKED, &head);
             value.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             let piece = PAIR_IN_A_PAGE - (key.len() + CHUNK_KEY_EXTRA);
             (value, bytes.chunks(piece).collect())
         }
+        VariantRow::Image {
+            body: VariantBody::InBlobStore { .. },
+            ..
+        } => {
+            return Err(MapError::Store(
+                "the embedded maps keep variant bytes in their rows, not in the blob store".into(),
+            ))
+        }
         VariantRow::Failed { kind, message } => {
             let mut out = vec![FAILED, kind.to_byte()];
             out.extend_from_slice(message.as_bytes());
             (out, Vec::new())
         }
-    }
+    })
 }
 
 /// A row read back: complete, or an image whose bytes (of this length) are in chunks.
@@ -227,7 +235,7 @@ pub(super) fn put(
     now_ms: u64,
 ) -> Result<u64, MapError> {
     let key = key.to_bytes();
-    let (value, chunks) = encode(&key, row);
+    let (value, chunks) = encode(&key, row)?;
     let mut rows = Rows::open(txn)?;
     rows.remove(&key)?;
     rows.table.insert(key.as_slice(), value.as_slice())?;
@@ -426,7 +434,7 @@ mod tests {
     use super::*;
 
     fn round_trip(key: &[u8], row: &VariantRow) -> VariantRow {
-        let (value, chunks) = encode(key, row);
+        let (value, chunks) = encode(key, row).unwrap();
         match decode(&value).unwrap() {
             Decoded::Row(row) => {
                 assert!(chunks.is_empty());
@@ -478,7 +486,7 @@ mod tests {
             height: 1,
             body: VariantBody::Inline(vec![1; 50_000].into()),
         };
-        let (value, chunks) = encode(&key, &row);
+        let (value, chunks) = encode(&key, &row).unwrap();
         assert_eq!(value[0], CHUNKED);
         assert!(chunks.len() > 1);
         for chunk in &chunks[..chunks.len() - 1] {

@@ -1,0 +1,144 @@
+//! The PostgreSQL maps' schema, as numbered migrations embedded in the binary, and the one
+//! routine that applies them at startup.
+//!
+//! Portable SQL only — plain tables, `INSERT … ON CONFLICT`, row locks — so that engines that
+//! speak PostgreSQL's protocol without its extensions can hold the maps later. In particular no
+//! advisory lock: nodes starting together serialise on a row of `imgcas_schema` instead
+//! (`SELECT … FOR UPDATE`), and the migrations run in that row's transaction, so a node either
+//! sees the schema before or after a migration, never half of one.
+
+use std::time::Duration;
+
+use deadpool_postgres::Client;
+use tokio_postgres::error::SqlState;
+
+use super::super::MapError;
+use super::store_error;
+
+/// Counter rows the variants' byte total is spread over, so that concurrent writers of
+/// different originals rarely wait on one row.
+pub(super) const BYTE_SHARDS: i32 = 16;
+
+/// The migrations, in order; the schema's version is how many have been applied. A released
+/// migration never changes: a change is a new one at the end.
+const MIGRATIONS: &[&str] = &[
+    // 1: the three maps and the variants' byte count.
+    "CREATE TABLE imgcas_urls (
+        url text PRIMARY KEY,
+        hash bytea NOT NULL,
+        etag text,
+        last_modified text,
+        checked_at_ms bigint NOT NULL,
+        requested_at_ms bigint NOT NULL,
+        -- greatest(checked_at_ms, requested_at_ms), kept by every write, so that forgetting
+        -- unused entries is a range of an index
+        last_used_ms bigint NOT NULL
+    );
+    CREATE INDEX imgcas_urls_by_last_use ON imgcas_urls (last_used_ms);
+    CREATE TABLE imgcas_originals (
+        hash bytea PRIMARY KEY,
+        format text,
+        width integer,
+        height integer,
+        has_alpha boolean NOT NULL,
+        bytes bigint NOT NULL,
+        first_seen_ms bigint NOT NULL
+    );
+    CREATE TABLE imgcas_variants (
+        hash bytea NOT NULL,
+        processor_version integer NOT NULL,
+        spec text NOT NULL,
+        -- an image: its format, size and byte length (the bytes are in the blob store)
+        format text,
+        width integer,
+        height integer,
+        body_bytes bigint,
+        -- a cached error: its kind (ProcessFailure::to_byte) and message
+        failure smallint,
+        message text,
+        counted_bytes bigint NOT NULL,
+        served_at_ms bigint NOT NULL,
+        PRIMARY KEY (hash, processor_version, spec)
+    );
+    CREATE INDEX imgcas_variants_by_last_served ON imgcas_variants (served_at_ms);
+    CREATE TABLE imgcas_variant_bytes (
+        shard integer PRIMARY KEY,
+        bytes bigint NOT NULL
+    );
+    INSERT INTO imgcas_variant_bytes (shard, bytes) VALUES
+        (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0),
+        (8, 0), (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (14, 0), (15, 0);",
+];
+
+/// Brings the schema to this binary's version. Safe to run from many nodes at once.
+pub(super) async fn migrate(client: &mut Client) -> Result<(), MapError> {
+    create_version_table(client).await?;
+    client
+        .execute(
+            "INSERT INTO imgcas_schema (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+            &[],
+        )
+        .await
+        .map_err(store_error)?;
+    let txn = client.transaction().await.map_err(store_error)?;
+    // Every node starting now waits here until the one ahead of it has committed.
+    let row = txn
+        .query_one(
+            "SELECT version FROM imgcas_schema WHERE id = 1 FOR UPDATE",
+            &[],
+        )
+        .await
+        .map_err(store_error)?;
+    let version: i32 = row.get(0);
+    let known = MIGRATIONS.len() as i32;
+    if version > known {
+        return Err(MapError::Store(format!(
+            "the maps' schema is at version {version}, newer than this binary's {known}: \
+             run a newer imgcas"
+        )));
+    }
+    for sql in &MIGRATIONS[version as usize..] {
+        txn.batch_execute(sql).await.map_err(store_error)?;
+    }
+    if version < known {
+        txn.execute(
+            "UPDATE imgcas_schema SET version = $1 WHERE id = 1",
+            &[&known],
+        )
+        .await
+        .map_err(store_error)?;
+        tracing::info!(from = version, to = known, "maps schema migrated");
+    }
+    txn.commit().await.map_err(store_error)
+}
+
+/// `CREATE TABLE IF NOT EXISTS` is not safe against itself: two sessions creating the table
+/// at once can both pass the check and one then fails on the catalog's unique index. That
+/// loser only needs to look again.
+async fn create_version_table(client: &Client) -> Result<(), MapError> {
+    let mut attempt = 0;
+    loop {
+        let created = client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS imgcas_schema (
+                    id integer PRIMARY KEY,
+                    version integer NOT NULL
+                )",
+            )
+            .await;
+        match created {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if attempt < 5
+                    && matches!(
+                        e.code(),
+                        Some(&SqlState::UNIQUE_VIOLATION) | Some(&SqlState::DUPLICATE_TABLE)
+                    ) =>
+            {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+            }
+            Err(e) => return Err(store_error(e)),
+        }
+    }
+}
