@@ -38,6 +38,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub storage: StorageConfig,
     pub maps: MapsConfig,
+    pub cluster: ClusterConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -68,6 +69,44 @@ pub struct MapsConfig {
     /// `postgres://…` (`IMGCAS_MAPS_URL`): the maps on PostgreSQL, shared by every node that
     /// names the same database. Unset: the embedded redb file under the data dir.
     pub url: Option<String>,
+}
+
+/// How nodes that share the maps share their work.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name in claims, logs and metrics (`IMGCAS_NODE_ID`); unset: host name and
+    /// process id.
+    pub node_id: Option<String>,
+    /// How long a claim on a download or a processing run lasts unless its owner renews it
+    /// (`IMGCAS_CLAIM_TTL`): the longest other nodes wait for a node that died mid-job.
+    #[serde(deserialize_with = "de_duration")]
+    pub claim_ttl: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node_id: None,
+            claim_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The configured node name, or `<host name>-<pid>`.
+    pub fn node_id(&self) -> String {
+        if let Some(id) = self.node_id.as_deref().filter(|id| !id.is_empty()) {
+            return id.to_string();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "imgcas".into());
+        format!("{host}-{}", std::process::id())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -190,6 +229,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./imgcas-data"),
             storage: StorageConfig::default(),
             maps: MapsConfig::default(),
+            cluster: ClusterConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -394,6 +434,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("storage.s3.region", "IMGCAS_S3_REGION", storage.s3.region, text),
     setting!("storage.s3.force_path_style", "IMGCAS_S3_FORCE_PATH_STYLE", storage.s3.force_path_style, boolean),
     setting!("maps.url", "IMGCAS_MAPS_URL", maps.url, some_text),
+    setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
+    setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
     setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
     setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),
@@ -526,6 +568,12 @@ impl Config {
                 "is on but no preset is defined, so every image request would be refused",
             ));
         }
+        if self.cluster.claim_ttl < Duration::from_millis(300) {
+            return Err(bad(
+                "cluster.claim_ttl",
+                "must be at least 300ms (owners renew at a third of it)",
+            ));
+        }
         if let Some(url) = &self.maps.url {
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
                 return Err(bad("maps.url", "must be a postgres:// URL"));
@@ -641,6 +689,8 @@ mod tests {
             ),
             ("IMGCAS_S3_REGION", (r#""eu-west-3""#, "eu-west-3")),
             ("IMGCAS_S3_FORCE_PATH_STYLE", ("true", "true")),
+            ("IMGCAS_NODE_ID", (r#""node-a""#, "node-a")),
+            ("IMGCAS_CLAIM_TTL", (r#""3s""#, "3")),
             (
                 "IMGCAS_MAPS_URL",
                 (

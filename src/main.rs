@@ -274,6 +274,11 @@ async fn serve(config: Config) -> Result<Outcome, Outcome> {
         .map_err(|e| Outcome::Failed(e.to_string()))?;
     // The one line on stdout: scripts and tests read the bound address from it.
     println!("imgcas listening on http://{}", running.addr());
+    tracing::info!(
+        node_id = running.pipeline().node_id(),
+        addr = %running.addr(),
+        "serving"
+    );
     running.wait(shutdown_signal()).await;
     Ok(Outcome::Done)
 }

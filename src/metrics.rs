@@ -28,7 +28,7 @@ pub struct Metrics {
 }
 
 /// What the page reports besides the recorded series: work counters and gauges, read now.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Readings {
     pub stats: StatsSnapshot,
     /// Requests waiting on a download or processing run another request started.
@@ -43,6 +43,8 @@ pub struct Readings {
     pub hot_cache_bytes: u64,
     /// Bytes the stored variants count for (the budget's measure).
     pub variant_bytes: u64,
+    /// This node's name (`cluster.node_id`), as a label of `imgcas_node_info`.
+    pub node_id: String,
 }
 
 impl Default for Metrics {
@@ -149,6 +151,14 @@ fn describe() {
         "imgcas_urls_forgotten_total",
         "URL entries dropped after fetch.forget_after without a request"
     );
+    describe_counter!(
+        "imgcas_claim_waits_total",
+        "Polls for a download or processing run another node claimed"
+    );
+    describe_gauge!(
+        "imgcas_node_info",
+        "Always 1; its node_id label names this node (cluster.node_id)"
+    );
 }
 
 impl Metrics {
@@ -179,6 +189,7 @@ impl Metrics {
                 ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
                 ("imgcas_variants_evicted_total", s.variants_evicted),
                 ("imgcas_urls_forgotten_total", s.urls_forgotten),
+                ("imgcas_claim_waits_total", s.claim_waits),
             ];
             for (name, value) in counters {
                 counter!(name).absolute(value);
@@ -190,6 +201,7 @@ impl Metrics {
             gauge!("imgcas_processing_outstanding_pixels").set(readings.outstanding_pixels as f64);
             gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);
             gauge!("imgcas_variant_bytes").set(readings.variant_bytes as f64);
+            gauge!("imgcas_node_info", "node_id" => readings.node_id.clone()).set(1.0);
         });
         self.handle.render()
     }

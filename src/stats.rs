@@ -27,6 +27,8 @@ pub struct Stats {
     pub variants_evicted: AtomicU64,
     /// URL entries dropped after `fetch.forget_after` without a request.
     pub urls_forgotten: AtomicU64,
+    /// Polls for a download or processing run another node claimed (shared maps).
+    pub claim_waits: AtomicU64,
 }
 
 impl Stats {
@@ -56,6 +58,7 @@ impl Stats {
             origin_failure_hits: Self::get(&self.origin_failure_hits),
             variants_evicted: Self::get(&self.variants_evicted),
             urls_forgotten: Self::get(&self.urls_forgotten),
+            claim_waits: Self::get(&self.claim_waits),
         }
     }
 }
@@ -74,4 +77,5 @@ pub struct StatsSnapshot {
     pub origin_failure_hits: u64,
     pub variants_evicted: u64,
     pub urls_forgotten: u64,
+    pub claim_waits: u64,
 }

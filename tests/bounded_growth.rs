@@ -126,16 +126,7 @@ async fn a_thousand_widths_stay_within_the_variant_budget() {
 
     // The server's own count stays within the budget, and it evicted to get there.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let scrape = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let scrape =
-        prometheus_parse::Scrape::parse(scrape.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let scrape = scrape(&client, &base).await;
     let counted = metric_value(&scrape, "imgcas_variant_bytes", &[]);
     assert!(
         counted > 0.0 && counted <= BUDGET as f64,

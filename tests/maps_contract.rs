@@ -404,7 +404,14 @@ async fn postgres_nodes_starting_at_once_all_come_up() {
     let version = server
         .psql("starting_at_once", "SELECT version FROM imgcas_schema")
         .unwrap();
-    assert_eq!(version, "1");
+    assert!(version.parse::<u32>().unwrap() >= 1, "{version}");
+    let tables = server
+        .psql(
+            "starting_at_once",
+            "SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'imgcas_%'",
+        )
+        .unwrap();
+    assert!(tables.parse::<u32>().unwrap() >= 5, "{tables} tables");
 }
 
 /// Two nodes storing the same variant at once count its bytes once; one node's upload is
@@ -466,4 +473,95 @@ async fn postgres_nodes_share_one_truth() {
         body: VariantBody::Inline(Bytes::from_static(b"x")),
     };
     assert!(a.put_variant(&k, &inline).await.is_err());
+}
+
+/// Claims: one owner at a time, renewals only by the token holder, takeover only after
+/// expiry (on the database's clock), and no publishing under a lost claim.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_claims_follow_the_lease_rules() {
+    use imgcas::maps::{Claim, ClaimOutcome};
+    use std::time::Duration;
+    let Some(server) = common::postgres::PgServer::or_skip("postgres_claims") else {
+        return;
+    };
+    let url = server.database("claims");
+    let a = PostgresMaps::open(&url).await.unwrap();
+    let b = PostgresMaps::open(&url).await.unwrap();
+    assert!(a.shared(), "PostgreSQL maps are shared");
+    let ttl = Duration::from_millis(600);
+    let job = "variant:job";
+    assert_eq!(
+        a.try_claim(job, "a", 1, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
+    assert_eq!(
+        b.try_claim(job, "b", 2, ttl).await.unwrap(),
+        ClaimOutcome::HeldBy("a".into())
+    );
+    let held = Claim {
+        key: job.into(),
+        token: 1,
+    };
+    assert!(a.renew_claim(&held, 3, ttl).await.unwrap());
+    let stale = held.clone();
+    let held = Claim {
+        key: job.into(),
+        token: 3,
+    };
+    assert!(
+        !b.renew_claim(&stale, 4, ttl).await.unwrap(),
+        "an old token renews nothing"
+    );
+
+    // Expired: the next try takes it over, and the old owner can neither renew nor publish.
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    assert_eq!(
+        b.try_claim(job, "b", 5, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
+    assert!(!a.renew_claim(&held, 6, ttl).await.unwrap());
+    let k = key(ContentHash::of(b"claimed"), "w=1");
+    let row = image(&a, b"RIFF");
+    let refused = a.put_variant_claimed(&k, &row, &held).await;
+    assert!(
+        matches!(refused, Err(imgcas::maps::MapError::ClaimLost(_))),
+        "{refused:?}"
+    );
+    assert_eq!(a.variant(&k).await.unwrap(), None, "nothing written");
+    let mine = Claim {
+        key: job.into(),
+        token: 5,
+    };
+    b.put_variant_claimed(&k, &row, &mine).await.unwrap();
+    assert_eq!(b.variant(&k).await.unwrap(), Some(row));
+
+    // Released: free at once; a release with a stale token releases nothing.
+    a.release_claim(&held).await.unwrap();
+    assert_eq!(
+        a.try_claim(job, "a", 7, ttl).await.unwrap(),
+        ClaimOutcome::HeldBy("b".into())
+    );
+    b.release_claim(&mine).await.unwrap();
+    assert_eq!(
+        a.try_claim(job, "a", 8, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
+}
+
+/// Embedded maps are one process's own: every claim is granted, with nothing written.
+#[tokio::test]
+async fn redb_grants_every_claim() {
+    use imgcas::maps::ClaimOutcome;
+    let dir = tempfile::tempdir().unwrap();
+    let maps = RedbMaps::open(dir.path().to_path_buf()).await.unwrap();
+    assert!(!maps.shared());
+    let ttl = std::time::Duration::from_secs(1);
+    assert_eq!(
+        maps.try_claim("k", "a", 1, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
+    assert_eq!(
+        maps.try_claim("k", "b", 2, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
 }

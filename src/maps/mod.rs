@@ -20,7 +20,7 @@
 //! per interval), never as a write per hit.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -43,6 +43,9 @@ pub enum MapError {
     Store(String),
     #[error("corrupt entry: {0}")]
     Corrupt(String),
+    /// A write under a claim found the claim gone or taken over: nothing was written.
+    #[error("claim lost: {0}")]
+    ClaimLost(String),
 }
 
 /// Milliseconds since the Unix epoch: the time stamps the maps keep.
@@ -170,6 +173,23 @@ pub struct VariantTotals {
     pub errors: u64,
 }
 
+/// A claim as the claims table holds it: the job's key and the token of the claim's last
+/// write (every write changes it, so a token names one owner's one renewal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub key: String,
+    pub token: i64,
+}
+
+/// What [`MapStore::try_claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The claim is ours until its time to live runs out, unless renewed.
+    Won,
+    /// Another owner holds it, unexpired.
+    HeldBy(String),
+}
+
 /// What [`MapStore::evict_variants`] dropped.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Evicted {
@@ -271,6 +291,56 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Readiness: the store answers a read.
     async fn check(&self) -> Result<(), MapError>;
+
+    // Claims: how nodes sharing the maps keep from doing one job twice (see
+    // `shared/design/leases.md`). Expiry is decided on the store's clock. A store no other
+    // process shares grants every claim: its one process has no one to share with, and
+    // runs each job once already (the pipeline's single-flight maps).
+
+    /// Whether other processes share these maps, so that work is claimed across them.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Claims `key` for `owner` with `token` for `ttl`, if nobody holds it or its claim has
+    /// expired: one conditional write.
+    async fn try_claim(
+        &self,
+        _key: &str,
+        _owner: &str,
+        _token: i64,
+        _ttl: Duration,
+    ) -> Result<ClaimOutcome, MapError> {
+        Ok(ClaimOutcome::Won)
+    }
+
+    /// Extends a claim still held with `claim.token` by `ttl`, under `new_token`. `false`:
+    /// the claim was lost (expired and taken, or released), and its owner must stop.
+    async fn renew_claim(
+        &self,
+        _claim: &Claim,
+        _new_token: i64,
+        _ttl: Duration,
+    ) -> Result<bool, MapError> {
+        Ok(true)
+    }
+
+    /// Gives a claim up (if still held with this token), so a waiter may take it at once.
+    async fn release_claim(&self, _claim: &Claim) -> Result<(), MapError> {
+        Ok(())
+    }
+
+    /// [`MapStore::put_variant`], written only if `claim` is still held with its token, in
+    /// the same transaction ([`MapError::ClaimLost`] otherwise): an owner that lost its
+    /// claim never writes over a newer owner's result.
+    async fn put_variant_claimed(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        _claim: &Claim,
+    ) -> Result<(), MapError> {
+        self.put_variant(key, row).await
+    }
 }
 
 /// The maps the configuration names: PostgreSQL at `maps.url` when set, else the embedded

@@ -9,6 +9,8 @@
 //! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run);
 //! - `upload.rs`: bytes in → an indexed original;
 //! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
+//! - `claims.rs`: jobs claimed across nodes that share the maps, so that the cluster, not
+//!   just each node, downloads and processes once;
 //! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
 //!   the coarse use records both need.
 //!
@@ -35,6 +37,7 @@ use crate::metrics::{Metrics, Readings};
 use crate::negative::{OriginFailures, UrlFailure};
 use crate::stats::{Stats, StatsSnapshot};
 
+mod claims;
 mod maintenance;
 mod resolve;
 mod upkeep;
@@ -79,6 +82,8 @@ struct Shared {
     metrics: Metrics,
     /// Use records, the variants' byte count and the sweep schedule.
     upkeep: upkeep::Upkeep,
+    /// This node's name in claims (`cluster.node_id`).
+    node_id: String,
 }
 
 /// Why the pipeline could not open.
@@ -133,6 +138,7 @@ impl Pipeline {
             shared: Arc::new(Shared {
                 hot: HotVariants::new(config.limits.hot_cache_bytes),
                 upkeep: upkeep::Upkeep::new(&config),
+                node_id: config.cluster.node_id(),
                 config,
                 maps,
                 blobs,
@@ -151,6 +157,11 @@ impl Pipeline {
         Limits {
             max_pixels: self.shared.config.limits.max_pixels,
         }
+    }
+
+    /// This node's name in claims, logs and metrics.
+    pub fn node_id(&self) -> &str {
+        &self.shared.node_id
     }
 
     /// The largest source accepted, from an origin or an upload.
@@ -176,6 +187,7 @@ impl Pipeline {
             outstanding_pixels,
             hot_cache_bytes: s.hot.weighted_size(),
             variant_bytes: s.upkeep.variant_bytes(),
+            node_id: s.node_id.clone(),
         }
     }
 

@@ -10,6 +10,7 @@ use url::Url;
 
 use imgcas_processors::{self as processors, sniff, Limits};
 
+use super::claims::{Backoff, Turn};
 use super::{blocking, Failure, Pipeline};
 use crate::blob::PutOutcome;
 use crate::error::Error;
@@ -130,6 +131,43 @@ impl Pipeline {
                 return Ok(Resolved::known(e.hash, UrlState::Fresh));
             }
         }
+        // One origin request in the cluster: the node that claims the URL asks; the others
+        // wait for its entry (or for its claim to expire).
+        let claim_key = format!("url:{url}");
+        let mut backoff = Backoff::new();
+        let mut lease = loop {
+            match self.claim(claim_key.clone()).await? {
+                Turn::Ours(lease) => {
+                    // The owner before us may have published just before it released (a
+                    // recheck asks itself: that owner may have asked before the news).
+                    if lease.is_shared() && !recheck {
+                        if let Some(done) = self.refreshed_elsewhere(&url, entry.as_ref()).await? {
+                            lease.release().await;
+                            return Ok(done);
+                        }
+                    }
+                    break lease;
+                }
+                Turn::Theirs(owner) => {
+                    tracing::debug!(claim = %claim_key, %owner, "waiting for another node's download");
+                    Stats::bump(&s.stats.claim_waits);
+                    backoff.wait().await;
+                    if recheck {
+                        continue;
+                    }
+                    if let Some(done) = self.refreshed_elsewhere(&url, entry.as_ref()).await? {
+                        return Ok(done);
+                    }
+                }
+            }
+        };
+        // Under a shared claim, ask with the validators as they stand now (a node may have
+        // refreshed them while this one waited).
+        let entry = if lease.is_shared() {
+            s.maps.url(url.as_str()).await.map_err(Error::from)?
+        } else {
+            entry
+        };
         let validators = entry.as_ref().map(|e| Validators {
             etag: e.etag.clone(),
             last_modified: e.last_modified.clone(),
@@ -155,16 +193,30 @@ impl Pipeline {
                 if validators.last_modified.is_some() {
                     entry.last_modified = validators.last_modified;
                 }
-                s.maps
-                    .put_url(url.as_str(), &entry)
-                    .await
-                    .map_err(Error::from)?;
+                match lease.settle().await {
+                    Ok(_) => s
+                        .maps
+                        .put_url(url.as_str(), &entry)
+                        .await
+                        .map_err(Error::from)?,
+                    Err(why) => tracing::warn!(%why, "URL check not published"),
+                }
+                lease.release().await;
                 Ok(Resolved::known(entry.hash, UrlState::Revalidated))
             }
             FetchOutcome::Fetched { bytes, validators } => {
                 Stats::bump(&s.stats.downloads);
                 Stats::add(&s.stats.downloaded_bytes, bytes.len() as u64);
-                let (hash, new_original) = self.store_download(&url, bytes, validators).await?;
+                let publish = match lease.settle().await {
+                    Ok(_) => true,
+                    Err(why) => {
+                        tracing::warn!(%why, "URL mapping not published; the original is");
+                        false
+                    }
+                };
+                let stored = self.store_download(&url, bytes, validators, publish).await;
+                lease.release().await;
+                let (hash, new_original) = stored?;
                 let state = if entry.is_some() {
                     UrlState::Revalidated
                 } else {
@@ -179,6 +231,29 @@ impl Pipeline {
                 })
             }
         }
+    }
+
+    /// The URL's entry, if another node refreshed it since this node read `seen`: what
+    /// waiting for that node's download or check gave.
+    async fn refreshed_elsewhere(
+        &self,
+        url: &Url,
+        seen: Option<&UrlEntry>,
+    ) -> Result<Option<Resolved>, Failure> {
+        let now = self
+            .shared
+            .maps
+            .url(url.as_str())
+            .await
+            .map_err(Error::from)?;
+        Ok(match (seen, now) {
+            (None, Some(e)) => Some(Resolved::known(e.hash, UrlState::Downloaded)),
+            (Some(old), Some(e)) if e.checked_at_ms > old.checked_at_ms => Some(Resolved {
+                changed: e.hash != old.hash,
+                ..Resolved::known(e.hash, UrlState::Revalidated)
+            }),
+            _ => None,
+        })
     }
 
     /// Records an origin failure (held per its class, with backoff) and serves the stored
@@ -206,13 +281,15 @@ impl Pipeline {
         })
     }
 
-    /// Hashes a download, stores its bytes if new, then points the URL at it. Returns the
-    /// hash and whether the original is new (no entry in the originals index before).
+    /// Hashes a download, stores its bytes if new, then points the URL at it (unless
+    /// `publish_url` is off: a node that lost its claim indexes the original only). Returns
+    /// the hash and whether the original is new (no entry in the originals index before).
     async fn store_download(
         &self,
         url: &Url,
         bytes: Bytes,
         validators: Validators,
+        publish_url: bool,
     ) -> Result<(ContentHash, bool), Error> {
         let s = &self.shared;
         let limits = self.limits();
@@ -240,7 +317,11 @@ impl Pipeline {
         };
         // The index, not the blob store's answer, decides "new": a blob a crash left without
         // its index entry is still news to every reader of the maps.
-        let new_original = s.maps.record_download(url.as_str(), &entry, &info).await?;
+        let new_original = if publish_url {
+            s.maps.record_download(url.as_str(), &entry, &info).await?
+        } else {
+            s.maps.add_original(&hash, &info).await?
+        };
         Ok((hash, new_original))
     }
 }

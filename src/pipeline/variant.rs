@@ -13,12 +13,13 @@ use imgcas_processors::{
     self as processors, OutputFormat, ResolvedSpec, SourceFormat, Spec, PROCESSOR_VERSION,
 };
 
+use super::claims::{Backoff, Turn};
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::Overloaded;
 use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::maps::{Claim, VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
 /// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
@@ -263,8 +264,14 @@ impl Pipeline {
     }
 
     /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob
-    /// store first and the row that names them after.
-    async fn store_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), Error> {
+    /// store first and the row that names them after (under `claim`, when shared, so a
+    /// node that lost its claim writes nothing over a newer owner's row).
+    async fn store_variant(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: Option<&Claim>,
+    ) -> Result<(), Error> {
         let s = &self.shared;
         let row = match row {
             VariantRow::Image {
@@ -287,7 +294,10 @@ impl Pipeline {
             }
             _ => row.clone(),
         };
-        s.maps.put_variant(key, &row).await?;
+        match claim {
+            Some(claim) => s.maps.put_variant_claimed(key, &row, claim).await?,
+            None => s.maps.put_variant(key, &row).await?,
+        }
         Ok(())
     }
 
@@ -317,6 +327,32 @@ impl Pipeline {
         if let Some(v) = self.stored_variant(&key).await? {
             return Ok((v, false));
         }
+        // One run in the cluster: the node that claims the key processes; the others wait
+        // for its row (or for its claim to expire).
+        let claim_key = format!("variant:{}", hex::encode(key_digest(&key)));
+        let mut backoff = Backoff::new();
+        let mut lease = loop {
+            match self.claim(claim_key.clone()).await? {
+                Turn::Ours(lease) => {
+                    // The owner before us may have published just before it released.
+                    if lease.is_shared() {
+                        if let Some(v) = self.stored_variant(&key).await? {
+                            lease.release().await;
+                            return Ok((v, false));
+                        }
+                    }
+                    break lease;
+                }
+                Turn::Theirs(owner) => {
+                    tracing::debug!(claim = %claim_key, %owner, "waiting for another node's run");
+                    Stats::bump(&s.stats.claim_waits);
+                    backoff.wait().await;
+                    if let Some(v) = self.stored_variant(&key).await? {
+                        return Ok((v, false));
+                    }
+                }
+            }
+        };
         let limits = self.limits();
         // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
         let side = (limits.max_pixels as f64).sqrt() as u32;
@@ -363,10 +399,14 @@ impl Pipeline {
             },
         };
         s.hot.insert(key.clone(), row.clone());
-        match self.store_variant(&key, &row).await {
-            Ok(()) => self.variant_stored(&key, &row).await,
-            Err(e) => tracing::warn!(error = %e, "variant not stored; serving it anyway"),
+        match lease.settle().await {
+            Ok(claim) => match self.store_variant(&key, &row, claim.as_ref()).await {
+                Ok(()) => self.variant_stored(&key, &row).await,
+                Err(e) => tracing::warn!(error = %e, "variant not stored; serving it anyway"),
+            },
+            Err(why) => tracing::warn!(%why, "variant not published; serving it anyway"),
         }
+        lease.release().await;
         Ok((row, true))
     }
 

@@ -149,31 +149,14 @@ impl TestApp {
 
     /// `GET /metrics`, parsed with a Prometheus text-format parser.
     pub async fn metrics(&self) -> prometheus_parse::Scrape {
-        let r = self
-            .client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics");
-        assert_eq!(r.status(), 200);
-        let text = r.text().await.expect("metrics body");
-        let lines = text.lines().map(|l| Ok(l.to_string()));
-        prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text")
+        scrape(&self.client, &self.url("")).await
     }
 
     /// Requests the app answered on the image routes, and how many of them were `304`s.
     /// (Read from the raw text: the Prometheus parser used elsewhere drops series whose
     /// label values hold braces, as the route pattern `/v1/image/{hash}` does.)
     pub async fn image_requests(&self) -> (u64, u64) {
-        let text = self
-            .client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body");
+        let text = metrics_text(&self.client, &self.url("")).await;
         let mut all = 0;
         let mut not_modified = 0;
         for line in text.lines() {
@@ -201,6 +184,24 @@ impl TestApp {
             r.stop().await;
         }
     }
+}
+
+/// `GET <base>/metrics`'s text (a 200 expected).
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    let r = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(r.status(), 200);
+    r.text().await.expect("metrics body")
+}
+
+/// `GET <base>/metrics` of any server (an app or a child process), parsed.
+pub async fn scrape(client: &reqwest::Client, base: &str) -> prometheus_parse::Scrape {
+    let text = metrics_text(client, base).await;
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text")
 }
 
 /// The value of the sample `name` whose labels include all of `labels` (summed).

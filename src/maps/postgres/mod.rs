@@ -27,8 +27,8 @@ use tokio_postgres::{NoTls, Row};
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
 use super::{
-    now_ms, Evicted, MapError, MapStore, OriginalInfo, UrlEntry, VariantBody, VariantKey,
-    VariantRow, VariantTotals,
+    now_ms, Claim, ClaimOutcome, Evicted, MapError, MapStore, OriginalInfo, UrlEntry, VariantBody,
+    VariantKey, VariantRow, VariantTotals,
 };
 use crate::hash::ContentHash;
 
@@ -473,68 +473,81 @@ impl MapStore for PostgresMaps {
     }
 
     async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
-        let c = VariantColumns::of(key, row)?;
-        let raw: &[u8] = key.hash.as_bytes();
-        let version = key.processor_version as i32;
-        let now = ms(now_ms());
-        // $1–$3 the key, $4–$10 the row, $11 now: one list for both statements below.
-        let params: [&(dyn ToSql + Sync); 11] = [
-            &raw,
-            &version,
-            &key.canonical_spec,
-            &c.format,
-            &c.width,
-            &c.height,
-            &c.body_bytes,
-            &c.failure,
-            &c.message,
-            &c.counted_bytes,
-            &now,
-        ];
-        let mut client = self.client().await?;
-        // Insert, or else replace under a row lock; either way the byte count moves by
-        // exactly the difference, even with another node writing the same key at once
-        // (the insert waits for its commit, then finds the row and takes the update path).
-        loop {
-            let txn = client.transaction().await.map_err(store_error)?;
-            let inserted = txn
-                .execute(
-                    "INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
-                        height, body_bytes, failure, message, counted_bytes, served_at_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                     ON CONFLICT (hash, processor_version, spec) DO NOTHING",
-                    &params,
-                )
-                .await
-                .map_err(store_error)?;
-            let delta = if inserted == 1 {
-                c.counted_bytes
-            } else {
-                let old = txn
-                    .query_opt(
-                        "SELECT counted_bytes FROM imgcas_variants
-                          WHERE hash = $1 AND processor_version = $2 AND spec = $3 FOR UPDATE",
-                        &[&raw, &version, &key.canonical_spec],
-                    )
-                    .await
-                    .map_err(store_error)?;
-                // Evicted between the two statements: start again.
-                let Some(old) = old else { continue };
-                let old: i64 = old.get(0);
-                txn.execute(
-                    "UPDATE imgcas_variants SET format = $4, width = $5, height = $6,
-                        body_bytes = $7, failure = $8, message = $9, counted_bytes = $10,
-                        served_at_ms = GREATEST(served_at_ms, $11)
-                      WHERE hash = $1 AND processor_version = $2 AND spec = $3",
-                    &params,
-                )
-                .await
-                .map_err(store_error)?;
-                c.counted_bytes - old
-            };
-            add_bytes(&txn, shard_of(&key.hash), delta).await?;
-            return txn.commit().await.map_err(store_error);
+        self.write_variant(key, row, None).await
+    }
+
+    async fn put_variant_claimed(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: &Claim,
+    ) -> Result<(), MapError> {
+        self.write_variant(key, row, Some(claim)).await
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn try_claim(
+        &self,
+        key: &str,
+        owner: &str,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, MapError> {
+        let ttl_secs = ttl.as_secs_f64();
+        // Insert, or take over an expired claim: one statement, decided on the database's
+        // clock. No row back means someone else holds it.
+        let won = self
+            .query(
+                "INSERT INTO imgcas_claims (key, owner, token, expires_at, renewed_at)
+                 VALUES ($1, $2, $3, now() + $4 * interval '1 second', now())
+                 ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner,
+                     token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
+                     renewed_at = EXCLUDED.renewed_at
+                  WHERE imgcas_claims.expires_at < now()
+                 RETURNING token",
+                &[&key, &owner, &token, &ttl_secs],
+            )
+            .await?;
+        if !won.is_empty() {
+            return Ok(ClaimOutcome::Won);
         }
+        let holder = self
+            .query("SELECT owner FROM imgcas_claims WHERE key = $1", &[&key])
+            .await?;
+        Ok(ClaimOutcome::HeldBy(holder.first().map_or_else(
+            || "(released just now)".to_string(),
+            |r| r.get(0),
+        )))
+    }
+
+    async fn renew_claim(
+        &self,
+        claim: &Claim,
+        new_token: i64,
+        ttl: Duration,
+    ) -> Result<bool, MapError> {
+        let ttl_secs = ttl.as_secs_f64();
+        let renewed = self
+            .execute(
+                "UPDATE imgcas_claims SET token = $3,
+                        expires_at = now() + $4 * interval '1 second', renewed_at = now()
+                  WHERE key = $1 AND token = $2",
+                &[&claim.key, &claim.token, &new_token, &ttl_secs],
+            )
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    async fn release_claim(&self, claim: &Claim) -> Result<(), MapError> {
+        self.execute(
+            "DELETE FROM imgcas_claims WHERE key = $1 AND token = $2",
+            &[&claim.key, &claim.token],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> Result<(), MapError> {
@@ -704,5 +717,94 @@ impl PostgresMaps {
         }
         txn.commit().await.map_err(store_error)?;
         Ok(gone)
+    }
+}
+
+impl PostgresMaps {
+    /// Stores a variant row, under a claim when one is given (checked in the same
+    /// transaction, with the claim's row locked so it cannot change hands before commit).
+    async fn write_variant(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: Option<&Claim>,
+    ) -> Result<(), MapError> {
+        let c = VariantColumns::of(key, row)?;
+        let raw: &[u8] = key.hash.as_bytes();
+        let version = key.processor_version as i32;
+        let now = ms(now_ms());
+        // $1–$3 the key, $4–$10 the row, $11 now: one list for both statements below.
+        let params: [&(dyn ToSql + Sync); 11] = [
+            &raw,
+            &version,
+            &key.canonical_spec,
+            &c.format,
+            &c.width,
+            &c.height,
+            &c.body_bytes,
+            &c.failure,
+            &c.message,
+            &c.counted_bytes,
+            &now,
+        ];
+        let mut client = self.client().await?;
+        // Insert, or else replace under a row lock; either way the byte count moves by
+        // exactly the difference, even with another node writing the same key at once
+        // (the insert waits for its commit, then finds the row and takes the update path).
+        loop {
+            let txn = client.transaction().await.map_err(store_error)?;
+            if let Some(claim) = claim {
+                let held = txn
+                    .query_opt(
+                        "SELECT 1 FROM imgcas_claims WHERE key = $1 AND token = $2 FOR SHARE",
+                        &[&claim.key, &claim.token],
+                    )
+                    .await
+                    .map_err(store_error)?;
+                if held.is_none() {
+                    return Err(MapError::ClaimLost(format!(
+                        "{} changed hands; the result is not stored",
+                        claim.key
+                    )));
+                }
+            }
+            let inserted = txn
+                .execute(
+                    "INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
+                        height, body_bytes, failure, message, counted_bytes, served_at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                     ON CONFLICT (hash, processor_version, spec) DO NOTHING",
+                    &params,
+                )
+                .await
+                .map_err(store_error)?;
+            let delta = if inserted == 1 {
+                c.counted_bytes
+            } else {
+                let old = txn
+                    .query_opt(
+                        "SELECT counted_bytes FROM imgcas_variants
+                          WHERE hash = $1 AND processor_version = $2 AND spec = $3 FOR UPDATE",
+                        &[&raw, &version, &key.canonical_spec],
+                    )
+                    .await
+                    .map_err(store_error)?;
+                // Evicted between the two statements: start again.
+                let Some(old) = old else { continue };
+                let old: i64 = old.get(0);
+                txn.execute(
+                    "UPDATE imgcas_variants SET format = $4, width = $5, height = $6,
+                        body_bytes = $7, failure = $8, message = $9, counted_bytes = $10,
+                        served_at_ms = GREATEST(served_at_ms, $11)
+                      WHERE hash = $1 AND processor_version = $2 AND spec = $3",
+                    &params,
+                )
+                .await
+                .map_err(store_error)?;
+                c.counted_bytes - old
+            };
+            add_bytes(&txn, shard_of(&key.hash), delta).await?;
+            return txn.commit().await.map_err(store_error);
+        }
     }
 }

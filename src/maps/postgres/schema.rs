@@ -68,6 +68,15 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO imgcas_variant_bytes (shard, bytes) VALUES
         (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0),
         (8, 0), (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (14, 0), (15, 0);",
+    // 2: claims on jobs (downloads, processing runs), held by one node until they expire.
+    "CREATE TABLE imgcas_claims (
+        key text PRIMARY KEY,
+        owner text NOT NULL,
+        -- changed by every write: the owner's proof that the claim is still its own
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL,
+        renewed_at timestamptz NOT NULL
+    );",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

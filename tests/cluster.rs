@@ -1,0 +1,295 @@
+//! Three `imgcas serve` processes (the real binary) on one PostgreSQL (started by the
+//! harness) and one S3 bucket (the in-process s3s-fs server, or the external one CI names):
+//! what one node learned every node knows, and a job runs once in the whole cluster.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::binary::{self, Server};
+use common::postgres::PgServer;
+use common::s3::S3Target;
+use common::*;
+
+/// A node, and its own data dir (which, with shared maps, holds nothing that matters).
+struct Node {
+    server: Option<Server>,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+    client: reqwest::Client,
+}
+
+impl Cluster {
+    fn start(maps_url: &str, bucket: &S3Target, extra: &[(&str, String)]) -> Cluster {
+        let nodes = ["a", "b", "c"]
+            .into_iter()
+            .map(|name| {
+                let dir = tempfile::tempdir().unwrap();
+                let mut env = vec![
+                    ("IMGCAS_MAPS_URL", maps_url.to_string()),
+                    ("IMGCAS_NODE_ID", format!("node-{name}")),
+                ];
+                env.extend(extra.iter().cloned());
+                let server = binary::start_with(dir.path(), Some(bucket), &env);
+                Node {
+                    base: server.base.clone(),
+                    server: Some(server),
+                    _dir: dir,
+                }
+            })
+            .collect();
+        Cluster {
+            nodes,
+            client: client(),
+        }
+    }
+
+    async fn image(&self, node: usize, source: &str, query: &str) -> reqwest::Response {
+        let mut url = reqwest::Url::parse(&format!("{}/v1/image", self.nodes[node].base)).unwrap();
+        url.query_pairs_mut().append_pair("url", source);
+        self.client
+            .get(format!("{url}&{query}"))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// A counter of one node's `/metrics`.
+    async fn counter(&self, node: usize, name: &str) -> f64 {
+        let scrape = scrape(&self.client, &self.nodes[node].base).await;
+        metric_value(&scrape, name, &[])
+    }
+
+    /// A counter summed over the nodes still running.
+    async fn total(&self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].server.is_some() {
+                sum += self.counter(i, name).await;
+            }
+        }
+        sum
+    }
+
+    fn kill(&mut self, node: usize) {
+        if let Some(server) = self.nodes[node].server.take() {
+            server.kill();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(server) = node.server.take() {
+                server.kill();
+            }
+        }
+    }
+}
+
+fn photo() -> Vec<u8> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/exif-orientation/Landscape_1.jpg");
+    std::fs::read(path).unwrap()
+}
+
+const RUNS: &str = "imgcas_processing_runs_total";
+const DOWNLOADS: &str = "imgcas_origin_downloads_total";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_share_what_they_learn_and_do_each_job_once() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &pg.database("cluster_shared"),
+        &bucket,
+        &[("IMGCAS_REVALIDATE_AFTER", "1s".to_string())],
+    );
+
+    // (a) A variant made on node A is a hit on B and C, with no processing there.
+    origin.put("/a.jpg", jpeg(320, 240, 1));
+    let source = origin.url("/a.jpg");
+    let r = cluster.image(0, &source, "w=100&format=webp").await;
+    if r.status() != 200 {
+        panic!("{}: {}", r.status(), r.text().await.unwrap());
+    }
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("miss"));
+    let made = r.bytes().await.unwrap();
+    for node in [1, 2] {
+        let r = cluster.image(node, &source, "w=100&format=webp").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "node {node}");
+        assert_eq!(r.bytes().await.unwrap(), made);
+        assert_eq!(cluster.counter(node, RUNS).await, 0.0, "node {node}");
+        assert_eq!(cluster.counter(node, DOWNLOADS).await, 0.0, "node {node}");
+    }
+    assert_eq!(origin.full(), 1);
+
+    // (b) 90 concurrent cold requests for one new URL and spec, 30 on each node: one
+    // download and one processing run in the whole cluster, and 90 answers of 200.
+    origin.put_slow(
+        "/b.jpg",
+        jpeg(640, 480, 2),
+        Some(Duration::from_millis(300)),
+    );
+    let source = origin.url("/b.jpg");
+    let (runs_before, downloads_before) =
+        (cluster.total(RUNS).await, cluster.total(DOWNLOADS).await);
+    let mut requests = Vec::new();
+    for i in 0..90 {
+        let (client, base, source) = (
+            cluster.client.clone(),
+            cluster.nodes[i % 3].base.clone(),
+            source.clone(),
+        );
+        requests.push(tokio::spawn(async move {
+            let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+            url.query_pairs_mut().append_pair("url", &source);
+            let r = client
+                .get(format!("{url}&w=200&format=png"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.bytes().await.unwrap())
+        }));
+    }
+    let mut bodies = std::collections::HashSet::new();
+    for request in requests {
+        let (status, body) = request.await.unwrap();
+        assert_eq!(status, 200);
+        bodies.insert(body);
+    }
+    assert_eq!(bodies.len(), 1, "every node served the same bytes");
+    assert_eq!(origin.full(), 2, "one more download at the origin");
+    assert_eq!(cluster.total(DOWNLOADS).await - downloads_before, 1.0);
+    assert_eq!(cluster.total(RUNS).await - runs_before, 1.0);
+
+    // (c) An upload to A is served by hash from B.
+    let upload = jpeg(200, 150, 3);
+    let r = cluster
+        .client
+        .post(format!("{}/v1/originals", cluster.nodes[0].base))
+        .header("content-type", "application/octet-stream")
+        .body(upload.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let hash = imgcas::hash::ContentHash::of(&upload);
+    let r = cluster
+        .client
+        .get(format!("{}/v1/image/{hash}?w=50", cluster.nodes[1].base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 50);
+    let r = cluster
+        .client
+        .get(format!("{}/v1/originals/{hash}", cluster.nodes[2].base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), upload);
+
+    // (d) The origin changes a URL's bytes; B revalidates it; A then serves the new content.
+    origin.put("/d.jpg", jpeg(300, 200, 4));
+    let source = origin.url("/d.jpg");
+    let r = cluster.image(0, &source, "w=30").await;
+    assert_eq!(dimensions(&r.bytes().await.unwrap()), (30, 20));
+    origin.put("/d.jpg", jpeg(300, 100, 5));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = cluster.image(1, &source, "w=30").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        dimensions(&r.bytes().await.unwrap()),
+        (30, 10),
+        "B saw the change"
+    );
+    let r = cluster.image(0, &source, "w=30").await;
+    assert_eq!(
+        dimensions(&r.bytes().await.unwrap()),
+        (30, 10),
+        "and A serves it"
+    );
+}
+
+/// (e) The node holding a claim is killed mid-processing: the same request on another node
+/// completes within the claim's time to live plus one processing time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_owner_died_is_taken_over_after_its_time_to_live() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let ttl = Duration::from_secs(2);
+    let mut cluster = Cluster::start(
+        &pg.database("cluster_takeover"),
+        &bucket,
+        &[("IMGCAS_CLAIM_TTL", "2s".to_string())],
+    );
+    origin.put("/photo.jpg", photo());
+    let source = origin.url("/photo.jpg");
+    // One processing time of a slow spec (AVIF at high quality), measured on C.
+    let started = Instant::now();
+    let r = cluster.image(2, &source, "w=1800&format=avif&q=91").await;
+    assert_eq!(r.status(), 200);
+    let one_run = started.elapsed();
+
+    // A claims a sibling spec of the same cost and is killed while it works.
+    let slow = "w=1800&format=avif&q=90";
+    let (client, base, s) = (
+        cluster.client.clone(),
+        cluster.nodes[0].base.clone(),
+        source.clone(),
+    );
+    let on_a = tokio::spawn(async move {
+        let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+        url.query_pairs_mut().append_pair("url", &s);
+        client.get(format!("{url}&{slow}")).send().await
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = pg
+            .psql(
+                "cluster_takeover",
+                "SELECT count(*) FROM imgcas_claims WHERE owner = 'node-a' AND key LIKE 'variant:%'",
+            )
+            .unwrap();
+        if held == "1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node A never claimed the run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.kill(0);
+    assert!(on_a.await.unwrap().is_err(), "A died before answering");
+
+    let started = Instant::now();
+    let r = cluster.image(1, &source, slow).await;
+    let waited = started.elapsed();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), Some("image/avif"));
+    // The bound, with room for a loaded machine: the TTL, one run, and half a run of slack.
+    let bound = ttl + one_run + one_run / 2 + Duration::from_secs(1);
+    assert!(
+        waited <= bound,
+        "B answered after {waited:?}; the bound is {bound:?} (one run took {one_run:?})"
+    );
+    assert!(
+        waited >= ttl / 2,
+        "B cannot have had the claim before it expired ({waited:?})"
+    );
+    assert_eq!(cluster.counter(1, RUNS).await, 1.0, "B ran it once");
+}
