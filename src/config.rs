@@ -39,6 +39,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub maps: MapsConfig,
     pub cluster: ClusterConfig,
+    pub maintenance: MaintenanceConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -69,6 +70,24 @@ pub struct MapsConfig {
     /// `postgres://…` (`IMGCAS_MAPS_URL`): the maps on PostgreSQL, shared by every node that
     /// names the same database. Unset: the embedded redb file under the data dir.
     pub url: Option<String>,
+}
+
+/// What the maintenance commands spare.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MaintenanceConfig {
+    /// `gc` never deletes bytes written less than this long ago (`IMGCAS_GC_GRACE`): a writer
+    /// that stored them may not have written the row that points at them yet.
+    #[serde(deserialize_with = "de_duration")]
+    pub gc_grace: Duration,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            gc_grace: Duration::from_secs(3600),
+        }
+    }
 }
 
 /// How nodes that share the maps share their work.
@@ -230,6 +249,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             maps: MapsConfig::default(),
             cluster: ClusterConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -436,6 +456,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("maps.url", "IMGCAS_MAPS_URL", maps.url, some_text),
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
+    setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),
     setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
     setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
     setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),
@@ -691,6 +712,7 @@ mod tests {
             ("IMGCAS_S3_FORCE_PATH_STYLE", ("true", "true")),
             ("IMGCAS_NODE_ID", (r#""node-a""#, "node-a")),
             ("IMGCAS_CLAIM_TTL", (r#""3s""#, "3")),
+            ("IMGCAS_GC_GRACE", (r#""10m""#, "600")),
             (
                 "IMGCAS_MAPS_URL",
                 (

@@ -293,3 +293,109 @@ async fn a_claim_whose_owner_died_is_taken_over_after_its_time_to_live() {
     );
     assert_eq!(cluster.counter(1, RUNS).await, 1.0, "B ran it once");
 }
+
+/// (f) `imgcas gc --apply` while all three nodes serve and a load writes new originals and
+/// variants: it removes old strays, deletes nothing any node indexes, and verify is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gc_while_nodes_serve_and_write_deletes_nothing_indexed() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let maps_url = pg.database("cluster_gc");
+    // The maintenance commands' data dir: with shared maps it holds nothing they use.
+    let offline = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&maps_url, &bucket, &[]);
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    env.push(("IMGCAS_GC_GRACE", "1s".to_string()));
+
+    // Strays older than the grace: an original nobody indexed, variant bytes no row names.
+    let s3 = bucket.client();
+    let stray = imgcas::hash::ContentHash::of(b"stray");
+    let stray_variant = format!("variants/{stray}/{}", "ab".repeat(32));
+    for key in [imgcas::blob::key_for(&stray), stray_variant.clone()] {
+        s3.put_object()
+            .bucket(&bucket.bucket)
+            .key(&key)
+            .body(b"stray".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // The load: uploads to A, each processed on C, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, client) = (stop.clone(), cluster.client.clone());
+        let (a, c) = (cluster.nodes[0].base.clone(), cluster.nodes[2].base.clone());
+        tokio::spawn(async move {
+            let mut written = Vec::new();
+            let mut i = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && i < 200 {
+                i += 1;
+                let bytes = jpeg(96, 64, i);
+                let r = client
+                    .post(format!("{a}/v1/originals"))
+                    .body(bytes.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+                let hash = imgcas::hash::ContentHash::of(&bytes);
+                let r = client
+                    .get(format!("{c}/v1/image/{hash}?w=40"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                written.push(format!("/v1/image/{hash}?w=40"));
+            }
+            written
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gc_env = env.clone();
+    let (code, out) = tokio::task::spawn_blocking(move || {
+        binary::run(
+            std::path::Path::new("/nonexistent"),
+            &gc_env,
+            &["gc", "--apply"],
+        )
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = load.await.unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("removed 1 unreferenced blobs"), "{out}");
+    assert!(
+        out.contains("removed 1 variant objects no row names"),
+        "{out}"
+    );
+    assert!(
+        written.len() >= 5,
+        "the load ran alongside ({})",
+        written.len()
+    );
+
+    // Everything written is still there: B (which served none of it) finds every variant
+    // stored, bytes and all, and verify finds nothing missing.
+    for path in &written {
+        let r = cluster
+            .client
+            .get(format!("{}{path}", cluster.nodes[1].base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "{path}");
+    }
+    let dir = offline.path().to_path_buf();
+    let (code, out) = tokio::task::spawn_blocking(move || binary::run(&dir, &env, &["verify"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 missing, 0 corrupt"), "{out}");
+}

@@ -86,6 +86,14 @@ impl FsBlobStore {
     }
 }
 
+/// A file's modification time, ms since the epoch (0 when the platform cannot say).
+fn modified(meta: &std::fs::Metadata) -> u64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, BlobError> + Send + 'static,
 ) -> Result<T, BlobError> {
@@ -193,6 +201,45 @@ impl BlobStore for FsBlobStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io("cannot read", &path, e)),
         }
+    }
+
+    async fn modified_ms(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
+        let path = self.path(hash);
+        match tokio::fs::metadata(&path).await {
+            Ok(m) => Ok(Some(modified(&m))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot stat", &path, e)),
+        }
+    }
+
+    async fn list_variants(&self) -> Result<Vec<(VariantObject, u64)>, BlobError> {
+        let root = self.root.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            let top = root.join(super::VARIANT_PREFIX);
+            let Ok(originals) = std::fs::read_dir(&top) else {
+                return Ok(out);
+            };
+            for dir in originals.flatten() {
+                let path = dir.path();
+                let entries = std::fs::read_dir(&path).map_err(|e| io("cannot list", &path, e))?;
+                for entry in entries.flatten() {
+                    let key = format!(
+                        "{}{}/{}",
+                        super::VARIANT_PREFIX,
+                        dir.file_name().to_string_lossy(),
+                        entry.file_name().to_string_lossy()
+                    );
+                    if let (Some(name), Ok(meta)) =
+                        (VariantObject::from_key(&key), entry.metadata())
+                    {
+                        out.push((name, modified(&meta)));
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {

@@ -107,6 +107,27 @@ pub trait BlobStore: Send + Sync + 'static {
 
     /// Deletes variants' bytes; names with nothing stored are fine.
     async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError>;
+
+    /// When an original's blob was last written (ms since the epoch), if present: `gc`
+    /// spares blobs younger than its grace period, whose index entry may be on its way.
+    async fn modified_ms(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError>;
+
+    /// Every stored variant object, with when it was last written (for `gc`).
+    async fn list_variants(&self) -> Result<Vec<(VariantObject, u64)>, BlobError>;
+}
+
+impl VariantObject {
+    /// The inverse of [`VariantObject::key`]; `None` for any other key.
+    pub fn from_key(key: &str) -> Option<VariantObject> {
+        let rest = key.strip_prefix(VARIANT_PREFIX)?;
+        let (hash, digest) = rest.split_once('/')?;
+        let mut raw = [0u8; 32];
+        hex::decode_to_slice(digest, &mut raw).ok()?;
+        Some(VariantObject {
+            hash: hash.parse().ok()?,
+            digest: raw,
+        })
+    }
 }
 
 /// The key of an original, shared by every backend.

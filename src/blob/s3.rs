@@ -302,6 +302,11 @@ impl S3BlobStore {
 }
 
 /// The original's media type from its bytes, for whoever reads the bucket directly.
+/// An S3 time stamp as ms since the epoch (0 before it).
+fn epoch_ms(t: &aws_sdk_s3::primitives::DateTime) -> u64 {
+    u64::try_from(t.to_millis().unwrap_or(0)).unwrap_or(0)
+}
+
 fn content_type(bytes: &[u8]) -> &'static str {
     imgcas_processors::sniff(bytes).map_or("application/octet-stream", |f| f.mime())
 }
@@ -425,6 +430,41 @@ impl BlobStore for S3BlobStore {
 
     async fn get_variant(&self, name: &VariantObject) -> Result<Option<Bytes>, BlobError> {
         self.get_key(&name.key()).await
+    }
+
+    async fn modified_ms(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key_for(hash))
+            .send()
+            .await;
+        match head {
+            Ok(h) => Ok(Some(h.last_modified().map_or(0, epoch_ms))),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(failure("HEAD", &e)),
+        }
+    }
+
+    async fn list_variants(&self) -> Result<Vec<(VariantObject, u64)>, BlobError> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(super::VARIANT_PREFIX)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| failure("LIST", &e))?;
+            for object in page.contents() {
+                if let Some(name) = object.key().and_then(VariantObject::from_key) {
+                    out.push((name, object.last_modified().map_or(0, epoch_ms)));
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {

@@ -1,6 +1,7 @@
 //! `imgcas stats`, `imgcas verify` and `imgcas gc`: the pipeline's maintenance walks, with a
-//! progress bar, and the lines they print. They open the data dir's maps themselves, so run
-//! them while `imgcas serve` is stopped (redb allows one process per file).
+//! progress bar, and the lines they print. They open the configured maps themselves: on the
+//! embedded default, run them while `imgcas serve` is stopped (redb allows one process per
+//! file); on PostgreSQL, while the nodes serve (gc spares what is younger than its grace).
 
 use indicatif::ProgressBar;
 
@@ -105,6 +106,18 @@ pub fn describe_gc(r: &GcReport) -> String {
         r.orphan_variants,
         r.unused_urls,
     );
+    if r.unreferenced_variant_objects > 0 {
+        out.push_str(&format!(
+            "\n{verb} {} variant objects no row names",
+            r.unreferenced_variant_objects
+        ));
+    }
+    if r.young > 0 {
+        out.push_str(&format!(
+            "\nkept {} unreferenced objects younger than maintenance.gc_grace",
+            r.young
+        ));
+    }
     if r.applied {
         out.push_str(&format!(
             "\nevicted {} variants beyond limits.variants_max_bytes",
@@ -113,7 +126,11 @@ pub fn describe_gc(r: &GcReport) -> String {
         if r.compacted {
             out.push_str("\ncompacted the maps' file");
         }
-    } else if r.orphan_variants > 0 || r.unused_urls > 0 || !r.unreferenced_blobs.is_empty() {
+    } else if r.orphan_variants > 0
+        || r.unused_urls > 0
+        || r.unreferenced_variant_objects > 0
+        || !r.unreferenced_blobs.is_empty()
+    {
         out.push_str("\ndry run: `imgcas gc --apply` removes them");
     }
     out

@@ -8,14 +8,18 @@
 //!   entry and a corrupt blob, the URL entries pointing at it, its variants): the next request
 //!   downloads afresh instead of failing.
 //! - `gc`: blobs the index does not know (left by a crash between blob write and index write)
-//!   and variants of unindexed originals; URL entries unused for `fetch.forget_after`;
+//!   and variants of unindexed originals, and (with shared maps) variant objects no row names —
+//!   never bytes younger than `maintenance.gc_grace`, so it may run while nodes write; URL entries unused for `fetch.forget_after`;
 //!   variants beyond `limits.variants_max_bytes` (a budget lowered since the server last
 //!   ran). Removed only when applied; then the maps' file is compacted, giving the freed
 //!   space back to the file system.
 
+use std::collections::HashSet;
+
+use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{VariantKey, VariantTotals};
+use crate::maps::{now_ms, VariantKey, VariantTotals};
 
 use super::Pipeline;
 
@@ -58,7 +62,12 @@ impl VerifyReport {
 pub struct GcReport {
     pub unreferenced_blobs: Vec<ContentHash>,
     pub bytes: u64,
+    /// Unreferenced blobs and variant objects spared for being younger than
+    /// `maintenance.gc_grace` (their rows may be on their way).
+    pub young: u64,
     pub orphan_variants: u64,
+    /// Variant objects in the blob store that no variant row names (shared maps only).
+    pub unreferenced_variant_objects: u64,
     /// URL entries unused for `fetch.forget_after`.
     pub unused_urls: u64,
     /// Variants evicted to meet the budget (only when applied).
@@ -145,9 +154,17 @@ impl Pipeline {
             applied: apply,
             ..GcReport::default()
         };
+        let grace = self.shared.config.maintenance.gc_grace.as_millis() as u64;
+        let written_before = now_ms().saturating_sub(grace);
         let total = stored.len() as u64;
         for (done, hash) in stored.into_iter().enumerate() {
             if indexed.binary_search(&hash).is_err() {
+                // Written since the grace began: its index entry may be on its way (a writer
+                // stores the blob first), so it is not garbage yet.
+                if blobs.modified_ms(&hash).await?.unwrap_or(0) > written_before {
+                    report.young += 1;
+                    continue;
+                }
                 report.bytes += blobs.size(&hash).await?.unwrap_or(0);
                 if apply {
                     blobs.delete(&hash).await?;
@@ -155,6 +172,10 @@ impl Pipeline {
                 report.unreferenced_blobs.push(hash);
             }
             progress(done as u64 + 1, total);
+        }
+        if !maps.holds_variant_bytes() {
+            self.variant_objects_gc(apply, written_before, &mut report)
+                .await?;
         }
         // Variants of an unindexed original are never served: nothing resolves to its hash.
         let orphans = self
@@ -172,6 +193,40 @@ impl Pipeline {
             report.unused_urls = self.unused_urls().await?;
         }
         Ok(report)
+    }
+
+    /// Variant objects no row names (a writer died between bytes and row, or a row was
+    /// replaced): deleted once older than the grace period.
+    async fn variant_objects_gc(
+        &self,
+        apply: bool,
+        written_before: u64,
+        report: &mut GcReport,
+    ) -> Result<(), Error> {
+        let named: HashSet<VariantObject> = self
+            .shared
+            .maps
+            .variant_keys()
+            .await?
+            .iter()
+            .map(super::variant::variant_object)
+            .collect();
+        let mut doomed = Vec::new();
+        for (object, modified) in self.shared.blobs.list_variants().await? {
+            if named.contains(&object) {
+                continue;
+            }
+            if modified > written_before {
+                report.young += 1;
+            } else {
+                doomed.push(object);
+            }
+        }
+        report.unreferenced_variant_objects = doomed.len() as u64;
+        if apply {
+            self.shared.blobs.delete_variants(&doomed).await?;
+        }
+        Ok(())
     }
 
     /// The variant keys whose source hash `doomed` picks.

@@ -28,7 +28,7 @@ fn key_digest(key: &VariantKey) -> [u8; 32] {
 }
 
 /// Where a variant's bytes live in the blob store, when the maps keep none.
-fn variant_object(key: &VariantKey) -> VariantObject {
+pub(super) fn variant_object(key: &VariantKey) -> VariantObject {
     VariantObject {
         hash: key.hash,
         digest: key_digest(key),
