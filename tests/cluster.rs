@@ -399,3 +399,60 @@ async fn gc_while_nodes_serve_and_write_deletes_nothing_indexed() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("0 missing, 0 corrupt"), "{out}");
 }
+
+/// PostgreSQL unreachable: hot-cache hits are still served, everything else is 503
+/// `storage_unavailable` with `Retry-After`, `/readyz` says so, and service resumes by
+/// itself when the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_rides_out_a_database_outage() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    pg.database("cluster_outage");
+    let relay = common::relay::Relay::start(([127, 0, 0, 1], pg.port).into()).await;
+    let maps_url = format!("postgres://imgcas@{}/cluster_outage", relay.addr);
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = binary::start_with(dir.path(), Some(&bucket), &[("IMGCAS_MAPS_URL", maps_url)]);
+    let client = client();
+    let get = |path: String| {
+        let (client, base) = (client.clone(), node.base.clone());
+        async move { client.get(format!("{base}{path}")).send().await.unwrap() }
+    };
+    let image = |name: &str| {
+        let mut url = reqwest::Url::parse("http://x/v1/image").unwrap();
+        url.query_pairs_mut().append_pair("url", &origin.url(name));
+        format!("/v1/image?{}&w=40", url.query().unwrap())
+    };
+    origin.put("/hot.jpg", jpeg(120, 80, 1));
+    origin.put("/cold.jpg", jpeg(120, 80, 2));
+    assert_eq!(get(image("/hot.jpg")).await.status(), 200);
+
+    relay.cut();
+    let r = get(image("/hot.jpg")).await;
+    assert_eq!(
+        r.status(),
+        200,
+        "a hot variant is served without the database"
+    );
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+    let r = get(image("/cold.jpg")).await;
+    assert_eq!(r.status(), 503);
+    assert!(header(&r, "retry-after").is_some());
+    assert_eq!(json(r).await["error"]["code"], "storage_unavailable");
+    assert_eq!(get("/readyz".into()).await.status(), 503);
+
+    relay.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get("/readyz".into()).await.status() != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the node never became ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = get(image("/cold.jpg")).await;
+    assert_eq!(r.status(), 200, "recovered without a restart");
+    node.terminate();
+}

@@ -6,6 +6,7 @@
 
 pub mod binary;
 pub mod postgres;
+pub mod relay;
 pub mod s3;
 
 use std::collections::HashMap;

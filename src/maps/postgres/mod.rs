@@ -8,9 +8,10 @@
 //! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
 //! before it returns, so [`MapStore::flush`] has nothing to do.
 //!
-//! Nothing here caches URL entries: another node may change them at any time. Originals are
-//! cached, since an index entry never changes once written (only `verify --repair` drops one,
-//! with the cluster's bytes already gone).
+//! URL entries are read from the database every time, since another node may change them;
+//! the last one seen is kept only to answer while the database does not (an outage then
+//! costs hot hits nothing). Originals are cached, since an index entry never changes once
+//! written (only `verify --repair` drops one, with the cluster's bytes already gone).
 //!
 //! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed in the
 //! transaction that changes a variant, so the budget check is a sixteen-row read however many
@@ -71,6 +72,10 @@ fn pool_error(e: deadpool_postgres::PoolError) -> MapError {
 pub struct PostgresMaps {
     pool: Pool,
     recent: moka::sync::Cache<ContentHash, OriginalInfo>,
+    /// The URL entries this node read or wrote last, answered only while the database does
+    /// not answer: requests for URLs this node serves keep resolving (and hot variants keep
+    /// being served) through an outage.
+    last_seen_urls: moka::sync::Cache<String, UrlEntry>,
 }
 
 impl PostgresMaps {
@@ -100,6 +105,7 @@ impl PostgresMaps {
         let maps = PostgresMaps {
             pool,
             recent: moka::sync::Cache::new(RECENT_ORIGINALS),
+            last_seen_urls: moka::sync::Cache::new(RECENT_ORIGINALS),
         };
         let mut client = maps.client().await?;
         schema::migrate(&mut client).await?;
@@ -347,18 +353,38 @@ impl MapStore for PostgresMaps {
     }
 
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
-        let rows = self
+        let rows = match self
             .query("SELECT * FROM imgcas_urls WHERE url = $1", &[&url])
-            .await?;
-        rows.first().map(url_entry).transpose()
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                return match self.last_seen_urls.get(url) {
+                    Some(entry) => {
+                        tracing::debug!(%url, error = %e, "database unavailable; URL entry as last seen");
+                        Ok(Some(entry))
+                    }
+                    None => Err(e),
+                }
+            }
+        };
+        let entry = rows.first().map(url_entry).transpose()?;
+        match &entry {
+            Some(e) => self.last_seen_urls.insert(url.to_string(), e.clone()),
+            None => self.last_seen_urls.invalidate(url),
+        }
+        Ok(entry)
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
         let client = self.client().await?;
-        put_url_on(&client, url, entry).await
+        put_url_on(&client, url, entry).await?;
+        self.last_seen_urls.insert(url.to_string(), entry.clone());
+        Ok(())
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        self.last_seen_urls.invalidate(url);
         self.execute("DELETE FROM imgcas_urls WHERE url = $1", &[&url])
             .await
             .map(|_| ())
@@ -444,6 +470,7 @@ impl MapStore for PostgresMaps {
         let new = insert_original_on(&txn, &entry.hash, info).await?;
         put_url_on(&txn, url, entry).await?;
         txn.commit().await.map_err(store_error)?;
+        self.last_seen_urls.insert(url.to_string(), entry.clone());
         Ok(new)
     }
 
