@@ -34,7 +34,7 @@ pub struct IngestOptions {
     /// Image files, directories, and http(s) URLs.
     pub inputs: Vec<String>,
     /// A running imgcas (e.g. http://127.0.0.1:8080); without it, the local data dir is
-    /// opened directly (stop the server first).
+    /// opened directly (on the embedded maps, stop the server first; shared PostgreSQL maps need no such pause).
     #[arg(long)]
     pub server: Option<Url>,
     /// The server's admin token (else IMGCAS_ADMIN_TOKEN), sent as `Authorization: Bearer`.
