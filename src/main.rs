@@ -67,11 +67,29 @@ enum Command {
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
     /// failed.
     Ingest(cli::ingest::IngestOptions),
-    /// Find blobs and variants nothing references (run while the server is stopped).
+    /// Find blobs and variants nothing references (on the embedded maps, run while the
+    /// server is stopped; on PostgreSQL, while nodes serve).
     Gc {
         /// Remove them; without it, only report (dry run).
         #[arg(long)]
         apply: bool,
+    },
+    /// The maps themselves.
+    Maps {
+        #[command(subcommand)]
+        command: MapsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MapsCommand {
+    /// Copy this node's embedded maps (under the data dir) into PostgreSQL, and its bytes
+    /// (local originals, variant bytes) into the configured S3 bucket, to join a cluster.
+    /// Idempotent and resumable; run it while the node is stopped.
+    Copy {
+        /// The shared maps: `postgres://user:password@host:port/database`.
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -246,6 +264,21 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             let report = maintenance(cli::maintenance::gc(config, apply))?;
             println!("{}", cli::maintenance::describe_gc(&report));
             Ok(Outcome::Done)
+        }
+        Command::Maps {
+            command: MapsCommand::Copy { to },
+        } => {
+            let config = configure(config_path, &Flags::default())?;
+            if let Some(why) = cli::maps::refusal(&config, &to) {
+                return Err(Outcome::Refused(why));
+            }
+            let report = maintenance(cli::maps::copy(config, &to))?;
+            println!("{}", cli::maps::describe(&report));
+            Ok(if report.originals_missing > 0 {
+                Outcome::Trouble
+            } else {
+                Outcome::Done
+            })
         }
     }
 }

@@ -60,6 +60,12 @@ async fn a_data_dir_from_the_previous_release_serves_unchanged() {
         c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
     })
     .await;
+    serves_what_the_fixture_served(&app, &manifest).await;
+}
+
+/// What the fixture's node served, served again by `app` as stored: no download, no
+/// processing.
+async fn serves_what_the_fixture_served(app: &TestApp, manifest: &Value) {
     let text = |v: &Value| v.as_str().unwrap().to_string();
 
     // The uploaded original, by hash: its variant is a stored hit, byte for byte.
@@ -113,6 +119,71 @@ async fn a_data_dir_from_the_previous_release_serves_unchanged() {
 
     assert_eq!(app.downloads(), 0, "nothing downloaded");
     assert_eq!(app.processing_runs(), 0, "nothing processed");
+}
+
+/// `imgcas maps copy --to postgres://…` moves the fixture's node into a cluster: its maps
+/// into PostgreSQL, its originals and variant bytes into the bucket. A second run copies
+/// nothing again; a node on the shared maps and bucket alone (an empty data dir) then
+/// serves everything the fixture's node served, as stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn maps_copy_moves_a_node_into_a_cluster() {
+    let Some(pg) = common::postgres::PgServer::or_skip("maps_copy") else {
+        return;
+    };
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/datadir-v0.1");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
+            .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, data.path());
+    let bucket = std::sync::Arc::new(common::s3::S3Target::new().await);
+    let maps_url = pg.database("maps_copy");
+    let args = ["maps", "copy", "--to", maps_url.as_str()];
+
+    let (code, out) = common::binary::run(data.path(), &[], &args);
+    assert_eq!(code, 2, "refused without a bucket to copy into: {out}");
+    let env = bucket.env();
+    let (code, out) = common::binary::run(data.path(), &env, &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("originals  3 copied, 0 already there, 0 missing"),
+        "{out}"
+    );
+    assert!(out.contains("variants   3 copied"), "{out}");
+    let keys = bucket.keys().await;
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("originals/")).count(),
+        3
+    );
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("variants/")).count(),
+        2,
+        "{keys:?}"
+    );
+
+    // Idempotent: a second run finds everything there.
+    let (code, out) = common::binary::run(data.path(), &env, &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("originals  0 copied, 3 already there"),
+        "{out}"
+    );
+    assert!(
+        out.contains("variants   0 copied, 3 already there"),
+        "{out}"
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let dir = empty.path().to_path_buf();
+    let shared = bucket.clone();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        shared.configure(c);
+        c.maps.url = Some(maps_url);
+        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
+    })
+    .await;
+    serves_what_the_fixture_served(&app, &manifest).await;
 }
 
 /// Variants written before the byte budget existed count against it from the first start:

@@ -1,12 +1,13 @@
 //! The commands of the `imgcas` binary besides `serve`: `process` (one file, offline),
 //! `ingest` (bulk loading, over HTTP or on the local data dir), and the maintenance commands
-//! `stats`, `verify` and `gc`. They are the binary's own (not the library's): flags, progress
+//! `stats`, `verify` and `gc`, and `maps copy` (a node's maps into a cluster's). They are the binary's own (not the library's): flags, progress
 //! bars and printed tables stay out of the service's API.
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub mod ingest;
 pub mod maintenance;
+pub mod maps;
 pub mod process;
 
 /// The progress bar the long commands share: what, how far, rate and time left.

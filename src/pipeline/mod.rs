@@ -9,6 +9,7 @@
 //! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run);
 //! - `upload.rs`: bytes in → an indexed original;
 //! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
+//! - `copy.rs`: one node's embedded maps and bytes copied into shared ones (`maps copy`);
 //! - `claims.rs`: jobs claimed across nodes that share the maps, so that the cluster, not
 //!   just each node, downloads and processes once;
 //! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
@@ -38,12 +39,14 @@ use crate::negative::{OriginFailures, UrlFailure};
 use crate::stats::{Stats, StatsSnapshot};
 
 mod claims;
+mod copy;
 mod maintenance;
 mod resolve;
 mod upkeep;
 mod upload;
 mod variant;
 
+pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use resolve::{Resolved, UrlState};
 pub use upload::Uploaded;
