@@ -36,13 +36,14 @@ echo "generating $rows rows per table…" >&2
 psql -d capacity <<SQL
 -- A merchant image URL (~95 characters), its hash, an ETag and a Last-Modified as origins send.
 INSERT INTO imgcas_urls
+SELECT sha256(convert_to(u, 'UTF8')), u, h, etag, lm, c, r, l FROM (
 SELECT 'https://cdn.merchant-' || (i % 5000) || '.example.com/products/' || i || '/images/main-'
-         || substr(md5(i::text), 1, 16) || '.jpg',
-       decode(md5(i::text) || md5((i + 1)::text), 'hex'),
-       '"' || md5((i * 7)::text) || '"',
-       'Wed, 21 Oct 2015 07:28:00 GMT',
-       1764000000000 + i, 1764000000000 + i, 1764000000000 + i
-  FROM generate_series(1, $rows) AS i;
+         || substr(md5(i::text), 1, 16) || '.jpg' AS u,
+       decode(md5(i::text) || md5((i + 1)::text), 'hex') AS h,
+       '"' || md5((i * 7)::text) || '"' AS etag,
+       'Wed, 21 Oct 2015 07:28:00 GMT' AS lm,
+       1764000000000 + i AS c, 1764000000000 + i AS r, 1764000000000 + i AS l
+  FROM generate_series(1, $rows) AS i) AS generated;
 INSERT INTO imgcas_originals
 SELECT decode(md5(i::text) || md5((i + 1)::text), 'hex'), 'jpeg', 1600, 1200, false,
        180000 + i % 200000, 1764000000000 + i

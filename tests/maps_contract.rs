@@ -97,6 +97,11 @@ async fn contract(open: impl Fn() -> Opened) {
         .unwrap();
     maps.remove_url("http://127.0.0.1/gone").await.unwrap();
     assert_eq!(maps.url("http://127.0.0.1/gone").await.unwrap(), None);
+    // URLs of any length (longer than an index entry may be, in some engines).
+    let long = format!("http://127.0.0.1/{}", "x".repeat(6000));
+    maps.put_url(&long, &url_entry(a)).await.unwrap();
+    assert_eq!(maps.url(&long).await.unwrap(), Some(url_entry(a)));
+    maps.remove_url(&long).await.unwrap();
 
     // Originals: the first sighting wins, and it is durable at once.
     assert_eq!(maps.original(&a).await.unwrap(), None);

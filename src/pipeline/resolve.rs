@@ -133,7 +133,8 @@ impl Pipeline {
         }
         // One origin request in the cluster: the node that claims the URL asks; the others
         // wait for its entry (or for its claim to expire).
-        let claim_key = format!("url:{url}");
+        // (A digest: claim keys are index entries, and URLs can be long.)
+        let claim_key = format!("url:{}", ContentHash::of(url.as_str().as_bytes()));
         let mut backoff = Backoff::new();
         let mut lease = loop {
             match self.claim(claim_key.clone()).await? {

@@ -275,10 +275,17 @@ async fn add_bytes(client: &impl GenericClient, shard: i32, delta: i64) -> Resul
     Ok(())
 }
 
+/// A URL's key in `imgcas_urls` and in claims: its SHA-256, so that URLs of any length fit
+/// an index entry (PostgreSQL refuses index entries over ~2.7 KB, and URLs can be longer).
+pub(super) fn url_key(url: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(url.as_bytes()).to_vec()
+}
+
 const UPSERT_URL: &str = "INSERT INTO imgcas_urls
-        (url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
-    ON CONFLICT (url) DO UPDATE SET hash = EXCLUDED.hash, etag = EXCLUDED.etag,
+        (url_key, url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms)
+    VALUES ($8, $1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash, etag = EXCLUDED.etag,
         last_modified = EXCLUDED.last_modified, checked_at_ms = EXCLUDED.checked_at_ms,
         requested_at_ms = EXCLUDED.requested_at_ms, last_used_ms = EXCLUDED.last_used_ms";
 
@@ -299,6 +306,7 @@ async fn put_url_on(
                 &ms(entry.checked_at_ms),
                 &ms(entry.requested_at_ms),
                 &ms(entry.last_used_ms()),
+                &url_key(url),
             ],
         )
         .await
@@ -354,7 +362,10 @@ impl MapStore for PostgresMaps {
 
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         let rows = match self
-            .query("SELECT * FROM imgcas_urls WHERE url = $1", &[&url])
+            .query(
+                "SELECT * FROM imgcas_urls WHERE url_key = $1",
+                &[&url_key(url)],
+            )
             .await
         {
             Ok(rows) => rows,
@@ -385,9 +396,12 @@ impl MapStore for PostgresMaps {
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
         self.last_seen_urls.invalidate(url);
-        self.execute("DELETE FROM imgcas_urls WHERE url = $1", &[&url])
-            .await
-            .map(|_| ())
+        self.execute(
+            "DELETE FROM imgcas_urls WHERE url_key = $1",
+            &[&url_key(url)],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
@@ -404,15 +418,15 @@ impl MapStore for PostgresMaps {
         if requested.is_empty() {
             return Ok(());
         }
-        let urls: Vec<&str> = requested.iter().map(|(u, _)| u.as_str()).collect();
+        let keys: Vec<Vec<u8>> = requested.iter().map(|(u, _)| url_key(u)).collect();
         let stamps: Vec<i64> = requested.iter().map(|(_, at)| ms(*at)).collect();
         self.execute(
             "UPDATE imgcas_urls AS u
                 SET requested_at_ms = s.at,
                     last_used_ms = GREATEST(u.checked_at_ms, s.at)
-               FROM (SELECT * FROM unnest($1::text[], $2::bigint[]) AS t (url, at)) AS s
-              WHERE u.url = s.url AND u.requested_at_ms < s.at",
-            &[&urls, &stamps],
+               FROM (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS t (url_key, at)) AS s
+              WHERE u.url_key = s.url_key AND u.requested_at_ms < s.at",
+            &[&keys, &stamps],
         )
         .await
         .map(|_| ())
@@ -423,8 +437,8 @@ impl MapStore for PostgresMaps {
         loop {
             let n = self
                 .execute(
-                    "DELETE FROM imgcas_urls WHERE url IN (
-                        SELECT url FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
+                    "DELETE FROM imgcas_urls WHERE url_key IN (
+                        SELECT url_key FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
                     &[&ms(unused_since_ms), &FORGET_BATCH],
                 )
                 .await?;

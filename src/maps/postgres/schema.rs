@@ -24,7 +24,9 @@ pub(super) const BYTE_SHARDS: i32 = 16;
 const MIGRATIONS: &[&str] = &[
     // 1: the three maps and the variants' byte count.
     "CREATE TABLE imgcas_urls (
-        url text PRIMARY KEY,
+        -- SHA-256 of the URL: URLs of any length, one index entry of 32 bytes each
+        url_key bytea PRIMARY KEY,
+        url text NOT NULL,
         hash bytea NOT NULL,
         etag text,
         last_modified text,

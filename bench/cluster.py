@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Three nodes against one, on this machine: the same PostgreSQL maps and S3 bucket setup
+for both, the realistic shape of traffic spread round-robin over the nodes.
+
+- Workload: PHOTOS distinct real photographs (shared/corpus/photos) behind 10 URLs each, on
+  a loopback origin; REQUESTS requests picking URLs by Zipf popularity (s = 1.1) and one of
+  four specs, from 16 client threads, sent round-robin to the nodes.
+- Reported for one node and for three: processing runs in the whole cluster (the sum of the
+  nodes' /metrics) against the distinct (image, spec) pairs requested, downloads against
+  distinct URLs, client p50/p90/p99 and errors; hit throughput (wrk on one stored variant by
+  hash, 64 connections, split over the nodes).
+- The price of the shared maps on a hot-cache miss: wrk on a cached error by hash with the
+  hot cache off, served from the embedded redb maps vs from PostgreSQL (the difference is
+  the PostgreSQL round trip; no bucket read is involved, a cached error has no bytes).
+
+PostgreSQL (Debian's package) and moto (pip) are started on loopback ports by the script.
+Writes bench/results/cluster.json.
+"""
+
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+import http.client
+from pathlib import Path
+
+import lib
+
+REQUESTS = int(os.environ.get("REQUESTS", "6000"))
+PHOTOS = int(os.environ.get("PHOTOS", "100"))
+URLS_PER_PHOTO = 10
+THREADS = 16
+MAX_SECONDS = 300
+SPECS = [
+    ("w=200&format=webp", 0.35),
+    ("w=400&format=webp", 0.30),
+    ("w=800&format=jpeg", 0.20),
+    ("w=120&h=120&fit=cover&format=jpeg", 0.15),
+]
+CORPUS = lib.ROOT.parent / "shared" / "corpus" / "photos"
+
+
+class Postgres:
+    """A throwaway PostgreSQL server on a loopback port (as `postgres` when run as root)."""
+
+    def __init__(self, work):
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins:
+            raise SystemExit("needs PostgreSQL's server binaries: apt-get install postgresql")
+        self.bin = bins[-1]
+        self.dir = Path(work) / "pg"
+        self.dir.mkdir(parents=True)
+        root = os.geteuid() == 0
+        self.prefix = ["runuser", "-u", "postgres", "--"] if root else []
+        if root:
+            subprocess.run(["chown", "-R", "postgres:postgres", str(Path(work))], check=True)
+        self.port = lib.free_port()
+        subprocess.run(self.prefix + [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "imgcas",
+                                      "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
+                       check=True, stdout=subprocess.DEVNULL)
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        subprocess.run(self.prefix + [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
+                                      str(self.dir / "log"), "-w", "-o", opts, "start"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def database(self, name):
+        subprocess.run([str(self.bin / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", "imgcas",
+                        "-d", "postgres", "-c", f"CREATE DATABASE {name}"], check=True)
+        return f"postgres://imgcas@127.0.0.1:{self.port}/{name}"
+
+    def stop(self):
+        subprocess.run(self.prefix + [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_moto(procs):
+    port = lib.free_port()
+    procs.start(["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    lib.wait_http(endpoint + "/")
+    return endpoint
+
+
+def create_bucket(endpoint, name):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                      aws_access_key_id="bench", aws_secret_access_key="bench-secret")
+    s3.create_bucket(Bucket=name)
+
+
+def s3_env(endpoint, bucket):
+    return dict(IMGCAS_STORAGE="s3", IMGCAS_S3_BUCKET=bucket, IMGCAS_S3_ENDPOINT=endpoint,
+                IMGCAS_S3_FORCE_PATH_STYLE="true", AWS_ACCESS_KEY_ID="bench",
+                AWS_SECRET_ACCESS_KEY="bench-secret")
+
+
+def zipf_weights(n, s):
+    return [1 / (k**s) for k in range(1, n + 1)]
+
+
+def workload(bases, origin, paths, picks, specs):
+    """Sends the picks round-robin over `bases`; returns records and elapsed seconds."""
+    records, lock = [], threading.Lock()
+    it, it_lock = iter(range(len(picks))), threading.Lock()
+    deadline = time.monotonic() + MAX_SECONDS
+
+    def worker(n):
+        conns = [http.client.HTTPConnection("127.0.0.1", int(b.rsplit(":", 1)[1]), timeout=60) for b in bases]
+        local = []
+        while time.monotonic() < deadline:
+            with it_lock:
+                i = next(it, None)
+            if i is None:
+                break
+            conn = conns[i % len(conns)]
+            q = "url=" + urllib.parse.quote(origin.base + paths[picks[i]], safe="") + "&" + specs[i]
+            t = time.perf_counter()
+            conn.request("GET", "/v1/image?" + q)
+            r = conn.getresponse()
+            r.read()
+            local.append(((time.perf_counter() - t) * 1000, r.status, r.getheader("x-imgcas-source-hash"), specs[i], picks[i]))
+        for c in conns:
+            c.close()
+        with lock:
+            records.extend(local)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records, time.monotonic() - started
+
+
+def run_cluster(binary, pg, moto, origin, paths, picks, specs, nodes, work, tag):
+    db = pg.database(f"bench_{tag}")
+    create_bucket(moto, f"bench-{tag}")
+    env = s3_env(moto, f"bench-{tag}")
+    with lib.Procs() as procs:
+        bases = []
+        for n in range(nodes):
+            base, _ = lib.start_imgcas(procs, binary, work / f"{tag}-{n}", IMGCAS_MAPS_URL=db,
+                                       IMGCAS_NODE_ID=f"{tag}-{n}", **env)
+            bases.append(base)
+        records, elapsed = workload(bases, origin, paths, picks, specs)
+        runs = sum(lib.metric(b, "imgcas_processing_runs_total") for b in bases)
+        downloads = sum(lib.metric(b, "imgcas_origin_downloads_total") for b in bases)
+        waits = sum(lib.metric(b, "imgcas_claim_waits_total") for b in bases)
+        # Hit throughput: one stored variant by hash, the connections split over the nodes.
+        ok = [r for r in records if r[1] == 200]
+        h, spec = ok[0][2], ok[0][3]
+        per_node = max(1, 64 // len(bases))
+        results = [None] * len(bases)
+
+        def hit(k):
+            results[k] = lib.wrk(f"{bases[k]}/v1/image/{h}?{spec}", per_node, 8, threads=1)
+
+        threads = [threading.Thread(target=hit, args=(k,)) for k in range(len(bases))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    lat = statistics.quantiles([r[0] for r in records], n=100)
+    return {
+        "nodes": nodes,
+        "requests": len(records),
+        "seconds": elapsed,
+        "errors": len(records) - len(ok),
+        "processing_runs": int(runs),
+        "distinct_pairs": len({(r[2], r[3]) for r in ok}),
+        "downloads": int(downloads),
+        "distinct_urls": len({r[4] for r in records}),
+        "claim_waits": int(waits),
+        "p50_ms": lat[49],
+        "p90_ms": lat[89],
+        "p99_ms": lat[98],
+        "hit_rps": sum(r["rps"] for r in results),
+        "hit_p99_ms": max(r["p99"] for r in results),
+    }
+
+
+def miss_cost(binary, pg, moto, work):
+    """A cached error by hash with the hot cache off: redb vs PostgreSQL maps."""
+    out = {}
+    note = b"not an image: its processing error is cached like a result"
+    for backend in ("redb", "postgres"):
+        env = dict(IMGCAS_HOT_CACHE_BYTES="0")
+        if backend == "postgres":
+            create_bucket(moto, "bench-miss")
+            env.update(IMGCAS_MAPS_URL=pg.database("bench_miss"), **s3_env(moto, "bench-miss"))
+        with lib.Procs() as procs:
+            base, _ = lib.start_imgcas(procs, binary, work / f"miss-{backend}", **env)
+            req = urllib.request.Request(base + "/v1/originals", data=note, method="POST",
+                                         headers={"content-type": "application/octet-stream"})
+            h = __import__("json").loads(urllib.request.urlopen(req).read())["hash"]
+            url = f"{base}/v1/image/{h}?w=10"
+            for _ in range(2):
+                try:
+                    urllib.request.urlopen(url)
+                except urllib.error.HTTPError:
+                    pass
+            out[backend] = lib.wrk(url, 16, 8)
+    return out
+
+
+def main():
+    lib.need("wrk")
+    try:
+        import boto3  # noqa: F401
+        import moto  # noqa: F401
+    except ImportError:
+        raise SystemExit("needs moto[server]: pip install 'moto[server]'")
+    binary = lib.build()
+    work = lib.tempdir("cluster")
+    photos = sorted(CORPUS.glob("*.jpg"))[:PHOTOS]
+    if len(photos) < PHOTOS:
+        raise SystemExit(f"needs {PHOTOS} photos in {CORPUS}")
+    rng = random.Random(42)
+    origin = lib.StaticOrigin()
+    paths = []
+    for j in range(PHOTOS * URLS_PER_PHOTO):
+        path = f"/m{j % 97}/p{j}.jpg"
+        origin.set(path, photos[(j * 7919) % PHOTOS].read_bytes())
+        paths.append(path)
+    ranked = list(range(len(paths)))
+    rng.shuffle(ranked)
+    picks = rng.choices(ranked, weights=zipf_weights(len(paths), 1.1), k=REQUESTS)
+    specs = rng.choices([s for s, _ in SPECS], weights=[w for _, w in SPECS], k=REQUESTS)
+
+    pg = None
+    try:
+        pg = Postgres(work)
+        with lib.Procs() as procs:
+            moto = start_moto(procs)
+            print("== one node", flush=True)
+            one = run_cluster(binary, pg, moto, origin, paths, picks, specs, 1, work, "one")
+            print("== three nodes", flush=True)
+            three = run_cluster(binary, pg, moto, origin, paths, picks, specs, 3, work, "three")
+            print("== hot-cache miss: redb vs PostgreSQL maps", flush=True)
+            miss = miss_cost(binary, pg, moto, work)
+    finally:
+        if pg:
+            pg.stop()
+        origin.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = []
+    for name, r in (("1 node", one), ("3 nodes", three)):
+        rows.append((name, f"{r['requests']} in {r['seconds']:.1f} s, {r['errors']} errors",
+                     f"{r['processing_runs']} runs / {r['distinct_pairs']} pairs",
+                     f"{r['downloads']} / {r['distinct_urls']} URLs", str(r["claim_waits"]),
+                     f"{r['p50_ms']:.0f} / {r['p90_ms']:.0f} / {r['p99_ms']:.0f} ms",
+                     f"{r['hit_rps']:.0f} req/s, p99 {r['hit_p99_ms']:.1f} ms"))
+    print(f"\ncluster: {REQUESTS} requests, {PHOTOS} photos x {URLS_PER_PHOTO} URLs, Zipf, round-robin; {os.cpu_count()} cores shared")
+    lib.table(("setup", "requests", "processing", "downloads", "claim waits", "p50/p90/p99", "hit throughput"), rows)
+    redb, post = miss["redb"], miss["postgres"]
+    per_request_ms = 1000 / post["rps"] - 1000 / redb["rps"]
+    lib.table(("hot-cache miss (cached error by hash, 16 conns)", "req/s", "p50", "p99"), [
+        ("embedded redb maps", f"{redb['rps']:.0f}", f"{redb['p50']:.2f} ms", f"{redb['p99']:.2f} ms"),
+        ("PostgreSQL maps", f"{post['rps']:.0f}", f"{post['p50']:.2f} ms", f"{post['p99']:.2f} ms"),
+    ])
+    print(f"PostgreSQL round trip on a hot-cache miss: {post['p50'] - redb['p50']:.2f} ms more at p50; "
+          f"{per_request_ms * 1000:.0f} us of the machine per request at saturation")
+    lib.save("cluster", {"one_node": one, "three_nodes": three, "miss": miss})
+
+
+if __name__ == "__main__":
+    main()
