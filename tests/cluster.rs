@@ -323,7 +323,8 @@ async fn gc_while_nodes_serve_and_write_deletes_nothing_indexed() {
             .await
             .unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Older than the grace, a second of rounding and a second of slack.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
 
     // The load: uploads to A, each processed on C, until told to stop.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
