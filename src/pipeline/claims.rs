@@ -172,13 +172,15 @@ async fn renew(
                 *lock(&renewed_at) = sent;
             }
             Ok(false) => {
-                tracing::warn!(claim = %current.key, "claim lost to another node; stopping");
+                tracing::warn!(claim = %current.key, node = %node, "claim lost to another node; stopping");
                 lost.store(true, Ordering::Release);
                 return;
             }
             // Not renewed (the database unreachable, or the answer lost): the lease ages,
             // and if the write did land, the next renewal finds the token changed.
-            Err(e) => tracing::warn!(claim = %current.key, error = %e, "claim renewal failed"),
+            Err(e) => {
+                tracing::warn!(claim = %current.key, node = %node, error = %e, "claim renewal failed")
+            }
         }
     }
 }
