@@ -216,6 +216,12 @@ pub trait MapStore: Send + Sync + 'static {
     /// The URL map entry of a canonical URL.
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError>;
 
+    /// [`MapStore::url`] as the store holds it this instant, past any memory a shared
+    /// store keeps of it (a node waiting for another's download polls this).
+    async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        self.url(url).await
+    }
+
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError>;
 
     /// Drops a URL's entry: it is downloaded afresh on its next request.

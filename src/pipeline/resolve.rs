@@ -165,7 +165,7 @@ impl Pipeline {
         // Under a shared claim, ask with the validators as they stand now (a node may have
         // refreshed them while this one waited).
         let entry = if lease.is_shared() {
-            s.maps.url(url.as_str()).await.map_err(Error::from)?
+            s.maps.url_now(url.as_str()).await.map_err(Error::from)?
         } else {
             entry
         };
@@ -244,7 +244,7 @@ impl Pipeline {
         let now = self
             .shared
             .maps
-            .url(url.as_str())
+            .url_now(url.as_str())
             .await
             .map_err(Error::from)?;
         Ok(match (seen, now) {
