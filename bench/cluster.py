@@ -9,14 +9,17 @@ for both, the realistic shape of traffic spread round-robin over the nodes.
   nodes' /metrics) against the distinct (image, spec) pairs requested, downloads against
   distinct URLs, client p50/p90/p99 and errors; hit throughput (wrk on one stored variant by
   hash, 64 connections, split over the nodes).
-- The price of the shared maps' round trip: wrk on a hot variant by URL, whose URL lookup the
-  embedded maps answer from memory and the PostgreSQL maps with a query every time (the
-  variant itself comes from the hot cache in both, so the difference is the round trip).
+- The price of the shared maps: wrk on a hot variant by URL (the URL lookup: both answer it
+  from memory, PostgreSQL's for a second at a time), and on a hot-cache miss without bucket
+  bytes (a cached processing error by hash, hot cache off: every request reads the variants
+  row, from the redb file or with a PostgreSQL round trip).
+- PARTS=cluster,url,miss picks the measurements (all by default).
 
 PostgreSQL (Debian's package) and moto (pip) are started on loopback ports by the script.
 Writes bench/results/cluster.json.
 """
 
+import json
 import os
 import random
 import shutil
@@ -205,6 +208,32 @@ def url_hit_cost(binary, pg, moto, origin, path, work):
     return out
 
 
+def miss_cost(binary, pg, moto, work):
+    """A hot-cache miss with no bucket read: a cached processing error by hash (a BMP whose
+    processing fails for good, so its row holds no bytes), with the hot cache off. Every
+    request reads the variants row: from the redb file, or from PostgreSQL."""
+    bad = lib.ROOT.parent / "shared" / "corpus" / "image-rs-image" / "bad" / "bmp" / "Bad_shortfile.bmp"
+    out = {}
+    for backend in ("redb", "postgres"):
+        env = dict(IMGCAS_HOT_CACHE_BYTES="0")
+        if backend == "postgres":
+            create_bucket(moto, "bench-miss")
+            env.update(IMGCAS_MAPS_URL=pg.database("bench_miss"), **s3_env(moto, "bench-miss"))
+        with lib.Procs() as procs:
+            base, _ = lib.start_imgcas(procs, binary, work / f"miss-{backend}", **env)
+            req = urllib.request.Request(base + "/v1/originals", data=bad.read_bytes(), method="POST",
+                                         headers={"content-type": "application/octet-stream"})
+            h = json.loads(urllib.request.urlopen(req).read())["hash"]
+            url = f"{base}/v1/image/{h}?w=10"
+            for _ in range(2):
+                try:
+                    urllib.request.urlopen(url)
+                except urllib.error.HTTPError as e:
+                    assert e.code == 422, e.code
+            out[backend] = lib.wrk(url, 16, 8)
+    return out
+
+
 def main():
     lib.need("wrk")
     try:
@@ -229,41 +258,57 @@ def main():
     picks = rng.choices(ranked, weights=zipf_weights(len(paths), 1.1), k=REQUESTS)
     specs = rng.choices([s for s, _ in SPECS], weights=[w for _, w in SPECS], k=REQUESTS)
 
+    parts = os.environ.get("PARTS", "cluster,url,miss").split(",")
     pg = None
+    one = three = by_url = miss = None
     try:
         pg = Postgres(work)
         with lib.Procs() as procs:
             moto = start_moto(procs)
-            print("== one node", flush=True)
-            one = run_cluster(binary, pg, moto, origin, paths, picks, specs, 1, work, "one")
-            print("== three nodes", flush=True)
-            three = run_cluster(binary, pg, moto, origin, paths, picks, specs, 3, work, "three")
-            print("== hot variant by URL: redb vs PostgreSQL maps", flush=True)
-            miss = url_hit_cost(binary, pg, moto, origin, paths[0], work)
+            if "cluster" in parts:
+                print("== one node", flush=True)
+                one = run_cluster(binary, pg, moto, origin, paths, picks, specs, 1, work, "one")
+                print("== three nodes", flush=True)
+                three = run_cluster(binary, pg, moto, origin, paths, picks, specs, 3, work, "three")
+            if "url" in parts:
+                print("== hot variant by URL: redb vs PostgreSQL maps", flush=True)
+                by_url = url_hit_cost(binary, pg, moto, origin, paths[0], work)
+            if "miss" in parts:
+                print("== hot-cache miss (a cached error's row): redb vs PostgreSQL maps", flush=True)
+                miss = miss_cost(binary, pg, moto, work)
     finally:
         if pg:
             pg.stop()
         origin.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    rows = []
-    for name, r in (("1 node", one), ("3 nodes", three)):
-        rows.append((name, f"{r['requests']} in {r['seconds']:.1f} s, {r['errors']} errors",
-                     f"{r['processing_runs']} runs / {r['distinct_pairs']} pairs",
-                     f"{r['downloads']} / {r['distinct_urls']} URLs", str(r["claim_waits"]),
-                     f"{r['p50_ms']:.0f} / {r['p90_ms']:.0f} / {r['p99_ms']:.0f} ms",
-                     f"{r['hit_rps']:.0f} req/s, p99 {r['hit_p99_ms']:.1f} ms"))
     print(f"\ncluster: {REQUESTS} requests, {PHOTOS} photos x {URLS_PER_PHOTO} URLs, Zipf, round-robin; {os.cpu_count()} cores shared")
-    lib.table(("setup", "requests", "processing", "downloads", "claim waits", "p50/p90/p99", "hit throughput"), rows)
-    redb, post = miss["redb"], miss["postgres"]
-    per_request_ms = 1000 / post["rps"] - 1000 / redb["rps"]
-    lib.table(("hot variant by URL (16 conns)", "req/s", "p50", "p99"), [
-        ("embedded redb maps", f"{redb['rps']:.0f}", f"{redb['p50']:.2f} ms", f"{redb['p99']:.2f} ms"),
-        ("PostgreSQL maps", f"{post['rps']:.0f}", f"{post['p50']:.2f} ms", f"{post['p99']:.2f} ms"),
-    ])
-    print(f"the PostgreSQL URL lookup: {post['p50'] - redb['p50']:.2f} ms more at p50; "
-          f"{per_request_ms * 1000:.0f} us of the machine per request at saturation")
-    lib.save("cluster", {"one_node": one, "three_nodes": three, "miss": miss})
+    if one:
+        rows = []
+        for name, r in (("1 node", one), ("3 nodes", three)):
+            rows.append((name, f"{r['requests']} in {r['seconds']:.1f} s, {r['errors']} errors",
+                         f"{r['processing_runs']} runs / {r['distinct_pairs']} pairs",
+                         f"{r['downloads']} / {r['distinct_urls']} URLs", str(r["claim_waits"]),
+                         f"{r['p50_ms']:.0f} / {r['p90_ms']:.0f} / {r['p99_ms']:.0f} ms",
+                         f"{r['hit_rps']:.0f} req/s, p99 {r['hit_p99_ms']:.1f} ms"))
+        lib.table(("setup", "requests", "processing", "downloads", "claim waits", "p50/p90/p99", "hit throughput"), rows)
+    for title, pair in (("hot variant by URL (16 conns)", by_url),
+                        ("hot-cache miss: a cached error's row by hash (16 conns)", miss)):
+        if not pair:
+            continue
+        redb, post = pair["redb"], pair["postgres"]
+        lib.table((title, "req/s", "p50", "p99"), [
+            ("embedded redb maps", f"{redb['rps']:.0f}", f"{redb['p50']:.2f} ms", f"{redb['p99']:.2f} ms"),
+            ("PostgreSQL maps", f"{post['rps']:.0f}", f"{post['p50']:.2f} ms", f"{post['p99']:.2f} ms"),
+        ])
+        print(f"PostgreSQL maps: {post['p50'] - redb['p50']:.2f} ms more at p50; "
+              f"{(1000 / post['rps'] - 1000 / redb['rps']) * 1000:.0f} us more of the machine per request at saturation")
+    # A partial run (PARTS) keeps the other parts' figures from the last run.
+    results = lib.RESULTS / "cluster.json"
+    saved = json.loads(results.read_text()) if results.exists() else {}
+    fresh = {"one_node": one, "three_nodes": three, "by_url": by_url, "miss": miss}
+    saved.update({k: v for k, v in fresh.items() if v is not None})
+    lib.save("cluster", saved)
 
 
 if __name__ == "__main__":

@@ -2,142 +2,38 @@
 //! `deploy/nginx-cdn.conf` on loopback in front of the app, and the app's own request
 //! counters say what reached it.
 //!
-//! nginx is found as `nginx` on PATH or /usr/sbin/nginx. Without it the test says so and
-//! passes, unless IMGCAS_TEST_NGINX=1 (set by `.ci/run`, which installs nginx): then a
-//! missing nginx fails it.
+//! nginx is found as `nginx` on PATH or /usr/sbin/nginx (`common::nginx`). Without it the
+//! test says so and passes, unless IMGCAS_TEST_NGINX=1 (set by `.ci/run`, which installs
+//! nginx): then a missing nginx fails it.
 
 mod common;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::nginx::{self, Nginx};
 use common::*;
 
-fn nginx_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("nginx"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let sbin = PathBuf::from("/usr/sbin/nginx");
-        sbin.is_file().then_some(sbin)
-    })
-}
-
-/// A port free on loopback now (nginx binds it a moment later).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// nginx in the foreground on a temporary prefix; killed when dropped.
-struct Nginx {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nginx {
-    /// SIGTERM to the master, which stops its workers (SIGKILL would orphan them, still
-    /// listening); SIGKILL only if it has not gone within 5 s.
-    fn drop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Nginx {
-    /// Runs deploy/nginx-cdn.conf with its three site lines pointed at `upstream`, a free
-    /// loopback port and a temporary cache directory.
-    fn start(binary: &Path, upstream: std::net::SocketAddr) -> Nginx {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let root = dir.path();
-        let sample = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx-cdn.conf"),
-        )
-        .expect("deploy/nginx-cdn.conf");
-        let port = free_port();
-        let cache = root.join("cache");
-        let site = replace_once(
-            &replace_once(
-                &replace_once(
-                    &sample,
+/// deploy/nginx-cdn.conf with its three site lines pointed at `upstream`, a free loopback
+/// port and a temporary cache directory.
+fn start_cdn(binary: &Path, upstream: std::net::SocketAddr) -> Nginx {
+    let port = nginx::free_port();
+    Nginx::start(binary, port, |root| {
+        nginx::site(
+            "nginx-cdn.conf",
+            &[
+                (
                     "proxy_cache_path /var/cache/nginx/imgcas ",
-                    &format!("proxy_cache_path {} ", cache.display()),
+                    format!("proxy_cache_path {} ", root.join("cache").display()),
                 ),
-                "server 127.0.0.1:8080;",
-                &format!("server {upstream};"),
-            ),
-            "listen 127.0.0.1:8081;",
-            &format!("listen 127.0.0.1:{port};"),
-        );
-        std::fs::write(root.join("imgcas-cdn.conf"), site).unwrap();
-        // As root, nginx would hand its workers to `nobody`, who cannot write the temporary
-        // cache directory.
-        let is_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0"));
-        let main = format!(
-            "{user}daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\n\
-             error_log {root}/error.log warn;\nevents {{ worker_connections 256; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {root}/client;\n\
-             proxy_temp_path {root}/proxy;\n  fastcgi_temp_path {root}/fastcgi;\n\
-             uwsgi_temp_path {root}/uwsgi;\n  scgi_temp_path {root}/scgi;\n\
-             include {root}/imgcas-cdn.conf;\n}}\n",
-            user = if is_root { "user root;\n" } else { "" },
-            root = root.display(),
-        );
-        std::fs::write(root.join("nginx.conf"), main).unwrap();
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(root)
-            .arg("-c")
-            .arg(root.join("nginx.conf"))
-            .arg("-e")
-            .arg(root.join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nginx starts");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not listen: {}",
-                std::fs::read_to_string(root.join("error.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
-        }
-    }
-}
-
-fn replace_once(text: &str, from: &str, to: &str) -> String {
-    assert_eq!(
-        text.matches(from).count(),
-        1,
-        "deploy/nginx-cdn.conf must contain `{from}` once"
-    );
-    text.replacen(from, to, 1)
+                ("server 127.0.0.1:8080;", format!("server {upstream};")),
+                (
+                    "listen 127.0.0.1:8081;",
+                    format!("listen 127.0.0.1:{port};"),
+                ),
+            ],
+        )
+    })
 }
 
 struct Answer {
@@ -182,19 +78,14 @@ async fn until(app: &TestApp, what: &str, want: impl Fn((u64, u64)) -> bool) -> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nginx_caches_revalidates_varies_and_expires_errors() {
-    let Some(binary) = nginx_binary() else {
-        assert!(
-            std::env::var("IMGCAS_TEST_NGINX").is_err(),
-            "IMGCAS_TEST_NGINX is set but no nginx was found"
-        );
-        skip_unless_ci("nginx not installed (apt install nginx)");
+    let Some(binary) = nginx::binary_or_skip() else {
         return;
     };
     let origin = Origin::start().await;
     origin.put("/photo.jpg", jpeg(640, 480, 7));
     // By-URL answers live 1 s, so the test can watch one expire.
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::from_secs(1)).await;
-    let cdn = Nginx::start(&binary, app.addr);
+    let cdn = start_cdn(&binary, app.addr);
     let client = client();
     let mut source = reqwest::Url::parse(&format!("{}/v1/image", cdn.base)).unwrap();
     source

@@ -457,3 +457,112 @@ async fn a_node_rides_out_a_database_outage() {
     assert_eq!(r.status(), 200, "recovered without a restart");
     node.terminate();
 }
+
+/// Requests a node answered on the image routes (from its /metrics text).
+async fn image_requests(client: &reqwest::Client, base: &str) -> u64 {
+    let text = metrics_text(client, base).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("imgcas_http_requests_total{"))
+        .filter(|rest| rest.contains("route=\"/v1/image"))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// deploy/nginx-cluster.conf in front of the three nodes: one URI always lands on the same
+/// node (a consistent hash of the request URI), URIs spread over the nodes, and a node that
+/// died is stepped over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nginx_sends_one_uri_to_one_node_and_steps_over_a_dead_one() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let Some(nginx_binary) = common::nginx::binary_or_skip() else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let mut cluster = Cluster::start(&pg.database("cluster_lb"), &bucket, &[]);
+    let port = common::nginx::free_port();
+    let node = |k: usize| {
+        cluster.nodes[k]
+            .base
+            .trim_start_matches("http://")
+            .to_string()
+    };
+    let (a, b, c) = (node(0), node(1), node(2));
+    let lb = common::nginx::Nginx::start(&nginx_binary, port, |_| {
+        common::nginx::site(
+            "nginx-cluster.conf",
+            &[
+                ("server imgcas-a:8080", format!("server {a}")),
+                ("server imgcas-b:8080", format!("server {b}")),
+                ("server imgcas-c:8080", format!("server {c}")),
+                ("listen 8090;", format!("listen 127.0.0.1:{port};")),
+            ],
+        )
+    });
+    let through_lb = |name: &str| {
+        let mut url = reqwest::Url::parse(&format!("{}/v1/image", lb.base)).unwrap();
+        url.query_pairs_mut().append_pair("url", &origin.url(name));
+        format!("{url}&w=32")
+    };
+    let counts = |cluster: &Cluster| {
+        let bases: Vec<String> = cluster.nodes.iter().map(|n| n.base.clone()).collect();
+        let client = cluster.client.clone();
+        async move {
+            let mut out = Vec::new();
+            for base in bases {
+                out.push(image_requests(&client, &base).await);
+            }
+            out
+        }
+    };
+
+    // One URI, ten times: all ten on one node.
+    origin.put("/one.jpg", jpeg(64, 48, 1));
+    for _ in 0..10 {
+        let r = cluster
+            .client
+            .get(through_lb("/one.jpg"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let after_one = counts(&cluster).await;
+    let owner = after_one
+        .iter()
+        .position(|&n| n == 10)
+        .unwrap_or_else(|| panic!("one URI spread over the nodes: {after_one:?}"));
+    assert_eq!(after_one.iter().sum::<u64>(), 10, "{after_one:?}");
+
+    // Twenty URIs: more than one node gets some.
+    for i in 0..20u8 {
+        origin.put(&format!("/p{i}.jpg"), jpeg(64, 48, i + 10));
+        let r = cluster
+            .client
+            .get(through_lb(&format!("/p{i}.jpg")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let after_many = counts(&cluster).await;
+    let busy = after_many
+        .iter()
+        .zip(&after_one)
+        .filter(|(now, before)| now > before)
+        .count();
+    assert!(busy >= 2, "twenty URIs all on one node: {after_many:?}");
+
+    // The URI's node dies: nginx steps over it, and another node serves the stored variant.
+    cluster.kill(owner);
+    let r = cluster
+        .client
+        .get(through_lb("/one.jpg"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "shared maps");
+}

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod nginx;
 pub mod postgres;
 pub mod relay;
 pub mod s3;
