@@ -64,7 +64,20 @@ struct Held {
     renewed_at: Arc<Mutex<Instant>>,
     lost: Arc<AtomicBool>,
     renewer: Option<tokio::task::JoinHandle<()>>,
+    /// Tells the renewer to stop between renewals (never mid-request: a renewal the
+    /// database applied but whose answer was cut off would leave this lease a stale token).
+    stop: tokio::sync::watch::Sender<bool>,
     released: bool,
+}
+
+impl Held {
+    /// Stops the renewer and waits for it, so the claim's token is final.
+    async fn stop_renewing(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(renewer) = self.renewer.take() {
+            let _ = renewer.await;
+        }
+    }
 }
 
 /// A token no other write of any node uses: a digest of the node, a counter and the time.
@@ -98,10 +111,7 @@ impl Lease {
         let Some(held) = &mut self.shared else {
             return Ok(None);
         };
-        if let Some(renewer) = held.renewer.take() {
-            renewer.abort();
-            let _ = renewer.await;
-        }
+        held.stop_renewing().await;
         let claim = lock(&held.claim).clone();
         let age = lock(&held.renewed_at).elapsed();
         let margin = held.ttl / 5;
@@ -117,9 +127,7 @@ impl Lease {
     /// Gives the claim up now, so a waiting node takes it at once.
     pub(super) async fn release(mut self) {
         if let Some(held) = &mut self.shared {
-            if let Some(renewer) = held.renewer.take() {
-                renewer.abort();
-            }
+            held.stop_renewing().await;
             held.released = true;
             let claim = lock(&held.claim).clone();
             if let Err(e) = held.maps.release_claim(&claim).await {
@@ -134,23 +142,29 @@ impl Drop for Lease {
         let Some(held) = &mut self.shared else {
             return;
         };
-        if let Some(renewer) = held.renewer.take() {
-            renewer.abort();
-        }
+        let _ = held.stop.send(true);
+        let renewer = held.renewer.take();
         if held.released {
             return;
         }
-        // Dropped on an error path or with its request: release without making anyone wait.
-        let (maps, claim) = (held.maps.clone(), lock(&held.claim).clone());
+        // Dropped on an error path or with its request: release in the background, once the
+        // renewer is done (so with the claim's final token), without making anyone wait.
+        let (maps, claim) = (held.maps.clone(), held.claim.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                if let Some(renewer) = renewer {
+                    let _ = renewer.await;
+                }
+                let claim = lock(&claim).clone();
                 let _ = maps.release_claim(&claim).await;
             });
+        } else if let Some(renewer) = renewer {
+            renewer.abort();
         }
     }
 }
 
-/// Renews a claim at about a third of its time to live until aborted or lost.
+/// Renews a claim at about a third of its time to live until told to stop, or lost.
 async fn renew(
     maps: Arc<dyn MapStore>,
     node: String,
@@ -158,12 +172,16 @@ async fn renew(
     claim: Arc<Mutex<Claim>>,
     renewed_at: Arc<Mutex<Instant>>,
     lost: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
         let current = lock(&claim).clone();
         // ±10 % around a third, from the token's bits: nodes do not renew in step.
         let jitter = 0.9 + (current.token.rem_euclid(1000) as f64) / 5000.0;
-        tokio::time::sleep(ttl.mul_f64(jitter / 3.0)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(ttl.mul_f64(jitter / 3.0)) => {}
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
         let sent = Instant::now();
         let next = new_token(&node);
         match maps.renew_claim(&current, next, ttl).await {
@@ -201,6 +219,7 @@ impl Pipeline {
                 let claim = Arc::new(Mutex::new(Claim { key, token }));
                 let renewed_at = Arc::new(Mutex::new(sent));
                 let lost = Arc::new(AtomicBool::new(false));
+                let (stop, stopped) = tokio::sync::watch::channel(false);
                 let renewer = tokio::spawn(renew(
                     s.maps.clone(),
                     s.node_id.clone(),
@@ -208,6 +227,7 @@ impl Pipeline {
                     claim.clone(),
                     renewed_at.clone(),
                     lost.clone(),
+                    stopped,
                 ));
                 Ok(Turn::Ours(Lease {
                     shared: Some(Held {
@@ -217,6 +237,7 @@ impl Pipeline {
                         renewed_at,
                         lost,
                         renewer: Some(renewer),
+                        stop,
                         released: false,
                     }),
                 }))

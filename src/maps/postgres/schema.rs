@@ -124,8 +124,8 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), MapError> {
 }
 
 /// `CREATE TABLE IF NOT EXISTS` is not safe against itself: two sessions creating the table
-/// at once can both pass the check and one then fails on the catalog's unique index. That
-/// loser only needs to look again.
+/// at once can both pass the check, and the loser then fails on the catalog (as a unique
+/// violation, or "type … already exists"). It only needs to look again.
 async fn create_version_table(client: &Client) -> Result<(), MapError> {
     let mut attempt = 0;
     loop {
@@ -143,7 +143,9 @@ async fn create_version_table(client: &Client) -> Result<(), MapError> {
                 if attempt < 5
                     && matches!(
                         e.code(),
-                        Some(&SqlState::UNIQUE_VIOLATION) | Some(&SqlState::DUPLICATE_TABLE)
+                        Some(&SqlState::UNIQUE_VIOLATION)
+                            | Some(&SqlState::DUPLICATE_TABLE)
+                            | Some(&SqlState::DUPLICATE_OBJECT)
                     ) =>
             {
                 attempt += 1;
