@@ -184,9 +184,17 @@ impl Pipeline {
                 .await?;
         }
         // Variants of an unindexed original are never served: nothing resolves to its hash.
-        let orphans = self
+        // The index is read again after the variants: an original indexed since the first
+        // read (an upload while nodes serve) may already have variants, and they are not
+        // orphans. (A variant row is written only after its original's index entry.)
+        let mut orphans = self
             .variants_where(|h| indexed.binary_search(h).is_err())
             .await?;
+        if !orphans.is_empty() {
+            let mut indexed_now = maps.original_hashes().await?;
+            indexed_now.sort();
+            orphans.retain(|k| indexed_now.binary_search(&k.hash).is_err());
+        }
         report.orphan_variants = orphans.len() as u64;
         if apply {
             maps.remove_variants(&orphans).await?;
