@@ -33,18 +33,13 @@ import http.client
 from pathlib import Path
 
 import lib
+from realistic import SPECS, zipf_weights  # the same four specs and popularity law
 
 REQUESTS = int(os.environ.get("REQUESTS", "6000"))
 PHOTOS = int(os.environ.get("PHOTOS", "100"))
 URLS_PER_PHOTO = 10
 THREADS = 16
 MAX_SECONDS = 300
-SPECS = [
-    ("w=200&format=webp", 0.35),
-    ("w=400&format=webp", 0.30),
-    ("w=800&format=jpeg", 0.20),
-    ("w=120&h=120&fit=cover&format=jpeg", 0.15),
-]
 CORPUS = lib.ROOT.parent / "shared" / "corpus" / "photos"
 
 
@@ -102,10 +97,6 @@ def s3_env(endpoint, bucket):
     return dict(IMGCAS_STORAGE="s3", IMGCAS_S3_BUCKET=bucket, IMGCAS_S3_ENDPOINT=endpoint,
                 IMGCAS_S3_FORCE_PATH_STYLE="true", AWS_ACCESS_KEY_ID="bench",
                 AWS_SECRET_ACCESS_KEY="bench-secret")
-
-
-def zipf_weights(n, s):
-    return [1 / (k**s) for k in range(1, n + 1)]
 
 
 def workload(bases, origin, paths, picks, specs):

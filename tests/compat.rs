@@ -32,17 +32,23 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// The app on a copy of the fixture (on the filesystem store), configured further by
-/// `tweak`, and the fixture's manifest.
-async fn app_on_the_fixture(
-    tweak: impl FnOnce(&mut imgcas::config::Config),
-) -> (TestApp, Value, tempfile::TempDir) {
+/// A copy of the fixture data dir (tests write to it), and its manifest.
+fn fixture_copy() -> (tempfile::TempDir, Value) {
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/datadir-v0.1");
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
             .unwrap();
     let data = tempfile::tempdir().unwrap();
     copy_dir(&fixture, data.path());
+    (data, manifest)
+}
+
+/// The app on a copy of the fixture (on the filesystem store), configured further by
+/// `tweak`, and the fixture's manifest.
+async fn app_on_the_fixture(
+    tweak: impl FnOnce(&mut imgcas::config::Config),
+) -> (TestApp, Value, tempfile::TempDir) {
+    let (data, manifest) = fixture_copy();
     let dir = data.path().to_path_buf();
     let app = spawn_app_with(move |c| {
         c.data_dir = dir;
@@ -130,12 +136,7 @@ async fn maps_copy_moves_a_node_into_a_cluster() {
     let Some(pg) = common::postgres::PgServer::or_skip("maps_copy") else {
         return;
     };
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/datadir-v0.1");
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
-            .unwrap();
-    let data = tempfile::tempdir().unwrap();
-    copy_dir(&fixture, data.path());
+    let (data, manifest) = fixture_copy();
     let bucket = std::sync::Arc::new(common::s3::S3Target::new().await);
     let maps_url = pg.database("maps_copy");
     let args = ["maps", "copy", "--to", maps_url.as_str()];

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::maps::{MapStore, VariantBody, VariantRow};
 
 use super::maintenance::Progress;
-use super::variant::variant_object;
+use super::variant::row_for;
 
 /// What [`copy_maps`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -112,25 +112,14 @@ pub async fn copy_maps(
         let Some(row) = from.variant(&key).await? else {
             continue;
         };
-        let row = match row {
-            VariantRow::Image {
-                format,
-                width,
-                height,
-                body: VariantBody::Inline(bytes),
-            } if !to.holds_variant_bytes() => {
-                let len = bytes.len() as u64;
-                bucket.put_variant(&variant_object(&key), bytes).await?;
-                report.bytes_uploaded += len;
-                VariantRow::Image {
-                    format,
-                    width,
-                    height,
-                    body: VariantBody::InBlobStore { len },
-                }
-            }
-            row => row,
-        };
+        let row = row_for(to, bucket, &key, row).await?;
+        if let VariantRow::Image {
+            body: VariantBody::InBlobStore { len },
+            ..
+        } = &row
+        {
+            report.bytes_uploaded += len;
+        }
         to.put_variant(&key, &row).await?;
         report.variants_copied += 1;
     }

@@ -16,15 +16,43 @@ use imgcas_processors::{
 use super::claims::{Backoff, Turn};
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::Overloaded;
-use crate::blob::VariantObject;
+use crate::blob::{BlobStore, VariantObject};
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{Claim, VariantBody, VariantKey, VariantRow};
+use crate::maps::{Claim, MapStore, VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
 /// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
 fn key_digest(key: &VariantKey) -> [u8; 32] {
     Sha256::digest(key.to_bytes()).into()
+}
+
+/// `row` as `maps` stores it: unchanged where the maps hold variant bytes; otherwise its image
+/// bytes put in `blobs` first, and the row naming them returned.
+pub(super) async fn row_for(
+    maps: &dyn MapStore,
+    blobs: &dyn BlobStore,
+    key: &VariantKey,
+    row: VariantRow,
+) -> Result<VariantRow, Error> {
+    match row {
+        VariantRow::Image {
+            format,
+            width,
+            height,
+            body: VariantBody::Inline(bytes),
+        } if !maps.holds_variant_bytes() => {
+            let len = bytes.len() as u64;
+            blobs.put_variant(&variant_object(key), bytes).await?;
+            Ok(VariantRow::Image {
+                format,
+                width,
+                height,
+                body: VariantBody::InBlobStore { len },
+            })
+        }
+        row => Ok(row),
+    }
 }
 
 /// Where a variant's bytes live in the blob store, when the maps keep none.
@@ -273,27 +301,7 @@ impl Pipeline {
         claim: Option<&Claim>,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        let row = match row {
-            VariantRow::Image {
-                format,
-                width,
-                height,
-                body: VariantBody::Inline(bytes),
-            } if !s.maps.holds_variant_bytes() => {
-                s.blobs
-                    .put_variant(&variant_object(key), bytes.clone())
-                    .await?;
-                VariantRow::Image {
-                    format: *format,
-                    width: *width,
-                    height: *height,
-                    body: VariantBody::InBlobStore {
-                        len: bytes.len() as u64,
-                    },
-                }
-            }
-            _ => row.clone(),
-        };
+        let row = row_for(s.maps.as_ref(), s.blobs.as_ref(), key, row.clone()).await?;
         match claim {
             Some(claim) => s.maps.put_variant_claimed(key, &row, claim).await?,
             None => s.maps.put_variant(key, &row).await?,
