@@ -88,9 +88,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let router = crate::http::router(service.clone());
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);
+    let backfill = spawn_backfill(pipeline.clone());
     let task = tokio::spawn(async move {
         serve(listener, router, &server, rx).await;
         flusher.abort();
+        backfill.abort();
         if let Err(e) = pipeline.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
@@ -162,6 +164,23 @@ async fn serve(
             settings.shutdown_timeout
         );
     }
+}
+
+/// Fingerprints the originals stored before fingerprints existed (or by an older version),
+/// once, in the background: until it gets to one, it is fingerprinted on demand.
+fn spawn_backfill(pipeline: Pipeline) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if !pipeline.near_dedup_on() {
+            return;
+        }
+        match pipeline.backfill_fingerprints(&|_| {}).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(originals = n, "fingerprints backfilled"),
+            Err(e) => {
+                tracing::warn!(error = %e, "fingerprint backfill stopped; it resumes at the next start")
+            }
+        }
+    })
 }
 
 /// Once a second: the pipeline's upkeep (use records, the variants' budget, the sweep of

@@ -40,6 +40,7 @@ pub struct Config {
     pub maps: MapsConfig,
     pub cluster: ClusterConfig,
     pub maintenance: MaintenanceConfig,
+    pub dedup: DedupConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -86,6 +87,43 @@ impl Default for MaintenanceConfig {
     fn default() -> Self {
         MaintenanceConfig {
             gc_grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What near-duplicates (the same picture in other bytes) do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NearDedup {
+    /// No fingerprints are computed, nothing is reported.
+    Off,
+    /// Fingerprints are kept and near-duplicates reported; every original serves its own
+    /// pixels.
+    Report,
+    /// As `report`, and a URL whose bytes are a near-duplicate of a larger or equal original
+    /// (within `dedup.radius` and the guards) is served from that original.
+    Canonical,
+}
+
+/// Near-duplicate detection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DedupConfig {
+    /// `IMGCAS_NEAR_DEDUP`: `off`, `report` (default) or `canonical`.
+    pub near: NearDedup,
+    /// Bits of the 64-bit DCT hash within which a near-duplicate is reported
+    /// (`IMGCAS_NEAR_DEDUP_REPORT_RADIUS`).
+    pub report_radius: u32,
+    /// Bits within which canonical mode merges (`IMGCAS_NEAR_DEDUP_RADIUS`).
+    pub radius: u32,
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        DedupConfig {
+            near: NearDedup::Report,
+            report_radius: 8,
+            radius: 4,
         }
     }
 }
@@ -250,6 +288,7 @@ impl Default for Config {
             maps: MapsConfig::default(),
             cluster: ClusterConfig::default(),
             maintenance: MaintenanceConfig::default(),
+            dedup: DedupConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -393,6 +432,15 @@ fn hosts(v: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
+fn near_dedup(v: &str) -> Result<NearDedup, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(NearDedup::Off),
+        "report" => Ok(NearDedup::Report),
+        "canonical" => Ok(NearDedup::Canonical),
+        _ => Err("must be `off`, `report` or `canonical`".into()),
+    }
+}
+
 fn duration(v: &str) -> Result<Duration, String> {
     parse_duration(v)
 }
@@ -457,6 +505,9 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),
+    setting!("dedup.near", "IMGCAS_NEAR_DEDUP", dedup.near, near_dedup),
+    setting!("dedup.report_radius", "IMGCAS_NEAR_DEDUP_REPORT_RADIUS", dedup.report_radius, number),
+    setting!("dedup.radius", "IMGCAS_NEAR_DEDUP_RADIUS", dedup.radius, number),
     setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
     setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
     setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),
@@ -589,6 +640,18 @@ impl Config {
                 "is on but no preset is defined, so every image request would be refused",
             ));
         }
+        if self.dedup.report_radius > 16 {
+            return Err(bad(
+                "dedup.report_radius",
+                "must be at most 16 (bits of 64)",
+            ));
+        }
+        if self.dedup.radius > self.dedup.report_radius {
+            return Err(bad(
+                "dedup.radius",
+                "must not exceed dedup.report_radius (what merges is also reported)",
+            ));
+        }
         if self.cluster.claim_ttl < Duration::from_millis(300) {
             return Err(bad(
                 "cluster.claim_ttl",
@@ -713,6 +776,9 @@ mod tests {
             ("IMGCAS_NODE_ID", (r#""node-a""#, "node-a")),
             ("IMGCAS_CLAIM_TTL", (r#""3s""#, "3")),
             ("IMGCAS_GC_GRACE", (r#""10m""#, "600")),
+            ("IMGCAS_NEAR_DEDUP", (r#""canonical""#, "canonical")),
+            ("IMGCAS_NEAR_DEDUP_REPORT_RADIUS", ("10", "10")),
+            ("IMGCAS_NEAR_DEDUP_RADIUS", ("3", "3")),
             (
                 "IMGCAS_MAPS_URL",
                 (

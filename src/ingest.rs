@@ -144,6 +144,19 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
         }
         Err(e) => return ItemResult::failed(raw, &e),
     };
+    // A canonical mapping names its original; others are looked up (a failed lookup only
+    // leaves the report without it).
+    let near_duplicate_of = if resolved.source != resolved.hash {
+        Some(resolved.hash)
+    } else {
+        pipeline
+            .near_duplicate_of(&resolved.hash)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(hash = %resolved.hash, error = %e, "near-duplicate lookup failed");
+                None
+            })
+    };
     let warm = warm_variants(pipeline, resolved.hash, warm).await;
     ItemResult::stored(
         raw,
@@ -152,6 +165,7 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
             duplicate: !resolved.new_original,
             changed: resolved.changed,
             downloaded: resolved.downloaded,
+            near_duplicate_of,
             warm,
         },
     )

@@ -62,6 +62,10 @@ enum Command {
         /// Drop dangling entries (and corrupt blobs) so they are downloaded afresh.
         #[arg(long)]
         repair: bool,
+        /// Also compute the perceptual fingerprint of every original that has none (those
+        /// stored before fingerprints existed; the server does this in the background too).
+        #[arg(long)]
+        fingerprint: bool,
     },
     /// Bulk-load images: files are uploaded, directories walked for image files, URLs sent
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
@@ -249,8 +253,15 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             print!("{}", cli::maintenance::describe_stats(&report));
             Ok(Outcome::Done)
         }
-        Command::Verify { repair } => {
+        Command::Verify {
+            repair,
+            fingerprint,
+        } => {
             let config = configure(config_path, &Flags::default())?;
+            if fingerprint {
+                let done = maintenance(cli::maintenance::fingerprint(config.clone()))?;
+                println!("{done} originals fingerprinted");
+            }
             let report = maintenance(cli::maintenance::verify(config, repair))?;
             println!("{}", cli::maintenance::describe_verify(&report));
             Ok(if report.is_clean() || report.repaired {

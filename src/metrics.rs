@@ -155,6 +155,14 @@ fn describe() {
         "imgcas_claim_waits_total",
         "Polls for a download or processing run another node claimed"
     );
+    describe_counter!(
+        "imgcas_near_duplicates_found_total",
+        "Originals found, when first fingerprinted, within the report radius of another"
+    );
+    describe_counter!(
+        "imgcas_fingerprints_computed_total",
+        "Perceptual fingerprints computed (one per original, at its first storing or backfill)"
+    );
     describe_gauge!(
         "imgcas_node_info",
         "Always 1; its node_id label names this node (cluster.node_id)"
@@ -190,6 +198,14 @@ impl Metrics {
                 ("imgcas_variants_evicted_total", s.variants_evicted),
                 ("imgcas_urls_forgotten_total", s.urls_forgotten),
                 ("imgcas_claim_waits_total", s.claim_waits),
+                (
+                    "imgcas_near_duplicates_found_total",
+                    s.near_duplicates_found,
+                ),
+                (
+                    "imgcas_fingerprints_computed_total",
+                    s.fingerprints_computed,
+                ),
             ];
             for (name, value) in counters {
                 counter!(name).absolute(value);

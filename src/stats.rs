@@ -29,6 +29,10 @@ pub struct Stats {
     pub urls_forgotten: AtomicU64,
     /// Polls for a download or processing run another node claimed (shared maps).
     pub claim_waits: AtomicU64,
+    /// Originals found, when first fingerprinted, to be near-duplicates of another.
+    pub near_duplicates_found: AtomicU64,
+    /// Fingerprints computed (each original's once, unless its bytes were lost).
+    pub fingerprints_computed: AtomicU64,
 }
 
 impl Stats {
@@ -59,6 +63,8 @@ impl Stats {
             variants_evicted: Self::get(&self.variants_evicted),
             urls_forgotten: Self::get(&self.urls_forgotten),
             claim_waits: Self::get(&self.claim_waits),
+            near_duplicates_found: Self::get(&self.near_duplicates_found),
+            fingerprints_computed: Self::get(&self.fingerprints_computed),
         }
     }
 }
@@ -78,4 +84,6 @@ pub struct StatsSnapshot {
     pub variants_evicted: u64,
     pub urls_forgotten: u64,
     pub claim_waits: u64,
+    pub near_duplicates_found: u64,
+    pub fingerprints_computed: u64,
 }

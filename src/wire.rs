@@ -64,6 +64,9 @@ pub struct UploadAnswer {
     pub duplicate: bool,
     /// Where its variants are served: `/v1/image/<hash>`.
     pub url: String,
+    /// The best other original within the report radius (largest, then oldest), or null.
+    #[serde(default)]
+    pub near_duplicate_of: Option<ContentHash>,
 }
 
 /// `GET /v1/originals/<hash>/info`.
@@ -73,6 +76,31 @@ pub struct InfoAnswer {
     pub original: OriginalAnswer,
     /// RFC 3339, seconds.
     pub first_seen: String,
+    /// The perceptual (DCT) hash, 16 hex digits; null for bytes that are no picture.
+    pub fingerprint: Option<String>,
+    /// Other originals within the report radius.
+    pub near_duplicates: u64,
+}
+
+/// `GET /v1/originals/<hash>/similar`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimilarAnswer {
+    pub hash: ContentHash,
+    pub max_distance: u32,
+    /// Closest first; the original itself excluded.
+    pub similar: Vec<SimilarOriginal>,
+}
+
+/// One original of a [`SimilarAnswer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimilarOriginal {
+    pub hash: ContentHash,
+    /// Bits of the 64-bit perceptual hash that differ.
+    pub distance: u32,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub bytes: u64,
+    pub format: Option<String>,
 }
 
 /// The body of `POST /v1/ingest`.
@@ -142,6 +170,8 @@ pub struct StoredItem {
     pub changed: bool,
     /// The bytes crossed the wire to the service (`false`: a `304`, or a held mapping).
     pub downloaded: bool,
+    /// The best other original within the report radius, if any.
+    pub near_duplicate_of: Option<ContentHash>,
     pub warm: Vec<WarmResult>,
 }
 
@@ -246,6 +276,9 @@ pub struct Summary {
     /// Variants built by this call, and warm runs that failed.
     pub warmed: u64,
     pub warm_failed: u64,
+    /// Items whose picture is a near-duplicate of another original.
+    #[serde(default)]
+    pub near_duplicates: u64,
 }
 
 impl Summary {
@@ -259,6 +292,7 @@ impl Summary {
         self.bytes_saved += item.bytes_saved();
         if let Some(s) = item.stored_item() {
             self.downloaded += u64::from(s.downloaded);
+            self.near_duplicates += u64::from(s.near_duplicate_of.is_some());
             for w in &s.warm {
                 if w.error.is_some() {
                     self.warm_failed += 1;
@@ -299,6 +333,8 @@ struct ItemWire {
     changed: bool,
     #[serde(default)]
     downloaded: bool,
+    #[serde(default)]
+    near_duplicate_of: Option<ContentHash>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     warm: Vec<WarmResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,6 +355,7 @@ impl From<ItemResult> for ItemWire {
             duplicate: false,
             changed: false,
             downloaded: false,
+            near_duplicate_of: None,
             warm: Vec::new(),
             error: None,
         };
@@ -333,6 +370,7 @@ impl From<ItemResult> for ItemWire {
                 wire.duplicate = s.duplicate;
                 wire.changed = s.changed;
                 wire.downloaded = s.downloaded;
+                wire.near_duplicate_of = s.near_duplicate_of;
                 wire.warm = s.warm;
             }
         }
@@ -361,6 +399,7 @@ impl TryFrom<ItemWire> for ItemResult {
                 duplicate: w.duplicate,
                 changed: w.changed,
                 downloaded: w.downloaded,
+                near_duplicate_of: w.near_duplicate_of,
                 warm: w.warm,
             }),
         };
@@ -397,6 +436,7 @@ mod tests {
                 duplicate,
                 changed: false,
                 downloaded: true,
+                near_duplicate_of: None,
                 warm: Vec::new(),
             },
         )

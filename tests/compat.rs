@@ -221,3 +221,52 @@ async fn variants_of_the_previous_release_count_against_the_budget() {
         manifest["upload_variant"]["sha256"].as_str().unwrap()
     );
 }
+
+/// Originals stored before fingerprints existed get theirs from `imgcas verify
+/// --fingerprint` (once: a second run finds none left), and the data dir still serves.
+#[tokio::test]
+async fn originals_of_the_previous_release_are_backfilled() {
+    let (data, manifest) = fixture_copy();
+    let (code, out) = common::binary::run(data.path(), &[], &["verify", "--fingerprint"]);
+    assert_eq!(code, 0, "{out}");
+    // Two pictures and a line of text (fingerprinted as no picture, never again).
+    assert!(out.contains("3 originals fingerprinted"), "{out}");
+    let (code, out) = common::binary::run(data.path(), &[], &["verify", "--fingerprint"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 originals fingerprinted"), "{out}");
+
+    let dir = data.path().to_path_buf();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        c.storage.backend = StorageBackend::Fs;
+        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
+    })
+    .await;
+    serves_what_the_fixture_served(&app, &manifest).await;
+    let jpeg = sha256_hex(
+        &std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/exif-orientation/Landscape_6.jpg"),
+        )
+        .unwrap(),
+    );
+    let info = common::json(app.get(&format!("/v1/originals/{jpeg}/info")).await).await;
+    let fingerprint = info["fingerprint"].as_str().expect("a fingerprint");
+    assert_eq!(fingerprint.len(), 16, "{info}");
+    assert_eq!(info["near_duplicates"], 0, "{info}");
+}
+
+/// The server backfills by itself, in the background, at start.
+#[tokio::test]
+async fn the_server_backfills_fingerprints_at_start() {
+    let (app, _manifest, data) = app_on_the_fixture(|_| {}).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while app.stats().fingerprints_computed < 3 {
+        assert!(std::time::Instant::now() < deadline, "no backfill");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    app.stop().await;
+    let (code, out) = common::binary::run(data.path(), &[], &["verify", "--fingerprint"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 originals fingerprinted"), "{out}");
+}

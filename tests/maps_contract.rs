@@ -15,8 +15,8 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, MapStore, OriginalInfo, PostgresMaps, RedbMaps, UrlEntry, VariantBody, VariantKey,
-    VariantRow,
+    now_ms, Fingerprint, Fingerprinted, MapStore, OriginalInfo, PostgresMaps, RedbMaps, UrlEntry,
+    VariantBody, VariantKey, VariantRow,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -40,6 +40,7 @@ fn url_entry(hash: ContentHash) -> UrlEntry {
         last_modified: Some("Wed, 21 Oct 2015 07:28:00 GMT".into()),
         checked_at_ms: 42,
         requested_at_ms: 0,
+        canonical: None,
     }
 }
 
@@ -338,6 +339,106 @@ async fn concurrent_durable_inserts(open: impl Fn() -> Opened) {
     assert_eq!(maps.original_hashes().await.unwrap().len(), 64);
 }
 
+fn fingerprint(phash: u64, width: u32) -> Fingerprint {
+    Fingerprint {
+        phash,
+        block_hash: 0x0f0f_0f0f_0f0f_0f0f,
+        colour: 0x8080_8080_8080_8080,
+        width,
+        height: 600,
+    }
+}
+
+/// Fingerprints, the near-neighbour search by radius, the backfill's list, aliases and a
+/// canonical URL entry: as written, after a reopen too.
+async fn near_duplicates(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    let hashes: Vec<ContentHash> = (0..6u8).map(|i| ContentHash::of(&[i])).collect();
+    for h in &hashes {
+        maps.add_original(h, &info(10)).await.unwrap();
+    }
+    let base = 0x0123_4567_89ab_cdefu64;
+    // Distances from `base`: 0, 3, 8 (two bits in every band: the pigeonhole's worst case),
+    // 9, and far; the sixth original is no picture.
+    let hashes_at = [
+        base,
+        base ^ 0b111,
+        base ^ 0x0003_0003_0003_0003,
+        base ^ 0x0007_0003_0003_0003,
+        !base,
+    ];
+    let mut sorted = hashes.clone();
+    sorted.sort();
+    assert_eq!(maps.unfingerprinted(None, 100).await.unwrap(), sorted);
+    assert_eq!(
+        maps.unfingerprinted(Some(sorted[2]), 2).await.unwrap(),
+        sorted[3..5].to_vec()
+    );
+    for (h, phash) in hashes.iter().zip(hashes_at) {
+        let fp = Fingerprinted::Picture(fingerprint(phash, 800));
+        maps.put_fingerprint(h, &fp).await.unwrap();
+    }
+    maps.put_fingerprint(&hashes[5], &Fingerprinted::NotAPicture)
+        .await
+        .unwrap();
+    assert_eq!(maps.unfingerprinted(None, 100).await.unwrap(), vec![]);
+    assert_eq!(
+        maps.fingerprint(&hashes[1]).await.unwrap(),
+        Some(Fingerprinted::Picture(fingerprint(base ^ 0b111, 800)))
+    );
+    assert_eq!(
+        maps.fingerprint(&hashes[5]).await.unwrap(),
+        Some(Fingerprinted::NotAPicture)
+    );
+    let near = |radius| {
+        let maps = maps.clone();
+        async move {
+            maps.near(base, radius)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| (m.hash, m.distance))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        near(8).await,
+        vec![(hashes[0], 0), (hashes[1], 3), (hashes[2], 8)]
+    );
+    assert_eq!(near(2).await, vec![(hashes[0], 0)]);
+    assert_eq!(near(9).await.len(), 4);
+    // A replaced fingerprint is found by its new hash only.
+    maps.put_fingerprint(&hashes[1], &Fingerprinted::Picture(fingerprint(!base, 800)))
+        .await
+        .unwrap();
+    assert_eq!(near(8).await, vec![(hashes[0], 0), (hashes[2], 8)]);
+    maps.remove_original(&hashes[2]).await.unwrap();
+    assert_eq!(near(8).await, vec![(hashes[0], 0)]);
+    assert_eq!(maps.fingerprints().await.unwrap().len(), 4);
+
+    assert_eq!(maps.alias(&hashes[3]).await.unwrap(), None);
+    maps.put_alias(&hashes[3], &hashes[0]).await.unwrap();
+    let mut canonical = url_entry(hashes[3]);
+    canonical.canonical = Some(hashes[0]);
+    maps.put_url("http://127.0.0.1/copy", &canonical)
+        .await
+        .unwrap();
+    drop(maps);
+    let maps = open().await;
+    assert_eq!(maps.alias(&hashes[3]).await.unwrap(), Some(hashes[0]));
+    let entry = maps.url("http://127.0.0.1/copy").await.unwrap().unwrap();
+    assert_eq!(entry.serving(), hashes[0]);
+    assert_eq!(entry, canonical);
+    let found: Vec<_> = maps
+        .near(base, 8)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.hash)
+        .collect();
+    assert_eq!(found, vec![hashes[0]], "the index is rebuilt at open");
+}
+
 /// Opens the redb maps in `dir` afresh at each call.
 fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
     move || -> Opened {
@@ -353,6 +454,7 @@ async fn redb_keeps_the_contract() {
     contract(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     concurrent_durable_inserts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]
@@ -386,6 +488,7 @@ async fn postgres_keeps_the_contract() {
     contract(postgres_at(server.database("contract"))).await;
     concurrent_durable_inserts(postgres_at(server.database("durable_inserts"))).await;
     bounded_growth(postgres_at(server.database("bounded_growth"))).await;
+    near_duplicates(postgres_at(server.database("near_duplicates"))).await;
 }
 
 /// Nodes starting together on an empty database all come up (the migrations serialise on a

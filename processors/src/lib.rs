@@ -17,6 +17,7 @@ pub mod compare;
 pub mod decode;
 pub mod encode;
 pub mod error;
+pub mod fingerprint;
 pub mod geometry;
 pub mod gif;
 pub mod ico;
@@ -29,6 +30,7 @@ pub mod tif;
 
 pub use decode::{probe, Limits, SourceInfo};
 pub use error::{ProcessError, ProcessFailure};
+pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};
 pub use sniff::{sniff, SourceFormat};
 pub use spec::{
     negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,

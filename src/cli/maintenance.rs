@@ -41,6 +41,18 @@ pub async fn verify(config: Config, repair: bool) -> Result<VerifyReport, Error>
     report
 }
 
+/// `imgcas verify --fingerprint`: fingerprints every original that has none. Returns how
+/// many were computed.
+pub async fn fingerprint(config: Config) -> Result<u64, Error> {
+    let pipeline = open(config).await?;
+    let bar = progress(0, "fingerprints");
+    let done = pipeline
+        .backfill_fingerprints(&|n| bar.set_position(n))
+        .await;
+    bar.finish_and_clear();
+    done
+}
+
 pub async fn gc(config: Config, apply: bool) -> Result<GcReport, Error> {
     let (pipeline, bar) = open_with_bar(config, "blobs").await?;
     let report = pipeline.gc(apply, &advance(&bar)).await;
@@ -55,7 +67,8 @@ pub fn describe_stats(r: &StatsReport) -> String {
          originals       {:>10}   {:.1} MiB\n\
          variants        {:>10}   {:.1} MiB\n\
          cached errors   {:>10}\n\
-         variant budget  {:>10.1} MiB of {:.1} MiB used\n",
+         variant budget  {:>10.1} MiB of {:.1} MiB used\n\
+         near-duplicates {:>10} clusters of {} originals, {:.1} MiB\n",
         r.urls,
         r.originals,
         mib(r.original_bytes),
@@ -64,6 +77,9 @@ pub fn describe_stats(r: &StatsReport) -> String {
         r.variants.errors,
         mib(r.variant_bytes),
         mib(r.variants_max_bytes),
+        r.near_clusters,
+        r.near_clustered_originals,
+        mib(r.near_clustered_bytes),
     )
 }
 

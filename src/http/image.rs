@@ -198,6 +198,9 @@ fn decorate(
     if let Some(v) = value(&target.source_hash().to_hex()) {
         h.insert("x-imgcas-source-hash", v);
     }
+    if let Some(v) = target.canonical().and_then(|c| value(&c.to_hex())) {
+        h.insert("x-imgcas-canonical", v);
+    }
     h.insert(
         "x-imgcas-cache",
         HeaderValue::from_static(cache_header(provenance)),

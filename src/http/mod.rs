@@ -184,6 +184,7 @@ pub fn router(service: Service) -> Router {
         .route("/v1/image/{hash}", get(image::by_hash))
         .route("/v1/originals/{hash}", get(originals::original))
         .route("/v1/originals/{hash}/info", get(originals::info))
+        .route("/v1/originals/{hash}/similar", get(originals::similar))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .merge(admin)

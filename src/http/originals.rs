@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,13 +18,14 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
 use crate::pipeline::Uploaded;
-use crate::wire::{InfoAnswer, OriginalAnswer, UploadAnswer};
+use crate::wire::{InfoAnswer, OriginalAnswer, SimilarAnswer, SimilarOriginal, UploadAnswer};
 
 fn upload_answer(u: &Uploaded) -> UploadAnswer {
     UploadAnswer {
         original: OriginalAnswer::new(u.hash, &u.info),
         duplicate: u.duplicate,
         url: format!("/v1/image/{}", u.hash),
+        near_duplicate_of: u.near_duplicate_of,
     }
 }
 
@@ -232,15 +233,108 @@ pub async fn info(State(service): State<Service>, Path(hash): Path<String>, uri:
     if let Err(e) = service.check_signature(&uri) {
         return e.into_response();
     }
-    match lookup(&service, &hash).await {
-        Ok((hash, info)) => {
-            let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
-            Json(InfoAnswer {
-                original: OriginalAnswer::new(hash, &info),
-                first_seen: humantime::format_rfc3339_seconds(first_seen).to_string(),
-            })
-            .into_response()
+    let answer = async {
+        let (hash, info) = lookup(&service, &hash).await?;
+        let pipeline = service.pipeline();
+        let (fingerprint, near_duplicates) = if pipeline.near_dedup_on() {
+            match pipeline
+                .similar(&hash, pipeline.report_radius(), usize::MAX)
+                .await?
+            {
+                Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
+                None => (None, 0),
+            }
+        } else {
+            (None, 0)
+        };
+        let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
+        Ok::<_, Error>(InfoAnswer {
+            original: OriginalAnswer::new(hash, &info),
+            first_seen: humantime::format_rfc3339_seconds(first_seen).to_string(),
+            fingerprint,
+            near_duplicates,
+        })
+    };
+    match answer.await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The largest `max_distance` accepted: 16 of the hash's 64 bits (past it, unrelated
+/// pictures start to share hashes).
+const MAX_DISTANCE: u32 = 16;
+
+/// `GET /v1/originals/<hash>/similar?max_distance=N&limit=M`: other originals within N bits
+/// (default the report radius), closest first. Behind the admin token when one is set: the
+/// list names other merchants' originals.
+pub async fn similar(
+    State(service): State<Service>,
+    Path(hash): Path<String>,
+    Query(query): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = service.check_admin(&headers) {
+        return e.into_response();
+    }
+    let answer = async {
+        let pipeline = service.pipeline();
+        let (mut max_distance, mut limit) = (pipeline.report_radius(), 100usize);
+        for (key, value) in &query {
+            let number = |what: &str| {
+                value.parse::<u64>().map_err(|_| {
+                    Error::invalid_option(what, format!("`{value}` is not a whole number"))
+                })
+            };
+            match key.as_str() {
+                "max_distance" => {
+                    let n = number("max_distance")?;
+                    if n > u64::from(MAX_DISTANCE) {
+                        return Err(Error::invalid_option(
+                            "max_distance",
+                            format!("must be at most {MAX_DISTANCE} (bits of 64)"),
+                        ));
+                    }
+                    max_distance = n as u32;
+                }
+                "limit" => {
+                    let n = number("limit")?;
+                    if n == 0 || n > 1000 {
+                        return Err(Error::invalid_option("limit", "must be 1 to 1000"));
+                    }
+                    limit = n as usize;
+                }
+                other => {
+                    return Err(Error::invalid_option(
+                        other,
+                        "is not an option of this route",
+                    ))
+                }
+            }
         }
+        let (hash, _) = lookup(&service, &hash).await?;
+        let found = match pipeline.similar(&hash, max_distance, limit).await? {
+            Some((_, found)) => found,
+            None => Vec::new(),
+        };
+        Ok::<_, Error>(SimilarAnswer {
+            hash,
+            max_distance,
+            similar: found
+                .into_iter()
+                .map(|s| SimilarOriginal {
+                    hash: s.found.hash,
+                    distance: s.found.distance,
+                    width: s.info.width,
+                    height: s.info.height,
+                    bytes: s.info.bytes,
+                    format: s.info.format,
+                })
+                .collect(),
+        })
+    };
+    match answer.await {
+        Ok(answer) => Json(answer).into_response(),
         Err(e) => e.into_response(),
     }
 }

@@ -26,11 +26,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub use imgcas_processors::Fingerprint;
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
 use crate::config::Config;
 use crate::hash::ContentHash;
 
+pub mod near;
 pub mod postgres;
 pub mod redb;
 
@@ -67,9 +69,18 @@ pub struct UrlEntry {
     /// entries written before the field existed.
     #[serde(default)]
     pub requested_at_ms: u64,
+    /// Canonical mode: the original whose pixels serve this URL, when its bytes (`hash`,
+    /// kept for revalidation) were a near-duplicate of it and were not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canonical: Option<ContentHash>,
 }
 
 impl UrlEntry {
+    /// The original the URL is served from: its canonical original, or its own bytes.
+    pub fn serving(&self) -> ContentHash {
+        self.canonical.unwrap_or(self.hash)
+    }
+
     /// The entry's last use: a request, or the check a request caused.
     pub fn last_used_ms(&self) -> u64 {
         self.checked_at_ms.max(self.requested_at_ms)
@@ -87,6 +98,58 @@ pub struct OriginalInfo {
     pub has_alpha: bool,
     pub bytes: u64,
     pub first_seen_ms: u64,
+}
+
+/// What the fingerprints hold for an original (computed with
+/// [`imgcas_processors::FINGERPRINT_VERSION`]; older ones count as absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fingerprinted {
+    Picture(Fingerprint),
+    /// The bytes decode to no picture (not an image, or one imgcas cannot read): nothing to
+    /// compare, and nothing to compute again.
+    NotAPicture,
+}
+
+impl Fingerprinted {
+    pub fn picture(&self) -> Option<&Fingerprint> {
+        match self {
+            Fingerprinted::Picture(fp) => Some(fp),
+            Fingerprinted::NotAPicture => None,
+        }
+    }
+
+    /// The 36-byte (or 4-byte) form both backends store: version ‖ fingerprint.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = imgcas_processors::FINGERPRINT_VERSION
+            .to_be_bytes()
+            .to_vec();
+        if let Fingerprinted::Picture(fp) = self {
+            out.extend_from_slice(&fp.to_bytes());
+        }
+        out
+    }
+
+    /// The inverse of [`Fingerprinted::to_bytes`]; `None` for another version's (or for
+    /// bytes no fingerprint encodes to).
+    pub fn from_bytes(raw: &[u8]) -> Option<Fingerprinted> {
+        let version = u32::from_be_bytes(raw.get(..4)?.try_into().ok()?);
+        if version != imgcas_processors::FINGERPRINT_VERSION {
+            return None;
+        }
+        match raw.len() {
+            4 => Some(Fingerprinted::NotAPicture),
+            _ => Fingerprint::from_bytes(&raw[4..]).map(Fingerprinted::Picture),
+        }
+    }
+}
+
+/// An original found near a fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearMatch {
+    pub hash: ContentHash,
+    pub fingerprint: Fingerprint,
+    /// Hamming distance of the DCT hashes.
+    pub distance: u32,
 }
 
 /// The identity of one variant. Its bytes are the variants key; hashing them gives the ETag.
@@ -259,6 +322,39 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Every indexed hash.
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError>;
+
+    // Near-duplicates: one fingerprint per original, searchable by Hamming radius
+    // (`near.rs`), and the aliases canonical mode maps a near-duplicate's hash to.
+
+    /// An original's fingerprint; `None` until computed (or computed by an older version).
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError>;
+
+    /// Stores an original's fingerprint, replacing any; searchable when this returns.
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<(), MapError>;
+
+    /// The originals whose DCT hash is within `radius` bits of `phash`, closest first.
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError>;
+
+    /// Up to `limit` indexed originals without a current fingerprint, in hash order after
+    /// `after` (the backfill's cursor).
+    async fn unfingerprinted(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<ContentHash>, MapError>;
+
+    /// Every fingerprint of a picture (`imgcas stats`' clusters).
+    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError>;
+
+    /// The canonical original a near-duplicate's own hash stands for (canonical mode).
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError>;
+
+    /// Records that the bytes hashing to `own` are served from `canonical`; replaces any.
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError>;
 
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError>;
 

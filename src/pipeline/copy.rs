@@ -91,7 +91,7 @@ pub async fn copy_maps(
     // URL entries, where their original made it.
     for (url, entry) in urls {
         step();
-        if copied.contains(&entry.hash) {
+        if copied.contains(&entry.serving()) {
             to.put_url(&url, &entry).await?;
             report.urls_copied += 1;
         } else {

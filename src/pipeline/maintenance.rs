@@ -36,6 +36,11 @@ pub struct StatsReport {
     /// What the variants count for against the budget, and the budget.
     pub variant_bytes: u64,
     pub variants_max_bytes: u64,
+    /// Groups of near-duplicate originals (within the report radius of each other), the
+    /// originals in them and the bytes those hold.
+    pub near_clusters: u64,
+    pub near_clustered_originals: u64,
+    pub near_clustered_bytes: u64,
 }
 
 /// What `verify` found (and, with repair, dropped).
@@ -91,6 +96,12 @@ impl Pipeline {
             report.originals += 1;
             report.original_bytes += maps.original(&hash).await?.map_or(0, |i| i.bytes);
         }
+        if self.near_dedup_on() {
+            let (clusters, originals, bytes) = self.near_duplicate_clusters().await?;
+            report.near_clusters = clusters;
+            report.near_clustered_originals = originals;
+            report.near_clustered_bytes = bytes;
+        }
         Ok(report)
     }
 
@@ -122,8 +133,11 @@ impl Pipeline {
             .copied()
             .collect();
         for (url, entry) in maps.urls().await? {
-            let indexed = maps.original(&entry.hash).await?.is_some();
-            if !indexed || bad.contains(&entry.hash) {
+            // A canonical mapping is served from its canonical original (its own bytes
+            // were never stored).
+            let serving = entry.serving();
+            let indexed = maps.original(&serving).await?.is_some();
+            if !indexed || bad.contains(&serving) {
                 report.dangling_urls.push(url);
             }
         }

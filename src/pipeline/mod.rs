@@ -41,6 +41,7 @@ use crate::stats::{Stats, StatsSnapshot};
 mod claims;
 mod copy;
 mod maintenance;
+mod near;
 mod resolve;
 mod upkeep;
 mod upload;
@@ -48,6 +49,7 @@ mod variant;
 
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
+pub use near::Similar;
 pub use resolve::{Resolved, UrlState};
 pub use upload::Uploaded;
 pub use variant::{Provenance, Served, Source, Target};

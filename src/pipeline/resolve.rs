@@ -13,6 +13,7 @@ use imgcas_processors::{self as processors, sniff, Limits};
 use super::claims::{Backoff, Turn};
 use super::{blocking, Failure, Pipeline};
 use crate::blob::PutOutcome;
+use crate::config::NearDedup;
 use crate::error::Error;
 use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
@@ -35,7 +36,11 @@ pub enum UrlState {
 /// A URL turned into a hash.
 #[derive(Debug, Clone, Copy)]
 pub struct Resolved {
+    /// The original the URL is served from: its own bytes' hash, or in canonical mode the
+    /// original they are a near-duplicate of.
     pub hash: ContentHash,
+    /// The hash of the URL's own bytes (differs from `hash` only for a canonical mapping).
+    pub source: ContentHash,
     pub state: UrlState,
     /// The origin sent a body this time (not a `304`, nor a held or fresh mapping).
     pub downloaded: bool,
@@ -46,9 +51,10 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    fn known(hash: ContentHash, state: UrlState) -> Self {
+    fn known(entry: &UrlEntry, state: UrlState) -> Self {
         Resolved {
-            hash,
+            hash: entry.serving(),
+            source: entry.hash,
             state,
             downloaded: false,
             new_original: false,
@@ -87,7 +93,7 @@ impl Pipeline {
         if let Some(entry) = &entry {
             if !recheck && is_fresh(entry, s.config.fetch.revalidate_after) {
                 self.note_url_requested(url.as_str());
-                return Ok(Resolved::known(entry.hash, UrlState::Fresh));
+                return Ok(Resolved::known(entry, UrlState::Fresh));
             }
         }
         // A recent failure of this URL answers without origin traffic while it is held.
@@ -95,7 +101,7 @@ impl Pipeline {
             Stats::bump(&s.stats.origin_failure_hits);
             if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
                 self.note_url_requested(url.as_str());
-                return Ok(Resolved::known(entry.hash, UrlState::Stale));
+                return Ok(Resolved::known(entry, UrlState::Stale));
             }
             return Err(Failure {
                 error: failure.error.into(),
@@ -128,7 +134,7 @@ impl Pipeline {
         let entry = s.maps.url(url.as_str()).await.map_err(Error::from)?;
         if let Some(e) = &entry {
             if !recheck && is_fresh(e, s.config.fetch.revalidate_after) {
-                return Ok(Resolved::known(e.hash, UrlState::Fresh));
+                return Ok(Resolved::known(e, UrlState::Fresh));
             }
         }
         // One origin request in the cluster: the node that claims the URL asks; the others
@@ -203,7 +209,7 @@ impl Pipeline {
                     Err(why) => tracing::warn!(%why, "URL check not published"),
                 }
                 lease.release().await;
-                Ok(Resolved::known(entry.hash, UrlState::Revalidated))
+                Ok(Resolved::known(&entry, UrlState::Revalidated))
             }
             FetchOutcome::Fetched { bytes, validators } => {
                 Stats::bump(&s.stats.downloads);
@@ -217,7 +223,7 @@ impl Pipeline {
                 };
                 let stored = self.store_download(&url, bytes, validators, publish).await;
                 lease.release().await;
-                let (hash, new_original) = stored?;
+                let (hash, source, new_original) = stored?;
                 let state = if entry.is_some() {
                     UrlState::Revalidated
                 } else {
@@ -225,10 +231,11 @@ impl Pipeline {
                 };
                 Ok(Resolved {
                     hash,
+                    source,
                     state,
                     downloaded: true,
                     new_original,
-                    changed: entry.is_some_and(|e| e.hash != hash),
+                    changed: entry.is_some_and(|e| e.hash != source),
                 })
             }
         }
@@ -248,10 +255,10 @@ impl Pipeline {
             .await
             .map_err(Error::from)?;
         Ok(match (seen, now) {
-            (None, Some(e)) => Some(Resolved::known(e.hash, UrlState::Downloaded)),
+            (None, Some(e)) => Some(Resolved::known(&e, UrlState::Downloaded)),
             (Some(old), Some(e)) if e.checked_at_ms > old.checked_at_ms => Some(Resolved {
                 changed: e.hash != old.hash,
-                ..Resolved::known(e.hash, UrlState::Revalidated)
+                ..Resolved::known(&e, UrlState::Revalidated)
             }),
             _ => None,
         })
@@ -269,7 +276,7 @@ impl Pipeline {
         if let (true, Some(entry)) = (error.is_transient(), entry) {
             self.note_url_requested(url.as_str());
             tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
-            return Ok(Resolved::known(entry.hash, UrlState::Stale));
+            return Ok(Resolved::known(&entry, UrlState::Stale));
         }
         if error.is_transient() {
             tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed");
@@ -283,39 +290,62 @@ impl Pipeline {
     }
 
     /// Hashes a download, stores its bytes if new, then points the URL at it (unless
-    /// `publish_url` is off: a node that lost its claim indexes the original only). Returns
-    /// the hash and whether the original is new (no entry in the originals index before).
+    /// `publish_url` is off: a node that lost its claim indexes the original only). In
+    /// canonical mode, new bytes that are a near-duplicate of a stored original at least as
+    /// large are not stored: the URL points at that original. Returns the hash served, the
+    /// hash of the bytes, and whether the original is new (no entry in the originals index
+    /// before).
     async fn store_download(
         &self,
         url: &Url,
         bytes: Bytes,
         validators: Validators,
         publish_url: bool,
-    ) -> Result<(ContentHash, bool), Error> {
+    ) -> Result<(ContentHash, ContentHash, bool), Error> {
         let s = &self.shared;
         let limits = self.limits();
         let b = bytes.clone();
         let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
         let size = bytes.len() as u64;
-        // Indexed bytes are in the blob store already (the blob is written before the index
-        // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
-        let indexed = s.maps.original(&hash).await?.is_some();
-        if indexed {
-            Stats::add(&s.stats.dedup_bytes_saved, size);
-        } else {
-            match s.blobs.put_if_absent(&hash, bytes).await? {
-                PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
-                PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
-            }
-        }
         let now = now_ms();
-        let entry = UrlEntry {
+        let mut entry = UrlEntry {
             hash,
             etag: validators.etag,
             last_modified: validators.last_modified,
             checked_at_ms: now,
             requested_at_ms: now,
+            canonical: None,
         };
+        // Indexed bytes are in the blob store already (the blob is written before the index
+        // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
+        let indexed = s.maps.original(&hash).await?.is_some();
+        // Canonical mode decides before storing: a merge stores nothing.
+        let mut computed = None;
+        if !indexed && s.config.dedup.near == NearDedup::Canonical {
+            computed = Some(self.compute_fingerprint(bytes.clone()).await?);
+            if let Some(Some(fp)) = &computed {
+                let guards = self.canonical_guards();
+                if let Some(canonical) = self.best_match(&hash, fp, &guards, true).await? {
+                    Stats::add(&s.stats.dedup_bytes_saved, size);
+                    Stats::bump(&s.stats.near_duplicates_found);
+                    s.maps.put_alias(&hash, &canonical).await?;
+                    entry.canonical = Some(canonical);
+                    if publish_url {
+                        s.maps.put_url(url.as_str(), &entry).await?;
+                    }
+                    tracing::info!(%url, source = %hash, %canonical, "served from a near-duplicate original");
+                    return Ok((canonical, hash, false));
+                }
+            }
+        }
+        if indexed {
+            Stats::add(&s.stats.dedup_bytes_saved, size);
+        } else {
+            match s.blobs.put_if_absent(&hash, bytes.clone()).await? {
+                PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
+                PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
+            }
+        }
         // The index, not the blob store's answer, decides "new": a blob a crash left without
         // its index entry is still news to every reader of the maps.
         let new_original = if publish_url {
@@ -323,6 +353,20 @@ impl Pipeline {
         } else {
             s.maps.add_original(&hash, &info).await?
         };
-        Ok((hash, new_original))
+        if new_original && self.near_dedup_on() {
+            match computed {
+                Some(fp) => self.keep_fingerprint(&hash, fp).await?,
+                None => {
+                    // Off the request's path: the answer does not wait for it.
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = this.fingerprint_new(&hash, bytes).await {
+                            tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
+                        }
+                    });
+                }
+            }
+        }
+        Ok((hash, hash, new_original))
     }
 }

@@ -19,6 +19,8 @@ pub struct Uploaded {
     pub hash: ContentHash,
     pub info: OriginalInfo,
     pub duplicate: bool,
+    /// The best other original within the report radius (largest, then oldest), if any.
+    pub near_duplicate_of: Option<ContentHash>,
 }
 
 impl Pipeline {
@@ -42,12 +44,18 @@ impl Pipeline {
                 hash,
                 info: existing,
                 duplicate: true,
+                near_duplicate_of: self.near_duplicate_of(&hash).await?,
             });
         }
-        if s.blobs.put_if_absent(&hash, bytes).await? == PutOutcome::Created {
+        if s.blobs.put_if_absent(&hash, bytes.clone()).await? == PutOutcome::Created {
             Stats::bump(&s.stats.originals_stored);
         }
         let inserted = s.maps.add_original(&hash, &info).await?;
+        if inserted {
+            // An upload keeps its own bytes even in canonical mode (a deliberate act); its
+            // answer names the match.
+            self.fingerprint_new(&hash, bytes).await?;
+        }
         let info = if inserted {
             info
         } else {
@@ -57,6 +65,7 @@ impl Pipeline {
             hash,
             info,
             duplicate: !inserted,
+            near_duplicate_of: self.near_duplicate_of(&hash).await?,
         })
     }
 }

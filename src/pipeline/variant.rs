@@ -107,11 +107,20 @@ pub struct Target {
     /// processing run.
     pub source_format: Option<SourceFormat>,
     pub source_size: Option<(u32, u32)>,
+    /// Canonical mode: the hash of the request's own bytes, when the variant is made from
+    /// the original they are a near-duplicate of (`key.hash`).
+    pub own_hash: Option<ContentHash>,
 }
 
 impl Target {
+    /// The hash of the source's own bytes.
     pub fn source_hash(&self) -> ContentHash {
-        self.key.hash
+        self.own_hash.unwrap_or(self.key.hash)
+    }
+
+    /// The original whose pixels are used, when it is not the source's own bytes.
+    pub fn canonical(&self) -> Option<ContentHash> {
+        self.own_hash.map(|_| self.key.hash)
     }
 
     /// The provenance to report when the client's copy is still good (`304`).
@@ -139,11 +148,20 @@ impl Pipeline {
         spec: &Spec,
         accept: Option<&str>,
     ) -> Result<Target, Failure> {
-        let (hash, url_state) = match source {
-            Source::Hash(hash) => (*hash, None),
+        let (hash, own, url_state) = match source {
+            Source::Hash(hash) => match self.shared.maps.original(hash).await {
+                // A near-duplicate's own hash (canonical mode) stands for its canonical
+                // original.
+                Ok(None) => match self.shared.maps.alias(hash).await {
+                    Ok(Some(canonical)) => (canonical, Some(*hash), None),
+                    _ => (*hash, None, None),
+                },
+                _ => (*hash, None, None),
+            },
             Source::Url(url) => {
                 let resolved = self.resolve_url(url, false).await?;
-                (resolved.hash, Some(resolved.state))
+                let own = (resolved.source != resolved.hash).then_some(resolved.source);
+                (resolved.hash, own, Some(resolved.state))
             }
         };
         let with_hash = |error: Error| Failure {
@@ -178,6 +196,7 @@ impl Pipeline {
             url_state,
             source_format,
             source_size: info.width.zip(info.height),
+            own_hash: own,
         })
     }
 

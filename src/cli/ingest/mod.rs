@@ -178,7 +178,7 @@ async fn ingest_file(
         let e = Error::invalid_option("file", "the file is empty");
         return (ItemResult::failed(source, &e), 0);
     }
-    let (original, duplicate) = match target.upload(bytes).await {
+    let (original, duplicate, near_duplicate_of) = match target.upload(bytes).await {
         Ok(stored) => stored,
         Err(e) => return (ItemResult::failed_with(source, e), sent),
     };
@@ -196,6 +196,7 @@ async fn ingest_file(
         duplicate,
         changed: false,
         downloaded: true,
+        near_duplicate_of,
         warm,
     };
     (ItemResult::stored(source, item), sent)

@@ -51,6 +51,19 @@ pub fn describe(report: &Report) -> String {
         human_bytes(report.bytes_sent),
         human_bytes(s.bytes_saved),
     );
+    if s.near_duplicates > 0 {
+        out.push_str(&format!(
+            "  near-dup     {:>8}   (the same picture as another original, in other bytes)\n",
+            s.near_duplicates
+        ));
+        let named = report.results.iter().filter_map(|r| {
+            let s = r.stored_item()?;
+            Some((&r.source, s.original.hash, s.near_duplicate_of?))
+        });
+        for (source, hash, of) in named.take(20) {
+            out.push_str(&format!("  ~ {source} ({hash}) ≈ {of}\n"));
+        }
+    }
     if s.warmed + s.warm_failed > 0 {
         out.push_str(&format!(
             "  warmed       {:>8}   variants built ({} failed)\n",
@@ -91,13 +104,22 @@ mod tests {
                 bytes_saved: 2048,
                 warmed: 0,
                 warm_failed: 0,
+                near_duplicates: 1,
             },
             bytes_sent: 10,
             seconds: 1.0,
             results: vec![],
         };
         let text = describe(&report);
-        for needle in ["new", "duplicate", "changed", "failed", "2.0 KiB", "total"] {
+        for needle in [
+            "new",
+            "duplicate",
+            "changed",
+            "failed",
+            "2.0 KiB",
+            "total",
+            "near-dup",
+        ] {
             assert!(text.contains(needle), "{needle} in {text}");
         }
     }

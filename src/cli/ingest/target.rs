@@ -19,7 +19,9 @@ use imgcas::wire::{
 };
 
 /// A stored upload: what the original is, and whether it was stored already.
-pub type Upload = (OriginalAnswer, bool);
+/// What an upload stored: the original, whether it was stored already, and its best
+/// near-duplicate.
+pub type Upload = (OriginalAnswer, bool, Option<ContentHash>);
 
 #[async_trait]
 pub trait Target: Send + Sync {
@@ -70,7 +72,11 @@ impl Target for Local {
 
     async fn upload(&self, bytes: Bytes) -> Result<Upload, ErrorBody> {
         match self.pipeline.upload(bytes).await {
-            Ok(u) => Ok((OriginalAnswer::new(u.hash, &u.info), u.duplicate)),
+            Ok(u) => Ok((
+                OriginalAnswer::new(u.hash, &u.info),
+                u.duplicate,
+                u.near_duplicate_of,
+            )),
             Err(e) => Err((&e).into()),
         }
     }
@@ -224,7 +230,7 @@ impl Target for Remote {
         let answer: UploadAnswer = serde_json::from_slice(&body).map_err(|e| {
             ErrorBody::from(&Error::Internal(format!("unreadable upload answer: {e}")))
         })?;
-        Ok((answer.original, answer.duplicate))
+        Ok((answer.original, answer.duplicate, answer.near_duplicate_of))
     }
 
     /// Warms through `GET /v1/image/<hash>` (signed when a key is configured):

@@ -25,11 +25,11 @@ use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMe
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use imgcas_processors::{OutputFormat, ProcessFailure};
+use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
 use super::{
-    now_ms, Claim, ClaimOutcome, Evicted, MapError, MapStore, OriginalInfo, UrlEntry, VariantBody,
-    VariantKey, VariantRow, VariantTotals,
+    near, now_ms, Claim, ClaimOutcome, Evicted, Fingerprint, Fingerprinted, MapError, MapStore,
+    NearMatch, OriginalInfo, UrlEntry, VariantBody, VariantKey, VariantRow, VariantTotals,
 };
 use crate::hash::ContentHash;
 
@@ -165,6 +165,32 @@ fn url_entry(row: &Row) -> Result<UrlEntry, MapError> {
         last_modified: row.try_get("last_modified").map_err(store_error)?,
         checked_at_ms: unsigned(row.try_get("checked_at_ms").map_err(store_error)?),
         requested_at_ms: unsigned(row.try_get("requested_at_ms").map_err(store_error)?),
+        canonical: row
+            .try_get::<_, Option<&[u8]>>("canonical")
+            .map_err(store_error)?
+            .map(|raw| {
+                ContentHash::from_slice(raw)
+                    .ok_or_else(|| MapError::Corrupt("canonical: not a hash".into()))
+            })
+            .transpose()?,
+    })
+}
+
+/// A row of `imgcas_fingerprints` (of the current version).
+fn fingerprinted(row: &Row) -> Result<Fingerprinted, MapError> {
+    let get = |c: &str| -> Result<Option<i64>, MapError> { row.try_get(c).map_err(store_error) };
+    let dim = |c: &str| -> Result<u32, MapError> {
+        Ok(dimension(row.try_get(c).map_err(store_error)?).unwrap_or(0))
+    };
+    Ok(match (get("phash")?, get("block_hash")?, get("colour")?) {
+        (Some(phash), Some(block_hash), Some(colour)) => Fingerprinted::Picture(Fingerprint {
+            phash: phash as u64,
+            block_hash: block_hash as u64,
+            colour: colour as u64,
+            width: dim("width")?,
+            height: dim("height")?,
+        }),
+        _ => Fingerprinted::NotAPicture,
     })
 }
 
@@ -295,9 +321,11 @@ pub(super) fn url_key(url: &str) -> Vec<u8> {
 }
 
 const UPSERT_URL: &str = "INSERT INTO imgcas_urls
-        (url_key, url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms)
-    VALUES ($8, $1, $2, $3, $4, $5, $6, $7)
+        (url_key, url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms,
+         canonical)
+    VALUES ($8, $1, $2, $3, $4, $5, $6, $7, $9)
     ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash, etag = EXCLUDED.etag,
+        canonical = EXCLUDED.canonical,
         last_modified = EXCLUDED.last_modified, checked_at_ms = EXCLUDED.checked_at_ms,
         requested_at_ms = EXCLUDED.requested_at_ms, last_used_ms = EXCLUDED.last_used_ms";
 
@@ -307,6 +335,7 @@ async fn put_url_on(
     entry: &UrlEntry,
 ) -> Result<(), MapError> {
     let hash: &[u8] = entry.hash.as_bytes();
+    let canonical: Option<&[u8]> = entry.canonical.as_ref().map(|c| c.as_bytes().as_slice());
     client
         .execute(
             UPSERT_URL,
@@ -319,6 +348,7 @@ async fn put_url_on(
                 &ms(entry.requested_at_ms),
                 &ms(entry.last_used_ms()),
                 &url_key(url),
+                &canonical,
             ],
         )
         .await
@@ -517,6 +547,8 @@ impl MapStore for PostgresMaps {
         let raw: &[u8] = hash.as_bytes();
         self.execute("DELETE FROM imgcas_originals WHERE hash = $1", &[&raw])
             .await?;
+        self.execute("DELETE FROM imgcas_fingerprints WHERE hash = $1", &[&raw])
+            .await?;
         self.recent.invalidate(hash);
         Ok(())
     }
@@ -524,6 +556,153 @@ impl MapStore for PostgresMaps {
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
         let rows = self.query("SELECT hash FROM imgcas_originals", &[]).await?;
         rows.iter().map(|row| hash_of(row, "hash")).collect()
+    }
+
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
+                &[&raw, &(FINGERPRINT_VERSION as i32)],
+            )
+            .await?;
+        rows.first().map(fingerprinted).transpose()
+    }
+
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<(), MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let fp = fingerprint.picture();
+        let signed = |v: u64| v as i64;
+        let dim = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        let band = |b: usize| fp.map(|f| near::band_of(f.phash, b) as i16);
+        self.execute(
+            "INSERT INTO imgcas_fingerprints
+                (hash, version, phash, block_hash, colour, width, height,
+                 band0, band1, band2, band3)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (hash) DO UPDATE SET version = EXCLUDED.version,
+                phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
+                colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
+                band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
+                band3 = EXCLUDED.band3",
+            &[
+                &raw,
+                &(FINGERPRINT_VERSION as i32),
+                &fp.map(|f| signed(f.phash)),
+                &fp.map(|f| signed(f.block_hash)),
+                &fp.map(|f| signed(f.colour)),
+                &fp.map(|f| dim(f.width)),
+                &fp.map(|f| dim(f.height)),
+                &band(0),
+                &band(1),
+                &band(2),
+                &band(3),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        let [p0, p1, p2, p3] = near::probes(phash, radius)
+            .map(|values| values.into_iter().map(|v| v as i16).collect::<Vec<i16>>());
+        // Candidates by exact band, verified in the database (bit_count of the XOR).
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints
+                  WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
+                         OR band3 = ANY($4))
+                    AND version = $5
+                    AND bit_count((phash # $6)::bit(64)) <= $7",
+                &[
+                    &p0,
+                    &p1,
+                    &p2,
+                    &p3,
+                    &(FINGERPRINT_VERSION as i32),
+                    &(phash as i64),
+                    &i64::from(radius),
+                ],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Fingerprinted::Picture(fingerprint) = fingerprinted(row)? {
+                out.push(NearMatch {
+                    hash: hash_of(row, "hash")?,
+                    distance: (fingerprint.phash ^ phash).count_ones(),
+                    fingerprint,
+                });
+            }
+        }
+        out.sort_by_key(|m| (m.distance, m.hash));
+        Ok(out)
+    }
+
+    async fn unfingerprinted(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<ContentHash>, MapError> {
+        let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
+        let rows = self
+            .query(
+                "SELECT o.hash FROM imgcas_originals o
+                   LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
+                  WHERE f.hash IS NULL AND o.hash > $2
+                  ORDER BY o.hash LIMIT $3",
+                &[
+                    &(FINGERPRINT_VERSION as i32),
+                    &after,
+                    &(limit.min(1 << 20) as i64),
+                ],
+            )
+            .await?;
+        rows.iter().map(|row| hash_of(row, "hash")).collect()
+    }
+
+    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
+                &[&(FINGERPRINT_VERSION as i32)],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Fingerprinted::Picture(fp) = fingerprinted(row)? {
+                out.push((hash_of(row, "hash")?, fp));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT canonical FROM imgcas_aliases WHERE hash = $1",
+                &[&raw],
+            )
+            .await?;
+        rows.first()
+            .map(|row| hash_of(row, "canonical"))
+            .transpose()
+    }
+
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
+        let (own, canonical): (&[u8], &[u8]) = (own.as_bytes(), canonical.as_bytes());
+        self.execute(
+            "INSERT INTO imgcas_aliases (hash, canonical) VALUES ($1, $2)
+             ON CONFLICT (hash) DO UPDATE SET canonical = EXCLUDED.canonical",
+            &[&own, &canonical],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {

@@ -79,6 +79,29 @@ const MIGRATIONS: &[&str] = &[
         expires_at timestamptz NOT NULL,
         renewed_at timestamptz NOT NULL
     );",
+    // 3: near-duplicates — a fingerprint per original with its DCT hash cut into four 16-bit
+    // bands, one B-tree each (multi-index hashing, `maps/near.rs`); aliases of near-duplicates
+    // to their canonical original; and the canonical original a URL is served from.
+    "CREATE TABLE imgcas_fingerprints (
+        hash bytea PRIMARY KEY,
+        version integer NOT NULL,
+        -- NULL: the bytes are no picture (nothing to compare, nothing to compute again)
+        phash bigint,
+        block_hash bigint,
+        colour bigint,
+        width integer,
+        height integer,
+        band0 smallint, band1 smallint, band2 smallint, band3 smallint
+    );
+    CREATE INDEX imgcas_fingerprints_band0 ON imgcas_fingerprints (band0);
+    CREATE INDEX imgcas_fingerprints_band1 ON imgcas_fingerprints (band1);
+    CREATE INDEX imgcas_fingerprints_band2 ON imgcas_fingerprints (band2);
+    CREATE INDEX imgcas_fingerprints_band3 ON imgcas_fingerprints (band3);
+    CREATE TABLE imgcas_aliases (
+        hash bytea PRIMARY KEY,
+        canonical bytea NOT NULL
+    );
+    ALTER TABLE imgcas_urls ADD COLUMN canonical bytea;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

@@ -29,12 +29,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
+use super::near::{prefix_of, NearIndex};
 use super::{
-    now_ms, Evicted, MapError, MapStore, OriginalInfo, UrlEntry, VariantKey, VariantRow,
-    VariantTotals,
+    now_ms, Evicted, Fingerprint, Fingerprinted, MapError, MapStore, NearMatch, OriginalInfo,
+    UrlEntry, VariantKey, VariantRow, VariantTotals,
 };
 use crate::hash::ContentHash;
 
+mod fingerprints;
 mod originals;
 mod url_map;
 mod variants;
@@ -153,6 +155,10 @@ fn keys_of<T>(
     Ok(out)
 }
 
+fn write_index(near: &RwLock<NearIndex>) -> std::sync::RwLockWriteGuard<'_, NearIndex> {
+    near.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Originals entries and URL entries kept in memory, each.
 const RECENT_ENTRIES: u64 = 100_000;
 
@@ -166,6 +172,9 @@ pub struct RedbMaps {
     /// leave the later value; a reader fills it only where no writer has (`or_insert`), so a
     /// read that raced a write cannot put the older value back.
     urls: moka::sync::Cache<String, Option<UrlEntry>>,
+    /// The near-neighbour index over the fingerprints table, changed by writers while they
+    /// hold redb's write lock (so it follows the table's order of writes).
+    near: Arc<RwLock<NearIndex>>,
 }
 
 impl RedbMaps {
@@ -191,9 +200,12 @@ impl RedbMaps {
             url_map::create(txn)?;
             originals::create(txn)?;
             variants::create(txn, now_ms())?;
+            fingerprints::create(txn)?;
             Ok(())
         })?;
+        let near = fingerprints::index(&db.read()?)?;
         Ok(RedbMaps {
+            near: Arc::new(RwLock::new(near)),
             db,
             recent: moka::sync::Cache::new(RECENT_ENTRIES),
             urls: moka::sync::Cache::new(RECENT_ENTRIES),
@@ -344,9 +356,17 @@ impl MapStore for RedbMaps {
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
-        let hash = *hash;
+        let (hash, near) = (*hash, self.near.clone());
         self.db
-            .run(move |db| db.write_durable(|txn| originals::remove(txn, &hash)))
+            .run(move |db| {
+                db.write_durable(|txn| {
+                    originals::remove(txn, &hash)?;
+                    if let Some(old) = fingerprints::remove(txn, &hash)? {
+                        write_index(&near).remove_known(prefix_of(hash.as_bytes()), old.phash);
+                    }
+                    Ok(())
+                })
+            })
             .await?;
         self.recent.invalidate(&hash);
         Ok(())
@@ -354,6 +374,100 @@ impl MapStore for RedbMaps {
 
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
         self.db.run(|db| originals::hashes(&db.read()?)).await
+    }
+
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| fingerprints::get(&db.read()?, &hash))
+            .await
+    }
+
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<(), MapError> {
+        let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
+        self.db
+            .run(move |db| {
+                db.write(|txn| {
+                    let old = fingerprints::put(txn, &hash, &fingerprint)?;
+                    let mut index = write_index(&near);
+                    let prefix = prefix_of(hash.as_bytes());
+                    if let Some(old) = old {
+                        index.remove_known(prefix, old.phash);
+                    }
+                    if let Fingerprinted::Picture(fp) = fingerprint {
+                        index.insert_new(prefix, fp.phash);
+                    }
+                    Ok(())
+                })
+                .map(|_| ())
+            })
+            .await
+    }
+
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        let found = self
+            .near
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(phash, radius);
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.db
+            .run(move |db| {
+                let txn = db.read()?;
+                let mut out = Vec::with_capacity(found.len());
+                for (prefix, _) in found {
+                    for (hash, fingerprint) in fingerprints::by_prefix(&txn, prefix)? {
+                        let distance = (fingerprint.phash ^ phash).count_ones();
+                        if distance <= radius {
+                            out.push(NearMatch {
+                                hash,
+                                fingerprint,
+                                distance,
+                            });
+                        }
+                    }
+                }
+                out.sort_by_key(|m| (m.distance, m.hash));
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn unfingerprinted(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<ContentHash>, MapError> {
+        self.db
+            .run(move |db| fingerprints::missing(&db.read()?, originals::TABLE, after, limit))
+            .await
+    }
+
+    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        self.db.run(|db| fingerprints::all(&db.read()?)).await
+    }
+
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| fingerprints::alias(&db.read()?, &hash))
+            .await
+    }
+
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
+        let (own, canonical) = (*own, *canonical);
+        self.db
+            .run(move |db| {
+                db.write(|txn| fingerprints::put_alias(txn, &own, &canonical))
+                    .map(|_| ())
+            })
+            .await
     }
 
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {

@@ -5,7 +5,7 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use super::super::{MapError, OriginalInfo};
 use crate::hash::ContentHash;
 
-const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
+pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
 
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
     txn.open_table(TABLE)?;

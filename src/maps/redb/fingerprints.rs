@@ -1,0 +1,159 @@
+//! The near-duplicate tables: `fingerprints` (hash → [`Fingerprinted::to_bytes`]) and
+//! `aliases` (a near-duplicate's own hash → its canonical original's). The in-memory
+//! [`NearIndex`] over the fingerprints is rebuilt from the first table at open.
+
+use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+
+use super::super::near::{prefix_of, NearIndex};
+use super::super::{Fingerprint, Fingerprinted, MapError};
+use crate::hash::ContentHash;
+
+const FINGERPRINTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fingerprints");
+const ALIASES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("aliases");
+
+pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
+    txn.open_table(FINGERPRINTS)?;
+    txn.open_table(ALIASES)?;
+    Ok(())
+}
+
+pub(super) fn get(
+    txn: &ReadTransaction,
+    hash: &ContentHash,
+) -> Result<Option<Fingerprinted>, MapError> {
+    let table = txn.open_table(FINGERPRINTS)?;
+    let raw = table.get(hash.as_bytes().as_slice())?;
+    Ok(raw.and_then(|r| Fingerprinted::from_bytes(r.value())))
+}
+
+/// Stores a fingerprint; returns the picture's previous fingerprint, if any (for the index).
+pub(super) fn put(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+    fingerprint: &Fingerprinted,
+) -> Result<Option<Fingerprint>, MapError> {
+    let mut table = txn.open_table(FINGERPRINTS)?;
+    let old = table
+        .insert(
+            hash.as_bytes().as_slice(),
+            fingerprint.to_bytes().as_slice(),
+        )?
+        .and_then(|r| Fingerprinted::from_bytes(r.value()))
+        .and_then(|f| f.picture().copied());
+    Ok(old)
+}
+
+/// Drops an original's fingerprint; returns it, if it was a picture's.
+pub(super) fn remove(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+) -> Result<Option<Fingerprint>, MapError> {
+    let mut table = txn.open_table(FINGERPRINTS)?;
+    let old = table.remove(hash.as_bytes().as_slice())?;
+    Ok(old
+        .and_then(|r| Fingerprinted::from_bytes(r.value()))
+        .and_then(|f| f.picture().copied()))
+}
+
+/// The fingerprints whose hash starts with `prefix` (the index's key): one, in practice.
+pub(super) fn by_prefix(
+    txn: &ReadTransaction,
+    prefix: u64,
+) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+    let table = txn.open_table(FINGERPRINTS)?;
+    let start = prefix.to_be_bytes();
+    let mut out = Vec::new();
+    for row in table.range(start.as_slice()..)? {
+        let (k, v) = row?;
+        let Some(hash) = ContentHash::from_slice(k.value()) else {
+            continue;
+        };
+        if prefix_of(hash.as_bytes()) != prefix {
+            break;
+        }
+        if let Some(Fingerprinted::Picture(fp)) = Fingerprinted::from_bytes(v.value()) {
+            out.push((hash, fp));
+        }
+    }
+    Ok(out)
+}
+
+/// Every picture's fingerprint.
+pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+    let table = txn.open_table(FINGERPRINTS)?;
+    let mut out = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        if let (Some(hash), Some(Fingerprinted::Picture(fp))) = (
+            ContentHash::from_slice(k.value()),
+            Fingerprinted::from_bytes(v.value()),
+        ) {
+            out.push((hash, fp));
+        }
+    }
+    Ok(out)
+}
+
+/// The index over every stored picture's DCT hash.
+pub(super) fn index(txn: &ReadTransaction) -> Result<NearIndex, MapError> {
+    let mut index = NearIndex::default();
+    for (hash, fp) in all(txn)? {
+        index.insert_new(prefix_of(hash.as_bytes()), fp.phash);
+    }
+    index.shrink();
+    Ok(index)
+}
+
+/// Originals (in `originals`, keyed alike) without a current fingerprint, after `after`.
+pub(super) fn missing(
+    txn: &ReadTransaction,
+    originals: TableDefinition<&[u8], &[u8]>,
+    after: Option<ContentHash>,
+    limit: usize,
+) -> Result<Vec<ContentHash>, MapError> {
+    let originals = txn.open_table(originals)?;
+    let fingerprints = txn.open_table(FINGERPRINTS)?;
+    let mut out = Vec::new();
+    let rows = match &after {
+        Some(after) => originals.range(after.as_bytes().as_slice()..)?,
+        None => originals.range::<&[u8]>(..)?,
+    };
+    for row in rows {
+        let (k, _) = row?;
+        let Some(hash) = ContentHash::from_slice(k.value()) else {
+            continue;
+        };
+        if Some(hash) == after {
+            continue;
+        }
+        let current = fingerprints
+            .get(k.value())?
+            .and_then(|v| Fingerprinted::from_bytes(v.value()));
+        if current.is_none() {
+            out.push(hash);
+            if out.len() >= limit {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn alias(
+    txn: &ReadTransaction,
+    hash: &ContentHash,
+) -> Result<Option<ContentHash>, MapError> {
+    let table = txn.open_table(ALIASES)?;
+    let raw = table.get(hash.as_bytes().as_slice())?;
+    Ok(raw.and_then(|r| ContentHash::from_slice(r.value())))
+}
+
+pub(super) fn put_alias(
+    txn: &WriteTransaction,
+    own: &ContentHash,
+    canonical: &ContentHash,
+) -> Result<(), MapError> {
+    txn.open_table(ALIASES)?
+        .insert(own.as_bytes().as_slice(), canonical.as_bytes().as_slice())?;
+    Ok(())
+}

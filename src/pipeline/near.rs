@@ -1,0 +1,264 @@
+//! Near-duplicates: the same picture in other bytes. Every original gets one perceptual
+//! fingerprint when first stored (uploads synchronously, since their answer names the best
+//! match; downloads in the background, unless canonical mode needs it to decide), kept in
+//! the maps' fingerprints with their near-neighbour index. Originals stored before
+//! fingerprints existed get theirs from [`Pipeline::backfill_fingerprints`] (at start, and
+//! `imgcas verify --fingerprint`), and meanwhile on demand.
+//!
+//! Two radii: `dedup.report_radius` for everything that reports (uploads' and ingest's
+//! `near_duplicate_of`, `similar`, `info`, the metric) and the tighter `dedup.radius`, with
+//! the stricter guards, for canonical mode's merges (`resolve.rs`).
+
+use bytes::Bytes;
+
+use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
+
+use super::{blocking, Pipeline};
+use crate::config::NearDedup;
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{Fingerprinted, NearMatch, OriginalInfo};
+use crate::stats::Stats;
+
+/// Originals fingerprinted per batch of the backfill.
+const BACKFILL_BATCH: usize = 64;
+
+/// An original near another, with what the originals index says of it.
+#[derive(Debug, Clone)]
+pub struct Similar {
+    pub found: NearMatch,
+    pub info: OriginalInfo,
+}
+
+impl Pipeline {
+    /// Whether near-duplicates are looked for at all (`dedup.near` is not `off`).
+    pub fn near_dedup_on(&self) -> bool {
+        self.shared.config.dedup.near != NearDedup::Off
+    }
+
+    /// The report radius (`dedup.report_radius`).
+    pub fn report_radius(&self) -> u32 {
+        self.shared.config.dedup.report_radius
+    }
+
+    /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture.
+    pub(super) async fn compute_fingerprint(
+        &self,
+        bytes: Bytes,
+    ) -> Result<Option<Fingerprint>, Error> {
+        let limits = self.limits();
+        Stats::bump(&self.shared.stats.fingerprints_computed);
+        blocking(move || Ok(fingerprint(&bytes, &limits).ok())).await
+    }
+
+    /// Stores a fingerprint computed for a newly stored original, and counts it in the
+    /// metric when it has a near-duplicate within the report radius.
+    pub(super) async fn keep_fingerprint(
+        &self,
+        hash: &ContentHash,
+        computed: Option<Fingerprint>,
+    ) -> Result<(), Error> {
+        let stored = computed.map_or(Fingerprinted::NotAPicture, Fingerprinted::Picture);
+        self.shared.maps.put_fingerprint(hash, &stored).await?;
+        if let Some(fp) = computed {
+            if self
+                .best_match(hash, &fp, &self.report_guards(), false)
+                .await?
+                .is_some()
+            {
+                Stats::bump(&self.shared.stats.near_duplicates_found);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fingerprints a newly stored original: computed from `bytes` and kept.
+    pub(super) async fn fingerprint_new(
+        &self,
+        hash: &ContentHash,
+        bytes: Bytes,
+    ) -> Result<(), Error> {
+        if !self.near_dedup_on() {
+            return Ok(());
+        }
+        let computed = self.compute_fingerprint(bytes).await?;
+        self.keep_fingerprint(hash, computed).await
+    }
+
+    /// An indexed original's fingerprint: stored, or computed now from its bytes and kept.
+    /// `None`: its bytes are no picture.
+    pub async fn fingerprint_of(&self, hash: &ContentHash) -> Result<Option<Fingerprint>, Error> {
+        if let Some(known) = self.shared.maps.fingerprint(hash).await? {
+            return Ok(known.picture().copied());
+        }
+        let bytes = self.original_bytes(hash).await?;
+        let computed = self.compute_fingerprint(bytes).await?;
+        self.keep_fingerprint(hash, computed).await?;
+        Ok(computed)
+    }
+
+    fn report_guards(&self) -> Guards {
+        Guards::report(self.report_radius())
+    }
+
+    pub(super) fn canonical_guards(&self) -> Guards {
+        Guards::canonical(self.shared.config.dedup.radius)
+    }
+
+    /// The best other indexed original matching `fp` under `guards`: the largest in pixels,
+    /// then the oldest. With `at_least_as_large`, only originals at least as large as `fp` in
+    /// both dimensions qualify (canonical mode never serves a smaller picture).
+    pub(super) async fn best_match(
+        &self,
+        own: &ContentHash,
+        fp: &Fingerprint,
+        guards: &Guards,
+        at_least_as_large: bool,
+    ) -> Result<Option<ContentHash>, Error> {
+        let mut best: Option<(u64, u64, ContentHash)> = None;
+        for m in self.matches(own, fp, guards).await? {
+            let other = &m.found.fingerprint;
+            if at_least_as_large && (other.width < fp.width || other.height < fp.height) {
+                continue;
+            }
+            let pixels = u64::from(other.width) * u64::from(other.height);
+            let rank = (pixels, u64::MAX - m.info.first_seen_ms, m.found.hash);
+            if best.is_none_or(|b| (rank.0, rank.1) > (b.0, b.1)) {
+                best = Some(rank);
+            }
+        }
+        Ok(best.map(|(_, _, hash)| hash))
+    }
+
+    /// Every other indexed original matching `fp` under `guards`, closest first.
+    async fn matches(
+        &self,
+        own: &ContentHash,
+        fp: &Fingerprint,
+        guards: &Guards,
+    ) -> Result<Vec<Similar>, Error> {
+        let mut out = Vec::new();
+        for found in self.shared.maps.near(fp.phash, guards.radius).await? {
+            if found.hash == *own || !fp.matches(&found.fingerprint, guards) {
+                continue;
+            }
+            // Indexed still (a fingerprint can outlive its original by a moment).
+            if let Some(info) = self.shared.maps.original(&found.hash).await? {
+                out.push(Similar { found, info });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The best existing original within the report radius of an indexed one, if any (what
+    /// uploads and ingest report as `near_duplicate_of`).
+    pub async fn near_duplicate_of(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<Option<ContentHash>, Error> {
+        if !self.near_dedup_on() {
+            return Ok(None);
+        }
+        let Some(fp) = self.fingerprint_of(hash).await? else {
+            return Ok(None);
+        };
+        self.best_match(hash, &fp, &self.report_guards(), false)
+            .await
+    }
+
+    /// The originals within `max_distance` bits of an indexed one (under the report guards),
+    /// closest first, at most `limit`; `None`: the original is no picture.
+    pub async fn similar(
+        &self,
+        hash: &ContentHash,
+        max_distance: u32,
+        limit: usize,
+    ) -> Result<Option<(Fingerprint, Vec<Similar>)>, Error> {
+        let Some(fp) = self.fingerprint_of(hash).await? else {
+            return Ok(None);
+        };
+        let mut found = self
+            .matches(hash, &fp, &Guards::report(max_distance))
+            .await?;
+        found.truncate(limit);
+        Ok(Some((fp, found)))
+    }
+
+    /// Fingerprints every indexed original that has none (or one of an older version);
+    /// `progress` is told of each. Returns how many were computed.
+    pub async fn backfill_fingerprints(
+        &self,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<u64, Error> {
+        let mut after = None;
+        let mut done = 0;
+        loop {
+            let batch = self
+                .shared
+                .maps
+                .unfingerprinted(after, BACKFILL_BATCH)
+                .await?;
+            let Some(last) = batch.last() else {
+                return Ok(done);
+            };
+            after = Some(*last);
+            for hash in batch {
+                match self.shared.blobs.get(&hash).await? {
+                    Some(bytes) => {
+                        let computed = self.compute_fingerprint(bytes).await?;
+                        self.keep_fingerprint(&hash, computed).await?;
+                        done += 1;
+                        progress(done);
+                    }
+                    // `verify` reports the missing bytes; nothing to fingerprint.
+                    None => continue,
+                }
+            }
+        }
+    }
+
+    /// Groups of originals within the report radius of one another (connected, under the
+    /// report guards): their count, the originals in them and the bytes those hold
+    /// (`imgcas stats`).
+    pub async fn near_duplicate_clusters(&self) -> Result<(u64, u64, u64), Error> {
+        let all = self.shared.maps.fingerprints().await?;
+        let index: std::collections::HashMap<ContentHash, usize> =
+            all.iter().enumerate().map(|(i, (h, _))| (*h, i)).collect();
+        let mut parent: Vec<usize> = (0..all.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let guards = self.report_guards();
+        for (i, (_, fp)) in all.iter().enumerate() {
+            for found in self.shared.maps.near(fp.phash, guards.radius).await? {
+                let Some(&j) = index.get(&found.hash) else {
+                    continue;
+                };
+                if j != i && fp.matches(&found.fingerprint, &guards) {
+                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                    parent[a] = b;
+                }
+            }
+        }
+        let mut sizes: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+        for i in 0..all.len() {
+            let r = root(&mut parent, i);
+            sizes.entry(r).or_default().push(i);
+        }
+        let (mut clusters, mut members, mut bytes) = (0, 0, 0);
+        for group in sizes.values().filter(|g| g.len() > 1) {
+            clusters += 1;
+            for &i in group {
+                members += 1;
+                if let Some(info) = self.shared.maps.original(&all[i].0).await? {
+                    bytes += info.bytes;
+                }
+            }
+        }
+        Ok((clusters, members, bytes))
+    }
+}
