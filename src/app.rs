@@ -93,6 +93,8 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         serve(listener, router, &server, rx).await;
         flusher.abort();
         backfill.abort();
+        let _ = backfill.await;
+        pipeline.settle().await;
         if let Err(e) = pipeline.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }

@@ -136,6 +136,16 @@ async fn uploads_report_near_duplicates_and_similar_finds_them() {
         .get(&format!("/v1/originals/{}/similar", "0".repeat(64)))
         .await;
     assert_eq!(r.status(), 404);
+    let stats = app.pipeline.stored_stats().await.unwrap();
+    assert_eq!(
+        (stats.near_clusters, stats.near_clustered_originals),
+        (1, 2),
+        "one cluster: the photo and its copy"
+    );
+    assert_eq!(
+        stats.near_clustered_bytes,
+        (original.len() + copy.len()) as u64
+    );
     let limited = json(
         app.get(&format!(
             "/v1/originals/{}/similar?max_distance=16&limit=1",

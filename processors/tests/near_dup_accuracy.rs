@@ -241,9 +241,6 @@ fn transform(
     }
 }
 
-static TIMES: [std::sync::atomic::AtomicU64; 15] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; 15];
-
 struct Photo {
     name: String,
     original: Fingerprint,
@@ -265,15 +262,7 @@ fn measure(dir: &Path, name: &str, sha: &str) -> Photo {
         original: fp(&bytes),
         transformed: TRANSFORMS
             .iter()
-            .map(|(t, _)| {
-                let started = std::time::Instant::now();
-                let f = fp(&transform(t, &bytes, &up));
-                TIMES[TRANSFORMS.iter().position(|(n, _)| n == t).unwrap_or(0)].fetch_add(
-                    started.elapsed().as_millis() as u64,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                f
-            })
+            .map(|(t, _)| fp(&transform(t, &bytes, &up)))
             .collect(),
     }
 }
@@ -316,12 +305,6 @@ fn fingerprints_find_transforms_and_not_other_photos() {
         all.into_iter().map(|(_, p)| p).collect()
     });
     photos.shrink_to_fit();
-    for (i, (t, _)) in TRANSFORMS.iter().enumerate() {
-        eprintln!(
-            "{t}: {} ms",
-            TIMES[i].load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
     let report = Guards::report(REPORT_RADIUS);
     let canonical = Guards::canonical(CANONICAL_RADIUS);
 
@@ -399,6 +382,14 @@ fn fingerprints_find_transforms_and_not_other_photos() {
                 "false_report_pairs": false_report},
             "photo_vs_other_transforms": {"pairs": cross[0], "false_report": cross[1],
                 "false_canonical": cross[2]},
+            // The DCT hashes themselves: the seeds of the index benchmark (`bench/`).
+            "phashes": photos.iter().map(|p| serde_json::json!({
+                "photo": p.name,
+                "original": format!("{:016x}", p.original.phash),
+                "transforms": p.transformed.iter().map(|f| format!("{:016x}", f.phash))
+                    .collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "transforms": TRANSFORMS.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
         });
         std::fs::write(path, serde_json::to_vec_pretty(&json).expect("json")).expect("report");
     }

@@ -92,6 +92,10 @@ pub async fn copy_maps(
     for (url, entry) in urls {
         step();
         if copied.contains(&entry.serving()) {
+            // A canonical mapping brings its alias (the own hash keeps serving by hash).
+            if let Some(canonical) = entry.canonical {
+                to.put_alias(&entry.hash, &canonical).await?;
+            }
             to.put_url(&url, &entry).await?;
             report.urls_copied += 1;
         } else {

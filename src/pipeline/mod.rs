@@ -89,6 +89,12 @@ struct Shared {
     upkeep: upkeep::Upkeep,
     /// This node's name in claims (`cluster.node_id`).
     node_id: String,
+    /// Fingerprint computations at once (`limits.process_concurrency`): background ones
+    /// (downloads, the backfill) must not take more of the CPU than processing may.
+    fingerprint_slots: tokio::sync::Semaphore,
+    /// Work a request left running after its answer (fingerprints of new downloads), waited
+    /// for by [`Pipeline::settle`] so that nothing writes to the maps after shutdown.
+    background: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 /// Why the pipeline could not open.
@@ -144,6 +150,8 @@ impl Pipeline {
                 hot: HotVariants::new(config.limits.hot_cache_bytes),
                 upkeep: upkeep::Upkeep::new(&config),
                 node_id: config.cluster.node_id(),
+                fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
+                background: Default::default(),
                 config,
                 maps,
                 blobs,
@@ -206,6 +214,30 @@ impl Pipeline {
         self.shared.maps.check().await?;
         self.shared.blobs.check().await?;
         Ok(())
+    }
+
+    /// Runs `work` after the current request, tracked for [`Pipeline::settle`].
+    fn in_background(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self
+            .shared
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Reap the finished ones, so the set stays as small as the work in flight.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(work);
+    }
+
+    /// Waits for the work requests left running (at shutdown, before the last flush).
+    pub async fn settle(&self) {
+        let mut tasks = std::mem::take(
+            &mut *self
+                .shared
+                .background
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        while tasks.join_next().await.is_some() {}
     }
 
     /// Writes the queued use records and makes every map write so far durable (at

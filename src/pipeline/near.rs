@@ -17,11 +17,12 @@ use super::{blocking, Pipeline};
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
+use crate::maps::near::NearIndex;
 use crate::maps::{Fingerprinted, NearMatch, OriginalInfo};
 use crate::stats::Stats;
 
 /// Originals fingerprinted per batch of the backfill.
-const BACKFILL_BATCH: usize = 64;
+const BACKFILL_BATCH: usize = 500;
 
 /// An original near another, with what the originals index says of it.
 #[derive(Debug, Clone)]
@@ -47,6 +48,12 @@ impl Pipeline {
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
         let limits = self.limits();
+        let _slot = self
+            .shared
+            .fingerprint_slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("fingerprint slots closed".into()))?;
         Stats::bump(&self.shared.stats.fingerprints_computed);
         blocking(move || Ok(fingerprint(&bytes, &limits).ok())).await
     }
@@ -219,38 +226,21 @@ impl Pipeline {
 
     /// Groups of originals within the report radius of one another (connected, under the
     /// report guards): their count, the originals in them and the bytes those hold
-    /// (`imgcas stats`).
+    /// (`imgcas stats`). One read of every fingerprint, then an index in memory: no round
+    /// trip to the maps per original.
     pub async fn near_duplicate_clusters(&self) -> Result<(u64, u64, u64), Error> {
         let all = self.shared.maps.fingerprints().await?;
-        let index: std::collections::HashMap<ContentHash, usize> =
-            all.iter().enumerate().map(|(i, (h, _))| (*h, i)).collect();
-        let mut parent: Vec<usize> = (0..all.len()).collect();
-        fn root(parent: &mut [usize], mut i: usize) -> usize {
-            while parent[i] != i {
-                parent[i] = parent[parent[i]];
-                i = parent[i];
-            }
-            i
-        }
         let guards = self.report_guards();
-        for (i, (_, fp)) in all.iter().enumerate() {
-            for found in self.shared.maps.near(fp.phash, guards.radius).await? {
-                let Some(&j) = index.get(&found.hash) else {
-                    continue;
-                };
-                if j != i && fp.matches(&found.fingerprint, &guards) {
-                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
-                    parent[a] = b;
-                }
-            }
-        }
-        let mut sizes: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+        let parent = blocking(move || Ok(link(&all, &guards).map(|p| (all, p)))).await?;
+        let Some((all, mut parent)) = parent else {
+            return Ok((0, 0, 0));
+        };
+        let mut groups: std::collections::HashMap<usize, Vec<usize>> = Default::default();
         for i in 0..all.len() {
-            let r = root(&mut parent, i);
-            sizes.entry(r).or_default().push(i);
+            groups.entry(root(&mut parent, i)).or_default().push(i);
         }
         let (mut clusters, mut members, mut bytes) = (0, 0, 0);
-        for group in sizes.values().filter(|g| g.len() > 1) {
+        for group in groups.values().filter(|g| g.len() > 1) {
             clusters += 1;
             for &i in group {
                 members += 1;
@@ -261,4 +251,34 @@ impl Pipeline {
         }
         Ok((clusters, members, bytes))
     }
+}
+
+/// Union-find parents linking every pair that matches under `guards`; `None` when empty.
+fn link(all: &[(ContentHash, Fingerprint)], guards: &Guards) -> Option<Vec<usize>> {
+    if all.is_empty() {
+        return None;
+    }
+    let mut index = NearIndex::default();
+    for (i, (_, fp)) in all.iter().enumerate() {
+        index.insert_new(i as u64, fp.phash);
+    }
+    let mut parent: Vec<usize> = (0..all.len()).collect();
+    for (i, (_, fp)) in all.iter().enumerate() {
+        for (j, _) in index.search(fp.phash, guards.radius) {
+            let j = j as usize;
+            if j != i && fp.matches(&all[j].1, guards) {
+                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                parent[a] = b;
+            }
+        }
+    }
+    Some(parent)
+}
+
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
 }

@@ -359,7 +359,7 @@ impl Pipeline {
                 None => {
                     // Off the request's path: the answer does not wait for it.
                     let this = self.clone();
-                    tokio::spawn(async move {
+                    self.in_background(async move {
                         if let Err(e) = this.fingerprint_new(&hash, bytes).await {
                             tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
                         }

@@ -1,0 +1,148 @@
+//! The near-neighbour index of the embedded maps (`src/maps/near.rs`) at scale, next to its
+//! peer measured in the same run: a straight scan of the same hashes (popcount of the XOR, the
+//! way a table without an index would answer).
+//!
+//! The hashes are not random bits, whose bands spread unrealistically well: they are the DCT
+//! hashes of the 255 shared photographs and of their 15 transforms each
+//! (`bench/results/near-dup.json`, written by `processors/tests/near_dup_accuracy.rs`),
+//! replicated to each size with small perturbations: nine in ten replicas get 10–14 random
+//! bits flipped (another picture of similar statistics), one in ten 0–4 (a near-duplicate).
+//! Queries are drawn the same way, at radius 8.
+//!
+//! `cargo bench --bench near_index` runs the criterion groups at 1 M, then measures each size
+//! (250 k, 1 M, 4 M, 10 M) directly: bytes of index per original (from the allocations'
+//! capacities), p50/p99 of single lookups, matches per lookup, and the scan's p50 for the
+//! ratio. `NEAR_INDEX_SIZES=250000,1000000` picks sizes; the figures go to
+//! `bench/results/near-index.json`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, Criterion};
+use imgcas::maps::near::NearIndex;
+
+const RADIUS: u32 = 8;
+const QUERIES: usize = 5_000;
+
+#[path = "near_data.rs"]
+mod near_data;
+
+use near_data::{percentile, seeds, Rng};
+
+struct Built {
+    index: NearIndex,
+    hashes: Vec<u64>,
+    queries: Vec<u64>,
+    build: Duration,
+}
+
+fn build(size: usize, seeds: &[u64]) -> Built {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ size as u64);
+    let hashes: Vec<u64> = (0..size).map(|_| rng.replica(seeds)).collect();
+    let started = Instant::now();
+    let mut index = NearIndex::default();
+    for (i, h) in hashes.iter().enumerate() {
+        index.insert_new(i as u64, *h);
+    }
+    let build = started.elapsed();
+    let queries = (0..QUERIES).map(|_| rng.replica(seeds)).collect();
+    Built {
+        index,
+        hashes,
+        queries,
+        build,
+    }
+}
+
+fn scan(hashes: &[u64], query: u64, radius: u32) -> usize {
+    hashes
+        .iter()
+        .filter(|h| (**h ^ query).count_ones() <= radius)
+        .count()
+}
+
+fn criterion_groups(c: &mut Criterion) {
+    let seeds = seeds();
+    let built = build(1_000_000, &seeds);
+    let mut group = c.benchmark_group("near_r8_1M");
+    group.sample_size(20);
+    let mut i = 0;
+    group.bench_function("index", |b| {
+        b.iter(|| {
+            i = (i + 1) % built.queries.len();
+            black_box(built.index.search(built.queries[i], RADIUS))
+        })
+    });
+    group.bench_function("scan", |b| {
+        b.iter(|| {
+            i = (i + 1) % built.queries.len();
+            black_box(scan(&built.hashes, built.queries[i], RADIUS))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, criterion_groups);
+
+fn sizes() -> Vec<usize> {
+    std::env::var("NEAR_INDEX_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![250_000, 1_000_000, 4_000_000, 10_000_000])
+}
+
+/// Each size measured directly, written to `bench/results/near-index.json`.
+fn at_each_size() {
+    let seeds = seeds();
+    let mut rows = Vec::new();
+    for size in sizes() {
+        let built = build(size, &seeds);
+        let mut times = Vec::with_capacity(QUERIES);
+        let mut matches = 0usize;
+        for q in &built.queries {
+            let started = Instant::now();
+            matches += black_box(built.index.search(*q, RADIUS)).len();
+            times.push(started.elapsed());
+        }
+        times.sort();
+        // The scan is slow at 10 M: a tenth of the queries suffice for its median.
+        let mut scan_times: Vec<Duration> = built.queries[..QUERIES / 10]
+            .iter()
+            .map(|q| {
+                let started = Instant::now();
+                black_box(scan(&built.hashes, *q, RADIUS));
+                started.elapsed()
+            })
+            .collect();
+        scan_times.sort();
+        let bytes = built.index.heap_bytes() as f64 / size as f64;
+        let row = serde_json::json!({
+            "originals": size,
+            "index_bytes_per_original": (bytes * 10.0).round() / 10.0,
+            "build_seconds": built.build.as_secs_f64(),
+            "lookup_p50_ms": percentile(&times, 0.5),
+            "lookup_p99_ms": percentile(&times, 0.99),
+            "lookup_max_ms": percentile(&times, 1.0),
+            "matches_per_lookup": matches as f64 / QUERIES as f64,
+            "scan_p50_ms": percentile(&scan_times, 0.5),
+        });
+        println!("{row}");
+        rows.push(row);
+    }
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/results/near-index.json");
+    let json = serde_json::json!({
+        "radius": RADIUS, "queries": QUERIES, "sizes": rows,
+        "note": "in-memory index of the embedded maps; peer: a straight scan of the same hashes",
+    });
+    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+}
+
+fn main() {
+    // `cargo test --benches` runs benches as tests: keep that quick.
+    if std::env::args().any(|a| a == "--test") {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    at_each_size();
+}
