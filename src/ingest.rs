@@ -149,13 +149,7 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
     let near_duplicate_of = if resolved.source != resolved.hash {
         Some(resolved.hash)
     } else {
-        pipeline
-            .near_duplicate_of(&resolved.hash)
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(hash = %resolved.hash, error = %e, "near-duplicate lookup failed");
-                None
-            })
+        pipeline.near_duplicate_report(&resolved.hash).await
     };
     let warm = warm_variants(pipeline, resolved.hash, warm).await;
     ItemResult::stored(

@@ -215,14 +215,14 @@ fn transform(
     match name {
         "resize_50" => jpeg(&up.resize_exact(w / 2, h / 2, lanczos), 85),
         "resize_25" => jpeg(&up.resize_exact(w / 4, h / 4, lanczos), 85),
-        "jpeg_q50" => jpeg(&up, 50),
-        "jpeg_q70" => jpeg(&up, 70),
-        "jpeg_q95" => jpeg(&up, 95),
+        "jpeg_q50" => jpeg(up, 50),
+        "jpeg_q70" => jpeg(up, 70),
+        "jpeg_q95" => jpeg(up, 95),
         "png" => png(up),
-        "webp" => encoded(&up, ImageFormat::WebP),
+        "webp" => encoded(up, ImageFormat::WebP),
         // Stored a quarter turn counter-clockwise, tagged 6 ("turn clockwise to view").
         "orientation_set" => with_orientation(&jpeg(&up.rotate270(), 90), 6),
-        "orientation_applied" => jpeg(&up, 92),
+        "orientation_applied" => jpeg(up, 92),
         "metadata_stripped" if is_jpeg => {
             let stripped = strip_jpeg_metadata(bytes);
             match exif_value(*orientation) {
@@ -234,9 +234,9 @@ fn transform(
         "metadata_stripped" => png(up),
         "crop_2pct_edges" => crop(dx, dy, dx, dy),
         "crop_2pct_corner" => crop(dx, dy, 0, 0),
-        "brightness_up_5" => jpeg(&scaled(&up, 1.05), 90),
-        "brightness_down_5" => jpeg(&scaled(&up, 0.95), 90),
-        "text_overlay" => jpeg(&text_overlay(&up), 90),
+        "brightness_up_5" => jpeg(&scaled(up, 1.05), 90),
+        "brightness_down_5" => jpeg(&scaled(up, 0.95), 90),
+        "text_overlay" => jpeg(&text_overlay(up), 90),
         other => panic!("unknown transform {other}"),
     }
 }

@@ -236,16 +236,22 @@ pub async fn info(State(service): State<Service>, Path(hash): Path<String>, uri:
     let answer = async {
         let (hash, info) = lookup(&service, &hash).await?;
         let pipeline = service.pipeline();
-        let (fingerprint, near_duplicates) = if pipeline.near_dedup_on() {
-            match pipeline
+        // What the original is answers even when its fingerprint cannot be had (its bytes
+        // missing from the blob store, say).
+        let near = if pipeline.near_dedup_on() {
+            pipeline
                 .similar(&hash, pipeline.report_radius(), usize::MAX)
-                .await?
-            {
-                Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
-                None => (None, 0),
-            }
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%hash, error = %e, "fingerprint unavailable");
+                    None
+                })
         } else {
-            (None, 0)
+            None
+        };
+        let (fingerprint, near_duplicates) = match near {
+            Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
+            None => (None, 0),
         };
         let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
         Ok::<_, Error>(InfoAnswer {
@@ -313,10 +319,12 @@ pub async fn similar(
             }
         }
         let (hash, _) = lookup(&service, &hash).await?;
-        let found = match pipeline.similar(&hash, max_distance, limit).await? {
-            Some((_, found)) => found,
-            None => Vec::new(),
+        // With `dedup.near = off` no fingerprint is computed: nothing is similar.
+        let found = match pipeline.near_dedup_on() {
+            true => pipeline.similar(&hash, max_distance, limit).await?,
+            false => None,
         };
+        let found = found.map(|(_, found)| found).unwrap_or_default();
         Ok::<_, Error>(SimilarAnswer {
             hash,
             max_distance,

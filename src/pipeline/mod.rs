@@ -95,6 +95,9 @@ struct Shared {
     /// Work a request left running after its answer (fingerprints of new downloads), waited
     /// for by [`Pipeline::settle`] so that nothing writes to the maps after shutdown.
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// One fingerprint computation per original at a time.
+    fingerprint_flights:
+        SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
 }
 
 /// Why the pipeline could not open.
@@ -152,6 +155,7 @@ impl Pipeline {
                 node_id: config.cluster.node_id(),
                 fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
                 background: Default::default(),
+                fingerprint_flights: SingleFlight::default(),
                 config,
                 maps,
                 blobs,

@@ -42,20 +42,31 @@ impl Pipeline {
         self.shared.config.dedup.report_radius
     }
 
-    /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture.
+    /// One of the `limits.process_concurrency` fingerprint slots: taken before a
+    /// computation's bytes are read, so that waiting work holds a hash, not an image.
+    async fn fingerprint_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Error> {
+        self.shared
+            .fingerprint_slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("fingerprint slots closed".into()))
+    }
+
+    /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture. The
+    /// caller holds a slot.
+    async fn fingerprint_bytes(&self, bytes: Bytes) -> Result<Option<Fingerprint>, Error> {
+        let limits = self.limits();
+        Stats::bump(&self.shared.stats.fingerprints_computed);
+        blocking(move || Ok(fingerprint(&bytes, &limits).ok())).await
+    }
+
+    /// [`Pipeline::fingerprint_bytes`] in a slot of its own, for bytes already in hand.
     pub(super) async fn compute_fingerprint(
         &self,
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
-        let limits = self.limits();
-        let _slot = self
-            .shared
-            .fingerprint_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("fingerprint slots closed".into()))?;
-        Stats::bump(&self.shared.stats.fingerprints_computed);
-        blocking(move || Ok(fingerprint(&bytes, &limits).ok())).await
+        let _slot = self.fingerprint_slot().await?;
+        self.fingerprint_bytes(bytes).await
     }
 
     /// Stores a fingerprint computed for a newly stored original, and counts it in the
@@ -79,7 +90,7 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Fingerprints a newly stored original: computed from `bytes` and kept.
+    /// Fingerprints a newly stored original whose bytes are in hand (an upload).
     pub(super) async fn fingerprint_new(
         &self,
         hash: &ContentHash,
@@ -92,14 +103,31 @@ impl Pipeline {
         self.keep_fingerprint(hash, computed).await
     }
 
-    /// An indexed original's fingerprint: stored, or computed now from its bytes and kept.
-    /// `None`: its bytes are no picture.
+    /// An indexed original's fingerprint: stored, or computed from its stored bytes and kept
+    /// — once, however many callers ask at the same time (a download's background run and an
+    /// ingest report, say). `None`: its bytes are no picture.
     pub async fn fingerprint_of(&self, hash: &ContentHash) -> Result<Option<Fingerprint>, Error> {
         if let Some(known) = self.shared.maps.fingerprint(hash).await? {
             return Ok(known.picture().copied());
         }
+        let (this, h) = (self.clone(), *hash);
+        self.shared
+            .fingerprint_flights
+            .run(h, async move { this.fingerprint_stored(&h).await }, |m| {
+                Err(Error::Internal(format!("fingerprint task failed: {m}")))
+            })
+            .await
+    }
+
+    /// One flight of [`Pipeline::fingerprint_of`]: a flight that just ended may have stored
+    /// it, so the maps are asked again first.
+    async fn fingerprint_stored(&self, hash: &ContentHash) -> Result<Option<Fingerprint>, Error> {
+        if let Some(known) = self.shared.maps.fingerprint(hash).await? {
+            return Ok(known.picture().copied());
+        }
+        let _slot = self.fingerprint_slot().await?;
         let bytes = self.original_bytes(hash).await?;
-        let computed = self.compute_fingerprint(bytes).await?;
+        let computed = self.fingerprint_bytes(bytes).await?;
         self.keep_fingerprint(hash, computed).await?;
         Ok(computed)
     }
@@ -173,6 +201,15 @@ impl Pipeline {
             .await
     }
 
+    /// [`Pipeline::near_duplicate_of`] for a report that must not fail for it (the original
+    /// is stored already): an error is logged and reported as no match.
+    pub async fn near_duplicate_report(&self, hash: &ContentHash) -> Option<ContentHash> {
+        self.near_duplicate_of(hash).await.unwrap_or_else(|e| {
+            tracing::warn!(%hash, error = %e, "near-duplicate lookup failed");
+            None
+        })
+    }
+
     /// The originals within `max_distance` bits of an indexed one (under the report guards),
     /// closest first, at most `limit`; `None`: the original is no picture.
     pub async fn similar(
@@ -210,9 +247,11 @@ impl Pipeline {
             };
             after = Some(*last);
             for hash in batch {
+                let slot = self.fingerprint_slot().await?;
                 match self.shared.blobs.get(&hash).await? {
                     Some(bytes) => {
-                        let computed = self.compute_fingerprint(bytes).await?;
+                        let computed = self.fingerprint_bytes(bytes).await?;
+                        drop(slot);
                         self.keep_fingerprint(&hash, computed).await?;
                         done += 1;
                         progress(done);

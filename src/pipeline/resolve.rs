@@ -322,20 +322,37 @@ impl Pipeline {
         // Canonical mode decides before storing: a merge stores nothing.
         let mut computed = None;
         if !indexed && s.config.dedup.near == NearDedup::Canonical {
-            computed = Some(self.compute_fingerprint(bytes.clone()).await?);
-            if let Some(Some(fp)) = &computed {
-                let guards = self.canonical_guards();
-                if let Some(canonical) = self.best_match(&hash, fp, &guards, true).await? {
-                    Stats::add(&s.stats.dedup_bytes_saved, size);
+            // Bytes mapped before keep their original (a hash's alias is served as
+            // immutable); a fresh decision only when there is none, or it is gone.
+            let known = match s.maps.alias(&hash).await? {
+                Some(c) if s.maps.original(&c).await?.is_some() => Some(c),
+                _ => None,
+            };
+            let decided = match known {
+                Some(c) => Some(c),
+                None => {
+                    computed = Some(self.compute_fingerprint(bytes.clone()).await?);
+                    match &computed {
+                        Some(Some(fp)) => {
+                            let guards = self.canonical_guards();
+                            self.best_match(&hash, fp, &guards, true).await?
+                        }
+                        _ => None,
+                    }
+                }
+            };
+            if let Some(canonical) = decided {
+                Stats::add(&s.stats.dedup_bytes_saved, size);
+                if known.is_none() {
                     Stats::bump(&s.stats.near_duplicates_found);
                     s.maps.put_alias(&hash, &canonical).await?;
-                    entry.canonical = Some(canonical);
-                    if publish_url {
-                        s.maps.put_url(url.as_str(), &entry).await?;
-                    }
-                    tracing::info!(%url, source = %hash, %canonical, "served from a near-duplicate original");
-                    return Ok((canonical, hash, false));
                 }
+                entry.canonical = Some(canonical);
+                if publish_url {
+                    s.maps.put_url(url.as_str(), &entry).await?;
+                }
+                tracing::info!(%url, source = %hash, %canonical, "served from a near-duplicate original");
+                return Ok((canonical, hash, false));
             }
         }
         if indexed {
@@ -357,10 +374,11 @@ impl Pipeline {
             match computed {
                 Some(fp) => self.keep_fingerprint(&hash, fp).await?,
                 None => {
-                    // Off the request's path: the answer does not wait for it.
+                    // Off the request's path: the answer does not wait for it. (The task
+                    // holds the hash; the bytes are read again once a slot is free.)
                     let this = self.clone();
                     self.in_background(async move {
-                        if let Err(e) = this.fingerprint_new(&hash, bytes).await {
+                        if let Err(e) = this.fingerprint_of(&hash).await {
                             tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
                         }
                     });

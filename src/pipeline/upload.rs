@@ -44,7 +44,7 @@ impl Pipeline {
                 hash,
                 info: existing,
                 duplicate: true,
-                near_duplicate_of: self.near_duplicate_of(&hash).await?,
+                near_duplicate_of: self.near_duplicate_report(&hash).await,
             });
         }
         if s.blobs.put_if_absent(&hash, bytes.clone()).await? == PutOutcome::Created {
@@ -54,7 +54,9 @@ impl Pipeline {
         if inserted {
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.
-            self.fingerprint_new(&hash, bytes).await?;
+            if let Err(e) = self.fingerprint_new(&hash, bytes).await {
+                tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
+            }
         }
         let info = if inserted {
             info
@@ -65,7 +67,7 @@ impl Pipeline {
             hash,
             info,
             duplicate: !inserted,
-            near_duplicate_of: self.near_duplicate_of(&hash).await?,
+            near_duplicate_of: self.near_duplicate_report(&hash).await,
         })
     }
 }

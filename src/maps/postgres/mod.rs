@@ -159,20 +159,21 @@ fn dimension(v: Option<i32>) -> Option<u32> {
 }
 
 fn url_entry(row: &Row) -> Result<UrlEntry, MapError> {
+    let hash = hash_of(row, "hash")?;
     Ok(UrlEntry {
-        hash: hash_of(row, "hash")?,
+        hash,
         etag: row.try_get("etag").map_err(store_error)?,
         last_modified: row.try_get("last_modified").map_err(store_error)?,
         checked_at_ms: unsigned(row.try_get("checked_at_ms").map_err(store_error)?),
         requested_at_ms: unsigned(row.try_get("requested_at_ms").map_err(store_error)?),
+        // `own hash ‖ canonical hash`: a node of the release before canonical mode that
+        // rewrites the row for new bytes leaves the column as it was, and it then names
+        // other bytes than the row's: such a mapping no longer holds.
         canonical: row
             .try_get::<_, Option<&[u8]>>("canonical")
             .map_err(store_error)?
-            .map(|raw| {
-                ContentHash::from_slice(raw)
-                    .ok_or_else(|| MapError::Corrupt("canonical: not a hash".into()))
-            })
-            .transpose()?,
+            .filter(|raw| raw.len() == 64 && raw[..32] == hash.0)
+            .and_then(|raw| ContentHash::from_slice(&raw[32..])),
     })
 }
 
@@ -335,7 +336,9 @@ async fn put_url_on(
     entry: &UrlEntry,
 ) -> Result<(), MapError> {
     let hash: &[u8] = entry.hash.as_bytes();
-    let canonical: Option<&[u8]> = entry.canonical.as_ref().map(|c| c.as_bytes().as_slice());
+    let canonical: Option<Vec<u8>> = entry
+        .canonical
+        .map(|c| [entry.hash.as_bytes().as_slice(), c.as_bytes()].concat());
     client
         .execute(
             UPSERT_URL,

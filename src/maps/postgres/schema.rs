@@ -101,6 +101,7 @@ const MIGRATIONS: &[&str] = &[
         hash bytea PRIMARY KEY,
         canonical bytea NOT NULL
     );
+    -- own hash ‖ canonical hash (64 bytes): valid only while `hash` is that own hash
     ALTER TABLE imgcas_urls ADD COLUMN canonical bytea;",
 ];
 

@@ -359,13 +359,15 @@ impl MapStore for RedbMaps {
         let (hash, near) = (*hash, self.near.clone());
         self.db
             .run(move |db| {
-                db.write_durable(|txn| {
+                let old = db.write_durable(|txn| {
                     originals::remove(txn, &hash)?;
-                    if let Some(old) = fingerprints::remove(txn, &hash)? {
-                        write_index(&near).remove_known(prefix_of(hash.as_bytes()), old.phash);
-                    }
-                    Ok(())
-                })
+                    fingerprints::remove(txn, &hash)
+                })?;
+                // The index follows the table once the write is committed.
+                if let Some(old) = old {
+                    write_index(&near).remove_known(prefix_of(hash.as_bytes()), old.phash);
+                }
+                Ok(())
             })
             .await?;
         self.recent.invalidate(&hash);
@@ -391,19 +393,17 @@ impl MapStore for RedbMaps {
         let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
         self.db
             .run(move |db| {
-                db.write(|txn| {
-                    let old = fingerprints::put(txn, &hash, &fingerprint)?;
-                    let mut index = write_index(&near);
-                    let prefix = prefix_of(hash.as_bytes());
-                    if let Some(old) = old {
-                        index.remove_known(prefix, old.phash);
-                    }
-                    if let Fingerprinted::Picture(fp) = fingerprint {
-                        index.insert_new(prefix, fp.phash);
-                    }
-                    Ok(())
-                })
-                .map(|_| ())
+                let (old, _) = db.write(|txn| fingerprints::put(txn, &hash, &fingerprint))?;
+                // The index follows the table once the write is committed.
+                let mut index = write_index(&near);
+                let prefix = prefix_of(hash.as_bytes());
+                if let Some(old) = old {
+                    index.remove_known(prefix, old.phash);
+                }
+                if let Fingerprinted::Picture(fp) = fingerprint {
+                    index.insert_new(prefix, fp.phash);
+                }
+                Ok(())
             })
             .await
     }
