@@ -1,7 +1,9 @@
 //! Steps 1–3: a source URL turned into the hash of its bytes, through the URL map. A known
 //! URL is asked again only when its mapping is older than `revalidate_after` (or a caller
 //! says its content may have changed), and then with a conditional request; a recent origin
-//! failure answers without origin traffic while it is held.
+//! failure answers without origin traffic while it is held. In canonical mode (`dedup.near`),
+//! new bytes that are a near-duplicate of a stored original are mapped to it rather than
+//! stored (`store_download`).
 
 use std::time::Duration;
 
@@ -358,7 +360,7 @@ impl Pipeline {
         if indexed {
             Stats::add(&s.stats.dedup_bytes_saved, size);
         } else {
-            match s.blobs.put_if_absent(&hash, bytes.clone()).await? {
+            match s.blobs.put_if_absent(&hash, bytes).await? {
                 PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
                 PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
             }

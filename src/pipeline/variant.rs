@@ -148,35 +148,45 @@ impl Pipeline {
         spec: &Spec,
         accept: Option<&str>,
     ) -> Result<Target, Failure> {
-        let (hash, own, url_state) = match source {
-            Source::Hash(hash) => match self.shared.maps.original(hash).await {
-                // A near-duplicate's own hash (canonical mode) stands for its canonical
-                // original.
-                Ok(None) => match self.shared.maps.alias(hash).await {
-                    Ok(Some(canonical)) => (canonical, Some(*hash), None),
-                    _ => (*hash, None, None),
-                },
-                _ => (*hash, None, None),
-            },
+        let (mut hash, mut own, url_state) = match source {
+            Source::Hash(hash) => (*hash, None, None),
             Source::Url(url) => {
                 let resolved = self.resolve_url(url, false).await?;
                 let own = (resolved.source != resolved.hash).then_some(resolved.source);
                 (resolved.hash, own, Some(resolved.state))
             }
         };
-        let with_hash = |error: Error| Failure {
+        let with_hash = |hash: ContentHash, error: Error| Failure {
             error,
             source_hash: Some(hash),
             cached: false,
             held_for: None,
         };
-        let info = self
-            .shared
-            .maps
+        let maps = &self.shared.maps;
+        let mut info = maps
             .original(&hash)
             .await
-            .map_err(|e| with_hash(e.into()))?
-            .ok_or_else(|| with_hash(Error::NotFound(format!("no original with hash {hash}"))))?;
+            .map_err(|e| with_hash(hash, e.into()))?;
+        if info.is_none() && url_state.is_none() {
+            // A near-duplicate's own hash (canonical mode) stands for its canonical original.
+            if let Some(canonical) = maps
+                .alias(&hash)
+                .await
+                .map_err(|e| with_hash(hash, e.into()))?
+            {
+                (own, hash) = (Some(hash), canonical);
+                info = maps
+                    .original(&hash)
+                    .await
+                    .map_err(|e| with_hash(hash, e.into()))?;
+            }
+        }
+        let info = info.ok_or_else(|| {
+            with_hash(
+                hash,
+                Error::NotFound(format!("no original with hash {hash}")),
+            )
+        })?;
         let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
         let resolved = spec.resolve(
             source_format.and_then(SourceFormat::as_output),
