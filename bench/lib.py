@@ -80,18 +80,23 @@ class Procs:
                     p.kill()
 
 
-def start_imgcas(procs, binary, data_dir, **env):
-    """`imgcas serve` on a free port; returns its base URL and the process."""
+def start_imgcas(procs, binary, data_dir, log_file=None, **env):
+    """`imgcas serve` on a free port; returns its base URL and the process. With `log_file`,
+    its log (access lines included, at the default level) goes there; else warnings only."""
     port = free_port()
     full_env = dict(os.environ)
     full_env.update(
         IMGCAS_LISTEN=f"127.0.0.1:{port}",
         IMGCAS_DATA_DIR=str(data_dir),
-        IMGCAS_LOG="warn",
+        IMGCAS_LOG="info" if log_file else "warn",
         IMGCAS_ALLOW_PRIVATE_NETWORKS="true",
     )
     full_env.update({k: str(v) for k, v in env.items()})
-    p = procs.start([str(binary), "serve"], env=full_env, stdout=subprocess.DEVNULL)
+    stderr = None
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        stderr = open(log_file, "ab")
+    p = procs.start([str(binary), "serve"], env=full_env, stdout=subprocess.DEVNULL, stderr=stderr)
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/healthz")
     return base, p
@@ -101,16 +106,19 @@ def nginx_binary():
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def start_nginx(procs, workdir, server_block):
-    """nginx in the foreground with one `server { }` (containing `listen {port}`)."""
+def start_nginx(procs, workdir, server_block, access_log=False):
+    """nginx in the foreground with one `server { }` (containing `listen {port}`). With
+    `access_log`, it logs every request to a file through a 64 KB buffer (flushed each
+    second), nginx's own way of keeping the write off the request."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     user = "user root;\n" if os.geteuid() == 0 else ""
+    access = f"access_log {workdir}/access.log combined buffer=64k flush=1s;" if access_log else "access_log off;"
     conf = (
         f"{user}daemon off;\nworker_processes auto;\npid {workdir}/nginx.pid;\n"
         f"error_log {workdir}/error.log warn;\nevents {{ worker_connections 1024; }}\n"
-        f"http {{\n access_log off;\n client_body_temp_path {workdir}/client;\n"
+        f"http {{\n {access}\n client_body_temp_path {workdir}/client;\n"
         f" proxy_temp_path {workdir}/proxy;\n fastcgi_temp_path {workdir}/fcgi;\n"
         f" uwsgi_temp_path {workdir}/uwsgi;\n scgi_temp_path {workdir}/scgi;\n"
         f" {server_block.replace('{port}', str(port))}\n}}\n"
@@ -132,7 +140,7 @@ def start_nginx(procs, workdir, server_block):
             time.sleep(0.05)
 
 
-def serve_static(procs, work, body, name="variant.jpg"):
+def serve_static(procs, work, body, name="variant.jpg", access_log=False):
     """nginx serving `body` as a static file the fast way (sendfile, open-file cache): the
     peer of the hit path. Returns the file's URL."""
     docroot = Path(work) / "www"
@@ -144,6 +152,7 @@ def serve_static(procs, work, body, name="variant.jpg"):
         "server { listen 127.0.0.1:{port}; root " + str(docroot) + ";"
         " sendfile on; tcp_nopush on; open_file_cache max=100 inactive=60s;"
         " location / { add_header Cache-Control 'public, max-age=31536000'; } }",
+        access_log=access_log,
     )
     return f"{base}/{name}"
 

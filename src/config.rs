@@ -215,6 +215,15 @@ pub struct LimitsConfig {
     /// (`IMGCAS_VARIANTS_MAX_BYTES`); the least recently served are evicted beyond it, and
     /// rebuilt if asked for again.
     pub variants_max_bytes: u64,
+    /// Extension: bytes of decoded sources kept for seconds, so that runs needing the same
+    /// decode of one original (a `srcset` burst, a mezzanine's build) share it
+    /// (`IMGCAS_DECODE_CACHE_BYTES`; 0 turns the sharing off).
+    pub decode_cache_bytes: u64,
+    /// Extension: large originals get a mezzanine, a 2048-pixel derivative most outputs are
+    /// made from (`IMGCAS_MEZZANINE`, default on). Which outputs use it follows from the spec
+    /// and the source's size alone; turning it off changes the bytes of those outputs made
+    /// from then on (stored ones stay), so a deployment keeps one value.
+    pub mezzanine: bool,
 }
 
 /// How the server protects itself from slow, idle and numerous clients.
@@ -341,6 +350,8 @@ impl Default for LimitsConfig {
             queue_target: Duration::from_millis(500),
             hot_cache_bytes: 256 << 20,
             variants_max_bytes: 10 << 30,
+            decode_cache_bytes: 256 << 20,
+            mezzanine: true,
         }
     }
 }
@@ -521,6 +532,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
     setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
     setting!("limits.variants_max_bytes", "IMGCAS_VARIANTS_MAX_BYTES", limits.variants_max_bytes, number),
+    setting!("limits.decode_cache_bytes", "IMGCAS_DECODE_CACHE_BYTES", limits.decode_cache_bytes, number),
+    setting!("limits.mezzanine", "IMGCAS_MEZZANINE", limits.mezzanine, boolean),
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
@@ -802,6 +815,8 @@ mod tests {
             ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),
             ("IMGCAS_QUEUE_TARGET", (r#""250ms""#, "250ms")),
             ("IMGCAS_HOT_CACHE_BYTES", ("0", "0")),
+            ("IMGCAS_DECODE_CACHE_BYTES", ("1048576", "1048576")),
+            ("IMGCAS_MEZZANINE", ("false", "0")),
             (
                 "IMGCAS_SIGNING_KEY",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),

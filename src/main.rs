@@ -139,17 +139,26 @@ fn configure(path: Option<&PathBuf>, flags: &Flags) -> Result<Config, Outcome> {
     .map_err(|e| Outcome::Refused(e.to_string()))
 }
 
-fn init_logging() {
+/// Logs go to stderr through a buffer that a thread of their own drains: a request formats its
+/// access line and hands it over, and never waits on the write (a full buffer drops lines
+/// rather than stall requests). The returned guard flushes what is buffered when dropped, at
+/// the end of `main`.
+fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("IMGCAS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    // Colour codes only for a terminal: in a file they are noise, and they cost time per line.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi)
+        .with_writer(writer);
     if std::env::var("IMGCAS_LOG_FORMAT").is_ok_and(|v| v == "json") {
         builder.json().init();
     } else {
         builder.init();
     }
+    guard
 }
 
 async fn shutdown_signal() {
@@ -178,8 +187,10 @@ async fn shutdown_signal() {
 /// starting worker threads would only add to its wall time.
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
-    run(cli).unwrap_or_else(|outcome| outcome).exit_code()
+    let logs = init_logging();
+    let code = run(cli).unwrap_or_else(|outcome| outcome).exit_code();
+    drop(logs);
+    code
 }
 
 fn run(cli: Cli) -> Result<Outcome, Outcome> {

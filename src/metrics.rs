@@ -163,6 +163,14 @@ fn describe() {
         "imgcas_fingerprints_computed_total",
         "Perceptual fingerprints computed (one per original, at its first storing or backfill)"
     );
+    describe_counter!(
+        "imgcas_source_decodes_total",
+        "Decodes of source pixels, by what was decoded (an original or its mezzanine); runs that share a decode count it once"
+    );
+    describe_counter!(
+        "imgcas_mezzanines_built_total",
+        "Mezzanines built (one per large original, unless evicted or lost)"
+    );
     describe_gauge!(
         "imgcas_node_info",
         "Always 1; its node_id label names this node (cluster.node_id)"
@@ -206,10 +214,15 @@ impl Metrics {
                     "imgcas_fingerprints_computed_total",
                     s.fingerprints_computed,
                 ),
+                ("imgcas_mezzanines_built_total", s.mezzanines_built),
             ];
             for (name, value) in counters {
                 counter!(name).absolute(value);
             }
+            counter!("imgcas_source_decodes_total", "from" => "original")
+                .absolute(s.decodes_original);
+            counter!("imgcas_source_decodes_total", "from" => "mezzanine")
+                .absolute(s.decodes_mezzanine);
             gauge!("imgcas_coalesced_waiters").set(readings.coalesced_waiters as f64);
             gauge!("imgcas_flights", "kind" => "download").set(readings.download_flights as f64);
             gauge!("imgcas_flights", "kind" => "process").set(readings.process_flights as f64);

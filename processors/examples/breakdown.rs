@@ -27,7 +27,8 @@ fn main() {
         let image = source.decode(&limits, denominator).expect("decode");
         let decoded = start.elapsed().as_secs_f64();
         let plan = plan.rescaled(size, (image.width(), image.height()));
-        let resized = ops::apply_plan(image, &plan, spec.shape.background).expect("resize");
+        let resized = ops::apply_plan(std::sync::Arc::new(image), &plan, spec.shape.background)
+            .expect("resize");
         let done_resize = start.elapsed().as_secs_f64();
         encode::encode(resized, &spec).expect("encode");
         let encoded = start.elapsed().as_secs_f64();

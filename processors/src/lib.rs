@@ -10,6 +10,8 @@
 
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
+
 pub mod avif;
 mod avif_pixi;
 pub mod color;
@@ -22,6 +24,7 @@ pub mod geometry;
 pub mod gif;
 pub mod ico;
 pub mod jpeg;
+pub mod mezzanine;
 pub mod ops;
 pub mod smart;
 pub mod sniff;
@@ -31,9 +34,12 @@ pub mod tif;
 pub use decode::{probe, Limits, SourceInfo};
 pub use error::{ProcessError, ProcessFailure};
 pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};
+pub use image::DynamicImage;
+pub use mezzanine::MEZZANINE_VERSION;
 pub use sniff::{sniff, SourceFormat};
 pub use spec::{
-    negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,
+    accept_class, negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError,
+    PROCESSOR_VERSION,
 };
 
 /// A finished variant.
@@ -45,21 +51,128 @@ pub struct Processed {
     pub height: u32,
 }
 
-/// Runs a resolved spec on source bytes.
+/// Which bytes a decode is of: an original, or its mezzanine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    Original,
+    Mezzanine,
+}
+
+impl InputKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::Original => "original",
+            InputKind::Mezzanine => "mezzanine",
+        }
+    }
+}
+
+/// Decoded pixels, shareable between runs.
+pub type Pixels = Arc<DynamicImage>;
+
+/// Bytes a decode holds in memory.
+pub fn pixels_size(pixels: &Pixels) -> usize {
+    pixels.as_bytes().len()
+}
+
+/// Where a run gets its decoded source: a cache that runs share (the service keeps one per
+/// original and scale, for seconds), or [`Decode`], which decodes every time. An
+/// implementation must return what `decode` returns, or what an earlier call of it for the
+/// same bytes and `denominator` returned: a decode is a pure function of those, so sharing one
+/// never changes an output.
+pub trait Decodes {
+    fn decoded(
+        &self,
+        from: InputKind,
+        denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError>;
+}
+
+/// No sharing: every run decodes.
+pub struct Decode;
+
+impl Decodes for Decode {
+    fn decoded(
+        &self,
+        _from: InputKind,
+        _denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        decode().map(Arc::new)
+    }
+}
+
+/// What a run is made from.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// The original's bytes.
+    Original(&'a [u8]),
+    /// The original's mezzanine (see [`mezzanine::serves`] for when that is the input).
+    Mezzanine(&'a [u8]),
+}
+
+/// Runs a resolved spec on an original: from its mezzanine (built here) when
+/// [`mezzanine::serves`] says so, else from the original itself. The same bytes as the
+/// service makes, which keeps the mezzanine rather than building it each time.
 pub fn process(
     bytes: &[u8],
     spec: &ResolvedSpec,
     limits: &Limits,
 ) -> Result<Processed, ProcessError> {
     let source = decode::open(bytes, limits)?;
-    let (uw, uh) = source.upright_size();
+    if mezzanine::serves(&source.info, source.upright_size(), spec) {
+        let mezzanine = mezzanine::build(bytes, limits, &Decode)?;
+        return process_input(Input::Mezzanine(&mezzanine.bytes), spec, limits, &Decode);
+    }
+    process_input(Input::Original(bytes), spec, limits, &Decode)
+}
+
+/// Runs a resolved spec on the given input, decoding through `decodes`. The caller chooses
+/// the input with [`mezzanine::serves`].
+pub fn process_input(
+    input: Input<'_>,
+    spec: &ResolvedSpec,
+    limits: &Limits,
+    decodes: &dyn Decodes,
+) -> Result<Processed, ProcessError> {
+    let (bytes, from, upright) = match input {
+        Input::Original(bytes) => (bytes, InputKind::Original, None),
+        Input::Mezzanine(framed) => {
+            let m = mezzanine::parse(framed)?;
+            (m.jpeg, InputKind::Mezzanine, Some(m.original_upright))
+        }
+    };
+    let source = decode::open(bytes, limits)?;
+    // Plans are made in the original's coordinates (minimum sizes, rounding of the output
+    // box), then scaled to the decoded picture, as shrink-on-load does.
+    let (uw, uh) = upright.unwrap_or_else(|| source.upright_size());
     check_minimum(uw, uh, &spec.shape)?;
-    let (rotated, plan, denominator) = layout((uw, uh), spec, source.can_shrink_on_load());
+    let (rotated, plan, _) = layout((uw, uh), spec, false);
     let (ow, oh) = plan.output_size();
     if u64::from(ow) * u64::from(oh) > limits.max_pixels {
         return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
     }
-    let image = ops::rotate(source.decode(limits, denominator)?, spec.shape.rotate);
+    // How much smaller than the original the input is (1 for the original itself).
+    let shrunk = match upright {
+        None => 1.0,
+        Some(_) => {
+            let (iw, ih) = source.upright_size();
+            f64::from(uw.max(uh)) / f64::from(iw.max(ih).max(1))
+        }
+    };
+    let denominator = if source.can_shrink_on_load() {
+        geometry::shrink_denominator(plan.reduction(rotated) / shrunk)
+    } else {
+        1
+    };
+    let decoded = decodes.decoded(from, denominator, &mut || {
+        source.decode(limits, denominator)
+    })?;
+    let image = match spec.shape.rotate {
+        0 => decoded,
+        degrees => Arc::new(ops::rotate(&decoded, degrees)),
+    };
     let mut plan = plan.rescaled(rotated, (image.width(), image.height()));
     if spec.shape.gravity == spec::Gravity::Smart {
         plan.crop = plan.crop.map(|crop| smart::place(&image, crop));

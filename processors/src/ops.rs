@@ -1,6 +1,8 @@
 //! Pixel operations on upright 8-bit RGB/RGBA images: rotate, resize (SIMD, via
 //! `fast_image_resize`), pad, blur, sharpen and alpha flattening.
 
+use std::sync::Arc;
+
 use fast_image_resize::images::Image as FirImage;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, Rgb, RgbImage, Rgba, RgbaImage};
@@ -9,19 +11,21 @@ use crate::error::ProcessError;
 use crate::geometry::{Padding, Plan};
 use crate::spec::Rgb as Colour;
 
-/// Clockwise rotation by a multiple of 90 degrees.
-pub fn rotate(image: DynamicImage, degrees: u16) -> DynamicImage {
+/// Clockwise rotation by a multiple of 90 degrees (into a new picture: the source may be
+/// shared).
+pub fn rotate(image: &DynamicImage, degrees: u16) -> DynamicImage {
     match degrees {
         90 => image.rotate90(),
         180 => image.rotate180(),
         270 => image.rotate270(),
-        _ => image,
+        _ => image.clone(),
     }
 }
 
-/// Crops and resizes as the plan says (Lanczos3), then pads.
+/// Crops and resizes as the plan says (Lanczos3), then pads. The source may be shared with
+/// other runs (a shared decode): it is read, and copied only when the plan keeps it whole.
 pub fn apply_plan(
-    image: DynamicImage,
+    image: Arc<DynamicImage>,
     plan: &Plan,
     background: Colour,
 ) -> Result<DynamicImage, ProcessError> {
@@ -32,12 +36,12 @@ pub fn apply_plan(
     })
 }
 
-fn resize(image: DynamicImage, plan: &Plan) -> Result<DynamicImage, ProcessError> {
+fn resize(image: Arc<DynamicImage>, plan: &Plan) -> Result<DynamicImage, ProcessError> {
     let (w, h) = plan.resize_to;
     if plan.crop.is_none() && (image.width(), image.height()) == (w, h) {
-        return Ok(image);
+        return Ok(Arc::unwrap_or_clone(image));
     }
-    let pixel_type = match image {
+    let pixel_type = match *image {
         DynamicImage::ImageRgb8(_) => PixelType::U8x3,
         DynamicImage::ImageRgba8(_) => PixelType::U8x4,
         _ => {
@@ -52,7 +56,7 @@ fn resize(image: DynamicImage, plan: &Plan) -> Result<DynamicImage, ProcessError
         options = options.crop(c.left, c.top, c.width, c.height);
     }
     Resizer::new()
-        .resize(&image, &mut dst, &options)
+        .resize(image.as_ref(), &mut dst, &options)
         .map_err(|e| ProcessError::Internal(format!("resize failed: {e}")))?;
     let buffer = dst.into_vec();
     let bad_buffer = || ProcessError::Internal("resize produced a short buffer".into());

@@ -534,9 +534,10 @@ impl Spec {
     }
 }
 
-/// The best output format an `Accept` header allows: AVIF, then WebP, then PNG where the
-/// source has alpha, else JPEG. Formats that would drop the source's alpha are skipped.
-pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
+/// What of an `Accept` header format negotiation reads: whether it admits AVIF (bit 0) and
+/// WebP (bit 1). Two headers of one class negotiate alike for every source, so a cache of
+/// negotiated answers can key on the class rather than the header.
+pub fn accept_class(accept: &str) -> u8 {
     let accepts = |mime: &str| {
         accept.split(',').any(|item| {
             let mut parts = item.split(';');
@@ -550,8 +551,15 @@ pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
             ty.eq_ignore_ascii_case(mime) && !refused
         })
     };
-    for candidate in [OutputFormat::Avif, OutputFormat::Webp] {
-        if (candidate.keeps_alpha() || !has_alpha) && accepts(candidate.mime()) {
+    u8::from(accepts(OutputFormat::Avif.mime())) | u8::from(accepts(OutputFormat::Webp.mime())) << 1
+}
+
+/// The best output format an `Accept` header allows: AVIF, then WebP, then PNG where the
+/// source has alpha, else JPEG. Formats that would drop the source's alpha are skipped.
+pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
+    let class = accept_class(accept);
+    for (candidate, bit) in [(OutputFormat::Avif, 1), (OutputFormat::Webp, 2)] {
+        if (candidate.keeps_alpha() || !has_alpha) && class & bit != 0 {
             return candidate;
         }
     }

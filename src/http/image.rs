@@ -5,7 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use imgcas_processors::Spec;
+use imgcas_processors::{accept_class, Spec};
 
 use super::{etag_matches, Service};
 use crate::error::Error;
@@ -79,6 +79,23 @@ pub(super) fn cache_header(provenance: Provenance) -> &'static str {
     }
 }
 
+/// What identifies a request to the request cache: its path, its whole query (`sig`
+/// included) and the class of its `Accept` (all that negotiation reads of it).
+fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (path, query) = (uri.path(), uri.query().unwrap_or(""));
+    let mut key = Vec::with_capacity(path.len() + query.len() + 3);
+    key.extend_from_slice(path.as_bytes());
+    key.push(0);
+    key.extend_from_slice(query.as_bytes());
+    key.push(0);
+    key.push(accept_class(accept));
+    key
+}
+
 pub async fn by_url(
     State(service): State<Service>,
     uri: Uri,
@@ -87,6 +104,11 @@ pub async fn by_url(
 ) -> Response {
     if let Err(e) = service.check_signature(&uri) {
         return e.into_response();
+    }
+    let request = request_key(&uri, &headers);
+    let cache_control = service.url_cache_control();
+    if let Some(target) = service.pipeline().recall(&request) {
+        return respond(&service, &target, &headers, cache_control).await;
     }
     let (raw, spec) = match parse_query(&service, query.as_deref(), true) {
         Ok(parsed) => parsed,
@@ -99,12 +121,15 @@ pub async fn by_url(
         Ok(url) => url,
         Err(e) => return Error::from(e).into_response(),
     };
-    let revalidate = service.config().fetch.revalidate_after.as_secs();
-    let cache_control = format!(
-        "public, max-age={revalidate}, stale-while-revalidate={}",
-        revalidate.max(60)
-    );
-    respond(&service, Source::Url(url), &spec, &headers, &cache_control).await
+    locate_and_respond(
+        &service,
+        request,
+        Source::Url(url),
+        &spec,
+        &headers,
+        cache_control,
+    )
+    .await
 }
 
 pub async fn by_hash(
@@ -117,6 +142,10 @@ pub async fn by_hash(
     if let Err(e) = service.check_signature(&uri) {
         return e.into_response();
     }
+    let request = request_key(&uri, &headers);
+    if let Some(target) = service.pipeline().recall(&request) {
+        return respond(&service, &target, &headers, IMMUTABLE).await;
+    }
     let Ok(hash) = hash.parse() else {
         return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
     };
@@ -124,11 +153,22 @@ pub async fn by_hash(
         Ok((_, spec)) => spec,
         Err(e) => return e.into_response(),
     };
-    respond(&service, Source::Hash(hash), &spec, &headers, IMMUTABLE).await
+    locate_and_respond(
+        &service,
+        request,
+        Source::Hash(hash),
+        &spec,
+        &headers,
+        IMMUTABLE,
+    )
+    .await
 }
 
-async fn respond(
+/// A request the request cache did not know: the pipeline finds its variant (remembered for
+/// the next time), then it is answered.
+async fn locate_and_respond(
     service: &Service,
+    request: Vec<u8>,
     source: Source,
     spec: &Spec,
     headers: &HeaderMap,
@@ -140,19 +180,31 @@ async fn respond(
         Ok(t) => t,
         Err(f) => return f.into_response(),
     };
-    let vary = spec.varies_by_accept();
+    pipeline.remember(&request, &target);
+    respond(service, &target, headers, cache_control).await
+}
+
+/// The answer for a located variant: `304` when the client's copy matches, else its bytes
+/// (shared with the hot cache, not copied) or its error.
+async fn respond(
+    service: &Service,
+    target: &Target,
+    headers: &HeaderMap,
+    cache_control: &str,
+) -> Response {
+    let vary = target.varies_by_accept;
     if etag_matches(headers, &target.etag) {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         decorate(
             &mut response,
-            &target,
+            target,
             target.unchanged(),
             cache_control,
             vary,
         );
         return response;
     }
-    match pipeline.variant(&target).await {
+    match service.pipeline().variant(target).await {
         Ok(served) => {
             let mut response = served.bytes.into_response();
             response.headers_mut().insert(
@@ -161,7 +213,7 @@ async fn respond(
             );
             decorate(
                 &mut response,
-                &target,
+                target,
                 served.provenance,
                 cache_control,
                 vary,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
@@ -21,6 +21,7 @@ use crate::pipeline::Pipeline;
 pub mod error;
 pub mod image;
 pub mod ingest;
+mod observe;
 pub mod ops;
 pub mod originals;
 
@@ -43,6 +44,10 @@ struct Parts {
     /// Uploads receiving their bodies now (`server.max_concurrent_uploads`).
     upload_slots: Arc<tokio::sync::Semaphore>,
     metrics: Metrics,
+    /// `Cache-Control` of an image named by URL: fresh while its mapping is.
+    url_cache_control: String,
+    /// Metric handles by labels, registered once (`observe.rs`).
+    series: observe::Series,
 }
 
 impl Service {
@@ -60,8 +65,16 @@ impl Service {
                 upload_slots: Arc::new(tokio::sync::Semaphore::new(
                     config.server.max_concurrent_uploads,
                 )),
+                url_cache_control: {
+                    let revalidate = config.fetch.revalidate_after.as_secs();
+                    format!(
+                        "public, max-age={revalidate}, stale-while-revalidate={}",
+                        revalidate.max(60)
+                    )
+                },
                 config,
                 metrics,
+                series: observe::Series::default(),
             }),
         }
     }
@@ -76,6 +89,14 @@ impl Service {
 
     pub fn metrics(&self) -> &Metrics {
         &self.parts.metrics
+    }
+
+    fn url_cache_control(&self) -> &str {
+        &self.parts.url_cache_control
+    }
+
+    fn series(&self) -> &observe::Series {
+        &self.parts.series
     }
 
     /// With signing keys configured, the path and query must carry a valid `sig`.
@@ -190,7 +211,10 @@ pub fn router(service: Service) -> Router {
         .merge(admin)
         .route_layer(timed())
         .merge(ingest)
-        .route_layer(middleware::from_fn_with_state(service.clone(), observe))
+        .route_layer(middleware::from_fn_with_state(
+            service.clone(),
+            observe::observe,
+        ))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(service)
@@ -208,69 +232,6 @@ async fn limit_time(State(service): State<Service>, request: Request, next: Next
             retry_after_secs: 1,
         }
         .into_response(),
-    }
-}
-
-/// Counts and times every routed request, by route pattern (never the raw path, which would
-/// make a series per URL), and logs one access line.
-async fn observe(State(service): State<Service>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = request.method().clone();
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    let elapsed = started.elapsed();
-    let status = response.status().as_u16();
-    let cache = response
-        .headers()
-        .get("x-imgcas-cache")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    service.metrics().with(|| {
-        metrics::counter!(
-            "imgcas_http_requests_total",
-            "route" => route.clone(),
-            "method" => method_label(&method),
-            "status" => status.to_string()
-        )
-        .increment(1);
-        // By status and cache outcome too: a hit, a processed image and a refusal are
-        // different latencies.
-        metrics::histogram!(
-            "imgcas_http_request_duration_seconds",
-            "route" => route.clone(),
-            "status" => status.to_string(),
-            "cache" => cache.clone().unwrap_or_else(|| "none".into())
-        )
-        .record(elapsed.as_secs_f64());
-        if let Some(outcome) = &cache {
-            metrics::counter!("imgcas_cache_outcomes_total", "outcome" => outcome.clone())
-                .increment(1);
-        }
-    });
-    tracing::info!(
-        target: "imgcas::access",
-        method = %method,
-        route,
-        status,
-        cache = cache.as_deref().unwrap_or("-"),
-        ms = elapsed.as_secs_f64() * 1000.0,
-    );
-    response
-}
-
-/// The `method` label: the methods the API answers, and one value for any other, so invented
-/// methods cannot grow the series without bound.
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    match *method {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::DELETE => "DELETE",
-        _ => "other",
     }
 }
 

@@ -155,6 +155,8 @@ impl Pipeline {
             maps.remove_variants(&doomed).await?;
             self.drop_variant_bytes(&doomed).await?;
             maps.flush().await?;
+            // Remembered requests may name what was just removed.
+            self.forget_requests();
         }
         Ok(report)
     }

@@ -40,8 +40,10 @@ use crate::stats::{Stats, StatsSnapshot};
 
 mod claims;
 mod copy;
+mod decoded;
 mod maintenance;
 mod near;
+mod recall;
 mod resolve;
 mod upkeep;
 mod upload;
@@ -95,6 +97,10 @@ struct Shared {
     /// Work a request left running after its answer (fingerprints of new downloads), waited
     /// for by [`Pipeline::settle`] so that nothing writes to the maps after shutdown.
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// Decoded sources shared by runs for seconds (`decoded.rs`).
+    decodes: decoded::DecodeCache,
+    /// What repeated requests resolved to (`recall.rs`).
+    requests: recall::RequestCache,
     /// One fingerprint computation per original at a time.
     fingerprint_flights:
         SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
@@ -156,6 +162,8 @@ impl Pipeline {
                 fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
+                requests: Default::default(),
+                decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),
                 config,
                 maps,
                 blobs,

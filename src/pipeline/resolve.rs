@@ -50,6 +50,8 @@ pub struct Resolved {
     pub new_original: bool,
     /// The URL was mapped before, to other bytes.
     pub changed: bool,
+    /// When the mapping was last confirmed with the origin (its freshness starts there).
+    pub checked_at_ms: u64,
 }
 
 impl Resolved {
@@ -61,6 +63,7 @@ impl Resolved {
             downloaded: false,
             new_original: false,
             changed: false,
+            checked_at_ms: entry.checked_at_ms,
         }
     }
 }
@@ -121,13 +124,19 @@ impl Pipeline {
         } else {
             url.as_str().to_string()
         };
-        s.url_flights
+        let resolved = s
+            .url_flights
             .run(
                 key,
                 async move { this.refresh_url(u, recheck).await },
                 |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
             )
-            .await
+            .await;
+        if resolved.as_ref().is_ok_and(|r| r.changed) {
+            // Remembered requests may name the URL's old bytes.
+            self.forget_requests();
+        }
+        resolved
     }
 
     /// The one origin request of a flight: conditional when the URL is known.
@@ -238,6 +247,7 @@ impl Pipeline {
                     downloaded: true,
                     new_original,
                     changed: entry.is_some_and(|e| e.hash != source),
+                    checked_at_ms: now_ms(),
                 })
             }
         }

@@ -202,6 +202,7 @@ impl Pipeline {
         let forgotten = s.maps.forget_urls(s.upkeep.forget_cutoff_ms()).await?;
         Stats::add(&s.stats.urls_forgotten, forgotten);
         if forgotten > 0 {
+            self.forget_requests();
             tracing::info!(forgotten, "URL entries unused for forget_after dropped");
         }
         Ok(forgotten)

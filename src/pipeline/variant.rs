@@ -3,6 +3,7 @@
 //! asker shares, admitted by cost ([`Pipeline::variant`]). Errors processing gives for good
 //! are stored like results.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -10,7 +11,8 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use imgcas_processors::{
-    self as processors, OutputFormat, ResolvedSpec, SourceFormat, Spec, PROCESSOR_VERSION,
+    self as processors, mezzanine, OutputFormat, ResolvedSpec, SourceFormat, SourceInfo, Spec,
+    MEZZANINE_VERSION, PROCESSOR_VERSION,
 };
 
 use super::claims::{Backoff, Turn};
@@ -63,6 +65,54 @@ pub(super) fn variant_object(key: &VariantKey) -> VariantObject {
     }
 }
 
+/// The variants-map key of an original's mezzanine: its own spec name, which no request's
+/// canonical spec can equal (those always name a format), and the mezzanine's version.
+pub(super) fn mezzanine_key(hash: &ContentHash) -> VariantKey {
+    VariantKey {
+        hash: *hash,
+        canonical_spec: format!("mezzanine/v{MEZZANINE_VERSION}"),
+        processor_version: PROCESSOR_VERSION,
+    }
+}
+
+/// The header facts a mezzanine decision reads, from the originals index.
+fn header_facts(info: &crate::maps::OriginalInfo) -> Option<SourceInfo> {
+    Some(SourceInfo {
+        format: info.format.as_deref().and_then(SourceFormat::from_name)?,
+        width: info.width?,
+        height: info.height?,
+        has_alpha: info.has_alpha,
+    })
+}
+
+/// [`Pipeline::produce`]'s future, boxed.
+type Producing =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(VariantRow, bool), Error>> + Send>>;
+
+/// What a variant is made from.
+enum Route {
+    Mezzanine,
+    /// The original, with its bytes when deciding read them.
+    Original(Option<Bytes>),
+}
+
+/// Work that makes a row of the variants map.
+enum Job {
+    /// A variant a request located.
+    Variant(Box<Target>),
+    /// An original's mezzanine.
+    Mezzanine { hash: ContentHash, info: SourceInfo },
+}
+
+impl Job {
+    fn key(&self) -> VariantKey {
+        match self {
+            Job::Variant(t) => t.key.clone(),
+            Job::Mezzanine { hash, .. } => mezzanine_key(hash),
+        }
+    }
+}
+
 /// What a request names.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -107,9 +157,19 @@ pub struct Target {
     /// processing run.
     pub source_format: Option<SourceFormat>,
     pub source_size: Option<(u32, u32)>,
+    pub source_has_alpha: bool,
     /// Canonical mode: the hash of the request's own bytes, when the variant is made from
     /// the original they are a near-duplicate of (`key.hash`).
     pub own_hash: Option<ContentHash>,
+    /// The answer depends on the client's `Accept` (`format=auto`): responses say `Vary`.
+    pub varies_by_accept: bool,
+    /// The source URL, when the request named one (its use is noted on remembered hits).
+    pub url: Option<Arc<str>>,
+    /// When the URL's mapping was last confirmed with the origin.
+    pub checked_at_ms: Option<u64>,
+    /// The request cache's epoch when locating began: a target located across a change
+    /// that ends remembered requests is not remembered.
+    pub(super) epoch: u64,
 }
 
 impl Target {
@@ -148,12 +208,18 @@ impl Pipeline {
         spec: &Spec,
         accept: Option<&str>,
     ) -> Result<Target, Failure> {
-        let (mut hash, mut own, url_state) = match source {
-            Source::Hash(hash) => (*hash, None, None),
+        let epoch = self.request_epoch();
+        let (mut hash, mut own, url_state, checked_at_ms) = match source {
+            Source::Hash(hash) => (*hash, None, None, None),
             Source::Url(url) => {
                 let resolved = self.resolve_url(url, false).await?;
                 let own = (resolved.source != resolved.hash).then_some(resolved.source);
-                (resolved.hash, own, Some(resolved.state))
+                (
+                    resolved.hash,
+                    own,
+                    Some(resolved.state),
+                    Some(resolved.checked_at_ms),
+                )
             }
         };
         let with_hash = |hash: ContentHash, error: Error| Failure {
@@ -206,7 +272,15 @@ impl Pipeline {
             url_state,
             source_format,
             source_size: info.width.zip(info.height),
+            source_has_alpha: info.has_alpha,
             own_hash: own,
+            varies_by_accept: spec.varies_by_accept(),
+            url: match source {
+                Source::Url(url) => Some(url.as_str().into()),
+                Source::Hash(_) => None,
+            },
+            checked_at_ms,
+            epoch,
         })
     }
 
@@ -248,7 +322,7 @@ impl Pipeline {
                     .variant_flights
                     .run_led(
                         target.key.to_bytes(),
-                        async move { this.produce(t).await },
+                        async move { this.produce(Job::Variant(Box::new(t))).await },
                         |m| Err(Error::Internal(format!("processing task failed: {m}"))),
                     )
                     .await;
@@ -349,17 +423,10 @@ impl Pipeline {
         Ok(s.blobs.delete_variants(&names).await?)
     }
 
-    /// Processes one variant and stores the result (or the permanent error). Returns the
+    /// Makes one job's row and stores it (an image, or the permanent error). Returns the
     /// row and whether this call did the processing.
-    async fn produce(&self, target: Target) -> Result<(VariantRow, bool), Error> {
-        let s = &self.shared;
-        let Target {
-            key,
-            spec,
-            source_format,
-            source_size,
-            ..
-        } = target;
+    async fn produce(&self, job: Job) -> Result<(VariantRow, bool), Error> {
+        let key = job.key();
         // A flight that landed between our miss and our joining has stored the answer.
         if let Some(v) = self.stored_variant(&key).await? {
             return Ok((v, false));
@@ -382,7 +449,7 @@ impl Pipeline {
                 }
                 Turn::Theirs(owner) => {
                     tracing::debug!(claim = %claim_key, %owner, "waiting for another node's run");
-                    Stats::bump(&s.stats.claim_waits);
+                    Stats::bump(&self.shared.stats.claim_waits);
                     backoff.wait().await;
                     if let Some(v) = self.stored_variant(&key).await? {
                         return Ok((v, false));
@@ -390,52 +457,14 @@ impl Pipeline {
                 }
             }
         };
-        let limits = self.limits();
-        // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
-        let side = (limits.max_pixels as f64).sqrt() as u32;
-        let cost = processors::cost(source_format, source_size.unwrap_or((side, side)), &spec);
-        let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
-        let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
-        // The original is read only now, holding a CPU slot: runs waiting in the queue hold
-        // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
-        // of 32 MiB each otherwise).
-        let original = self.original_bytes(&key.hash).await?;
-        let waited = running.waited.as_secs_f64();
-        s.metrics.with(|| {
-            metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
-        });
-        let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || {
-            let _permit = running.permit;
-            processors::process(&original, &spec, &limits)
-        })
-        .await?;
-        let ran = started.elapsed();
-        ticket.record(ran);
-        drop(ticket);
-        s.metrics.with(|| {
-            metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
-        });
-        Stats::bump(&s.stats.processing_runs);
-        let row = match result {
-            Ok(p) => VariantRow::Image {
-                format: p.format,
-                width: p.width,
-                height: p.height,
-                body: VariantBody::Inline(Bytes::from(p.bytes)),
-            },
-            // A failure the configured limits decided is answered, not stored: under other
-            // limits the same bytes and spec succeed. Its check reads only the header, so
-            // answering it again costs little.
-            Err(e) => match e.kind() {
-                Some(kind) if !kind.depends_on_limits() => VariantRow::Failed {
-                    kind,
-                    message: e.to_string(),
-                },
-                _ => return Err(e.into()),
-            },
+        let row = match self.run(job).await {
+            Ok(row) => row,
+            Err(e) => {
+                lease.release().await;
+                return Err(e);
+            }
         };
-        s.hot.insert(key.clone(), row.clone());
+        self.shared.hot.insert(key.clone(), row.clone());
         match lease.settle().await {
             Ok(claim) => match self.store_variant(&key, &row, claim.as_ref()).await {
                 Ok(()) => self.variant_stored(&key, &row).await,
@@ -445,6 +474,188 @@ impl Pipeline {
         }
         lease.release().await;
         Ok((row, true))
+    }
+
+    /// [`Pipeline::produce`] behind a pointer: a variant's run may produce its mezzanine,
+    /// and a future cannot contain itself.
+    fn produce_boxed(self, job: Job) -> Producing {
+        Box::pin(async move { self.produce(job).await })
+    }
+
+    /// One processing run, admitted by its cost: the row it makes. A variant the mezzanine
+    /// serves waits for the mezzanine first (stored, or built by its own run), holding no
+    /// CPU slot meanwhile.
+    async fn run(&self, job: Job) -> Result<VariantRow, Error> {
+        let s = &self.shared;
+        let limits = self.limits();
+        // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
+        let side = (limits.max_pixels as f64).sqrt() as u32;
+        // What the run reads: the mezzanine's bytes, or the original's (read now when
+        // deciding took them, else once admitted).
+        let (hash, mezzanine_bytes, read, cost) = match &job {
+            Job::Variant(t) => {
+                let size = t.source_size.unwrap_or((side, side));
+                match self.route(t).await? {
+                    Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
+                        Ok(bytes) => {
+                            let mezzanine = mezzanine::size_of(size.0, size.1);
+                            let cost =
+                                processors::cost(Some(SourceFormat::Jpeg), mezzanine, &t.spec);
+                            (t.key.hash, Some(bytes), None, cost)
+                        }
+                        // The mezzanine's failure (the original does not decode) is this
+                        // variant's too: the same bytes fail the same way.
+                        Err(failed) => return Ok(failed),
+                    },
+                    Route::Original(read) => (
+                        t.key.hash,
+                        None,
+                        read,
+                        processors::cost(t.source_format, size, &t.spec),
+                    ),
+                }
+            }
+            Job::Mezzanine { hash, info } => (*hash, None, None, mezzanine::build_cost(info)),
+        };
+        let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
+        let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
+        // The input is read only now, holding a CPU slot: runs waiting in the queue hold
+        // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
+        // of 32 MiB each otherwise).
+        let from_mezzanine = mezzanine_bytes.is_some();
+        let bytes = match mezzanine_bytes.or(read) {
+            Some(bytes) => bytes,
+            None => self.original_bytes(&hash).await?,
+        };
+        let waited = running.waited.as_secs_f64();
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
+        });
+        let started = Instant::now();
+        let this = self.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let _permit = running.permit;
+            let decodes = this.shared.decodes.of(hash, &this.shared.stats);
+            match &job {
+                Job::Variant(t) => {
+                    let input = match from_mezzanine {
+                        true => processors::Input::Mezzanine(&bytes),
+                        false => processors::Input::Original(&bytes),
+                    };
+                    processors::process_input(input, &t.spec, &limits, &decodes)
+                }
+                Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
+            }
+        })
+        .await?;
+        let ran = started.elapsed();
+        ticket.record(ran);
+        drop(ticket);
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
+        });
+        Stats::bump(&s.stats.processing_runs);
+        match result {
+            Ok(p) => Ok(VariantRow::Image {
+                format: p.format,
+                width: p.width,
+                height: p.height,
+                body: VariantBody::Inline(Bytes::from(p.bytes)),
+            }),
+            // A failure the configured limits decided is answered, not stored: under other
+            // limits the same bytes and spec succeed. Its check reads only the header, so
+            // answering it again costs little.
+            Err(e) => match e.kind() {
+                Some(kind) if !kind.depends_on_limits() => Ok(VariantRow::Failed {
+                    kind,
+                    message: e.to_string(),
+                }),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// Whether a variant is made from its original's mezzanine: decided from the spec and the
+    /// original's header facts alone (`processors::mezzanine::serves`), with the mezzanine
+    /// switched on (`limits.mezzanine`). The originals index keeps the stored size, not the
+    /// orientation: when that could change the answer, the original's header is read (and
+    /// its bytes kept for the run, when they are its input).
+    async fn route(&self, target: &Target) -> Result<Route, Error> {
+        let facts = match (target.source_format, target.source_size) {
+            (Some(format), Some((width, height))) => SourceInfo {
+                format,
+                width,
+                height,
+                has_alpha: target.source_has_alpha,
+            },
+            _ => return Ok(Route::Original(None)),
+        };
+        if !self.shared.config.limits.mezzanine || !mezzanine::may_serve(&facts, &target.spec) {
+            return Ok(Route::Original(None));
+        }
+        let original = self.original_bytes(&target.key.hash).await?;
+        let limits = self.limits();
+        let (bytes, spec) = (original.clone(), target.spec.clone());
+        // A header that does not open is the run's to report: it reads the original.
+        let serves = super::blocking(move || {
+            Ok(processors::decode::open(&bytes, &limits)
+                .is_ok_and(|source| mezzanine::serves(&source.info, source.upright_size(), &spec)))
+        })
+        .await?;
+        Ok(match serves {
+            true => Route::Mezzanine,
+            false => Route::Original(Some(original)),
+        })
+    }
+
+    /// The mezzanine of original `hash`: stored (a row of the variants map under its own key,
+    /// so it is claimed, counted against `limits.variants_max_bytes`, evicted and removed
+    /// with its original like a variant), or built now by one run that every concurrent
+    /// asker shares. `Ok(Err(row))`: the original cannot be made into one (a stored error).
+    async fn mezzanine(&self, hash: &ContentHash) -> Result<Result<Bytes, VariantRow>, Error> {
+        let s = &self.shared;
+        let key = mezzanine_key(hash);
+        let row = match s.hot.get(&key) {
+            Some(row) => {
+                self.note_variant_served(&key);
+                row
+            }
+            None => {
+                let info = self
+                    .original(hash)
+                    .await?
+                    .and_then(|i| header_facts(&i))
+                    .ok_or_else(|| {
+                        Error::Internal(format!("original {hash} has no size for a mezzanine"))
+                    })?;
+                let job = Job::Mezzanine { hash: *hash, info };
+                let (result, led) = s
+                    .variant_flights
+                    .run_led(key.to_bytes(), self.clone().produce_boxed(job), |m| {
+                        Err(Error::Internal(format!("mezzanine task failed: {m}")))
+                    })
+                    .await;
+                let (row, made) = result?;
+                if made && led {
+                    Stats::bump(&s.stats.mezzanines_built);
+                } else if !made {
+                    self.note_variant_served(&key);
+                }
+                row
+            }
+        };
+        Ok(match row {
+            VariantRow::Image {
+                body: VariantBody::Inline(bytes),
+                ..
+            } => Ok(bytes),
+            VariantRow::Image { .. } => {
+                return Err(Error::Internal(
+                    "a mezzanine's bytes were not loaded".into(),
+                ))
+            }
+            failed @ VariantRow::Failed { .. } => Err(failed),
+        })
     }
 
     /// A refusal from admission control, counted by reason.

@@ -1,0 +1,160 @@
+//! Per-request accounting: the request counter, the latency histogram and the cache-outcome
+//! counter of every routed request, and one access line. It owns the metric handles: each
+//! combination of labels is registered with the recorder once and kept, so a request costs
+//! a read-locked map lookup and two atomic adds, not a registry lookup with label strings
+//! built for it.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics::{Counter, Histogram};
+
+use super::Service;
+use crate::metrics::Metrics;
+
+/// The routes' patterns, as `route` labels: a fixed set, so labels are `'static` and a
+/// pattern the router gains without being listed here shows as `other`.
+pub(super) const ROUTES: &[&str] = &[
+    "/v1/image",
+    "/v1/image/{hash}",
+    "/v1/originals",
+    "/v1/originals/{hash}",
+    "/v1/originals/{hash}/info",
+    "/v1/originals/{hash}/similar",
+    "/v1/ingest",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+];
+
+/// `X-Imgcas-Cache` values (`image.rs`, `error.rs`), as `cache` labels.
+const OUTCOMES: &[&str] = &["hit", "miss", "revalidated", "stale", "error-hit"];
+
+/// The labels of one series set.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Labels {
+    route: &'static str,
+    method: &'static str,
+    status: u16,
+    cache: Option<&'static str>,
+}
+
+#[derive(Clone)]
+struct Handles {
+    requests: Counter,
+    duration: Histogram,
+    outcome: Option<Counter>,
+}
+
+/// The handles registered so far, by labels. Bounded: routes × methods × statuses × outcomes.
+#[derive(Default)]
+pub(super) struct Series {
+    registered: RwLock<HashMap<Labels, Handles>>,
+}
+
+impl Series {
+    fn handles(&self, metrics: &Metrics, labels: Labels) -> Handles {
+        let known = self
+            .registered
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&labels)
+            .cloned();
+        if let Some(handles) = known {
+            return handles;
+        }
+        let status = labels.status.to_string();
+        let handles = metrics.with(|| Handles {
+            requests: metrics::counter!(
+                "imgcas_http_requests_total",
+                "route" => labels.route,
+                "method" => labels.method,
+                "status" => status.clone()
+            ),
+            // By status and cache outcome too: a hit, a processed image and a refusal are
+            // different latencies.
+            duration: metrics::histogram!(
+                "imgcas_http_request_duration_seconds",
+                "route" => labels.route,
+                "status" => status.clone(),
+                "cache" => labels.cache.unwrap_or("none")
+            ),
+            outcome: labels.cache.map(
+                |outcome| metrics::counter!("imgcas_cache_outcomes_total", "outcome" => outcome),
+            ),
+        });
+        self.registered
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(labels, handles.clone());
+        handles
+    }
+}
+
+/// Counts and times every routed request, by route pattern (never the raw path, which would
+/// make a series per URL), and logs one access line (written off the request path: see
+/// `init_logging` in `main.rs`).
+pub(super) async fn observe(
+    State(service): State<Service>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| {
+            ROUTES
+                .iter()
+                .copied()
+                .find(|r| *r == p.as_str())
+                .unwrap_or("other")
+        });
+    let method = method_label(request.method());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    let cache = response.headers().get("x-imgcas-cache").and_then(|v| {
+        OUTCOMES
+            .iter()
+            .copied()
+            .find(|o| v.as_bytes() == o.as_bytes())
+    });
+    let labels = Labels {
+        route,
+        method,
+        status,
+        cache,
+    };
+    let handles = service.series().handles(service.metrics(), labels);
+    handles.requests.increment(1);
+    handles.duration.record(elapsed.as_secs_f64());
+    if let Some(outcome) = &handles.outcome {
+        outcome.increment(1);
+    }
+    tracing::info!(
+        target: "imgcas::access",
+        method,
+        route,
+        status,
+        cache = cache.unwrap_or("-"),
+        ms = elapsed.as_secs_f64() * 1000.0,
+    );
+    response
+}
+
+/// The `method` label: the methods the API answers, and one value for any other, so invented
+/// methods cannot grow the series without bound.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
+}

@@ -1,0 +1,83 @@
+//! Decoded sources shared by runs: for a few seconds after a decode, another run that needs
+//! the same decode of the same bytes (one original or its mezzanine, at one DCT scale) takes
+//! it instead of decoding again, and runs that need it at the same moment wait for one
+//! decode. This is what makes a `srcset` burst on a new original cost one decode: its widths
+//! and the mezzanine's build pick scales on their own, and those that pick the same share.
+//!
+//! Bounded in bytes (`limits.decode_cache_bytes`), and short-lived: a decode is large (a
+//! 12 MP photo is 36 MB of RGB) and useful only to work arriving together.
+
+use std::time::Duration;
+
+use moka::sync::Cache;
+
+use imgcas_processors::{pixels_size, DynamicImage, InputKind, Pixels, ProcessError};
+
+use crate::hash::ContentHash;
+use crate::stats::Stats;
+
+/// How long a decode is kept after it was made.
+const LIFETIME: Duration = Duration::from_secs(5);
+
+type Key = (ContentHash, InputKind, u32);
+
+pub(super) struct DecodeCache {
+    /// `None`: sharing is off (every run decodes).
+    decodes: Option<Cache<Key, Pixels>>,
+}
+
+impl DecodeCache {
+    /// A cache of at most `capacity` bytes; 0 turns sharing off.
+    pub(super) fn new(capacity: u64) -> DecodeCache {
+        let decodes = (capacity > 0).then(|| {
+            Cache::builder()
+                .max_capacity(capacity)
+                .weigher(|_: &Key, pixels: &Pixels| {
+                    u32::try_from(pixels_size(pixels)).unwrap_or(u32::MAX)
+                })
+                .time_to_live(LIFETIME)
+                .build()
+        });
+        DecodeCache { decodes }
+    }
+
+    /// The decode hook of one run on the original `hash` (or its mezzanine).
+    pub(super) fn of<'a>(&'a self, hash: ContentHash, stats: &'a Stats) -> RunDecodes<'a> {
+        RunDecodes {
+            cache: self,
+            hash,
+            stats,
+        }
+    }
+}
+
+pub(super) struct RunDecodes<'a> {
+    cache: &'a DecodeCache,
+    hash: ContentHash,
+    stats: &'a Stats,
+}
+
+impl imgcas_processors::Decodes for RunDecodes<'_> {
+    fn decoded(
+        &self,
+        from: InputKind,
+        denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        let mut counted = || {
+            Stats::bump(match from {
+                InputKind::Original => &self.stats.decodes_original,
+                InputKind::Mezzanine => &self.stats.decodes_mezzanine,
+            });
+            decode().map(Pixels::new)
+        };
+        match &self.cache.decodes {
+            None => counted(),
+            // Concurrent callers of one key wait for one decode (they are on the blocking
+            // pool); a failed decode is not kept, and each waiter gets its error.
+            Some(cache) => cache
+                .try_get_with((self.hash, from, denominator), counted)
+                .map_err(|e| (*e).clone()),
+        }
+    }
+}
