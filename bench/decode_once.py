@@ -15,7 +15,9 @@ bench/results/decode-once.json.
    is stored, against the first spec's time in the same run.
 
 Each measurement is the median over ORIGINALS originals (default 9), the phases interleaved
-so drift of the machine falls on all of them alike. Env: ORIGINALS.
+so drift of the machine falls on all of them alike. Env: ORIGINALS; BINARY (measure another
+build, e.g. one from before the mezzanine, for its cold first spec; its result goes to
+decode-once-<name>.json instead).
 """
 
 import json
@@ -85,7 +87,7 @@ def in_process(photo, spec, runs):
 
 
 def main():
-    binary = lib.build()
+    binary = os.environ.get("BINARY") or lib.build()
     work = lib.tempdir("decode-once")
     photo = lib.photo(binary, 12, work / "photo.jpg")
     source = photo.read_bytes()
@@ -126,7 +128,7 @@ def main():
     lib.table(("measure", "p50 ms", "against", "ratio", "target"), rows)
     print(f"decodes of the original per burst: {sorted(set(burst_decodes))}")
     lib.save(
-        "decode-once",
+        "decode-once" if not os.environ.get("BINARY") else "decode-once-other",
         {
             "originals": ORIGINALS,
             "first_ms": first,

@@ -9,9 +9,9 @@ mod common;
 use common::*;
 use imgcas_processors::{OutputFormat, Spec};
 
-/// Widths of one `srcset`: the three small ones are made from the mezzanine, the largest
-/// (1280 of 4000: less than twice the mezzanine's resolution) from the original, at the
-/// scale the mezzanine's build decodes it at.
+/// Widths of one `srcset`: the three small ones are made from the mezzanine (2000 wide), the
+/// largest (1280: the mezzanine has less than twice its resolution) from the original, at
+/// the scale the mezzanine's build decodes it at (full: both reduce by less than 4).
 const WIDTHS: [u32; 4] = [320, 640, 960, 1280];
 
 /// A 12 MP JPEG (4000×3000): large enough for a mezzanine.

@@ -1,7 +1,12 @@
-//! The mezzanine: a smaller, upright, sRGB derivative of a large original (its long side
-//! [`SIDE`] pixels, a high-quality JPEG) from which most outputs are made, so that the second
-//! and later specs of an original decode a file of a few hundred kilobytes at a reduced DCT
-//! scale instead of the whole original again.
+//! The mezzanine: a smaller, upright, sRGB derivative of a large original (reduced by a power
+//! of two to a long side from 1536 to 3071 pixels, a high-quality JPEG) from which most
+//! outputs are made, so that the second and later specs of an original decode a file of a few
+//! hundred kilobytes at a reduced DCT scale instead of the whole original again.
+//!
+//! It is built cheaply: a JPEG original is decoded at half the mezzanine's reduction (the
+//! scale shrink-on-load picks for it, and the one specs too large for the mezzanine pick, so
+//! a `srcset` burst shares one decode), then averaged 2 × 2; other formats are decoded whole
+//! and averaged over the whole reduction.
 //!
 //! Whether a spec is made from the mezzanine is decided by [`serves`] from the spec and the
 //! source's header facts alone (stored size, alpha), never from what happens to be stored or
@@ -13,11 +18,9 @@
 //! upright size (plans are made in the original's coordinates, then scaled, exactly as a
 //! shrink-on-load decode is).
 
-use image::DynamicImage;
-
 use crate::decode::{open, Limits, SourceInfo};
 use crate::error::ProcessError;
-use crate::geometry::{self, Plan};
+use crate::geometry;
 use crate::spec::OutputFormat;
 use crate::spec::ResolvedSpec;
 use crate::{layout, ops, Decodes, InputKind, Processed};
@@ -26,24 +29,23 @@ use crate::{layout, ops, Decodes, InputKind, Processed};
 /// are not used.
 pub const MEZZANINE_VERSION: u32 = 1;
 
-/// The mezzanine's long side.
-pub const SIDE: u32 = 2048;
-
-/// Originals whose long side is at least this have a mezzanine (1.5 × [`SIDE`]): below it, a
-/// mezzanine would save too little decoding to pay for itself.
+/// Originals whose long side is at least this have a mezzanine: below it, a mezzanine would
+/// save too little decoding to pay for itself. Mezzanines' long sides are from half this.
 pub const FROM_SIDE: u32 = 3072;
 
-/// JPEG quality of the mezzanine (full chroma at this quality, see `jpeg::encode`).
+/// JPEG quality of the mezzanine, with full chroma (at 88, with 4:2:0 chroma, outputs were
+/// 0.12 dB below the original's path).
 const QUALITY: u8 = 92;
 
 const MAGIC: &[u8; 8] = b"imgcasMZ";
 const FRAME: usize = MAGIC.len() + 12;
 
 /// How much more resolution than the output the mezzanine must hold, along the output's
-/// less-reduced axis, for a spec to be made from it. Measured: at this margin an output is
-/// within 0.1 dB PSNR of the same output made from the original (at 1.5 it was not: 0.12 dB
-/// below, `tests/mezzanine_quality.rs`).
-const MARGIN: f64 = 1.75;
+/// less-reduced axis, for a spec to be made from it: twice, the margin shrink-on-load keeps.
+/// The outputs it serves are those the original's own path would decode at a reduced DCT
+/// scale, which is about what the mezzanine's 2 × 2 average is; below it, the original's
+/// path decodes at full scale and is sharper (1.25 dB at 1.75, `tests/mezzanine_quality.rs`).
+const MARGIN: f64 = 2.0;
 
 /// Whether a spec is made from the mezzanine of a source with these header facts and this
 /// upright size (after EXIF orientation): the source is opaque and large (long side ≥
@@ -54,7 +56,8 @@ pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bo
     if info.has_alpha || long < FROM_SIDE || !info.format.can_decode() {
         return false;
     }
-    let factor = f64::from(long) / f64::from(SIDE);
+    let mezzanine = size_for((info.width, info.height));
+    let factor = f64::from(long) / f64::from(mezzanine.0.max(mezzanine.1));
     let (rotated, plan, _) = layout(upright, spec, false);
     plan.reduction(rotated) >= MARGIN * factor
 }
@@ -67,11 +70,22 @@ pub fn may_serve(info: &SourceInfo, spec: &ResolvedSpec) -> bool {
         .any(|upright| serves(info, upright, spec))
 }
 
-/// The mezzanine's size for an original of upright size `upright`.
+/// The reduction from an original whose long side is `long` (at least [`FROM_SIDE`]) to its
+/// mezzanine: the smallest power of two from 2 that brings the long side below
+/// [`FROM_SIDE`].
+fn reduction(long: u32) -> u32 {
+    let mut k = 2;
+    while long / k >= FROM_SIDE {
+        k *= 2;
+    }
+    k
+}
+
+/// The mezzanine's size for an original of upright size `upright` (each side divided by the
+/// reduction, rounded up, as a scaled JPEG decode rounds).
 fn size_for(upright: (u32, u32)) -> (u32, u32) {
-    let factor = f64::from(upright.0.max(upright.1)) / f64::from(SIDE);
-    let side = |v: u32| ((f64::from(v) / factor).round() as u32).clamp(1, SIDE);
-    (side(upright.0), side(upright.1))
+    let k = reduction(upright.0.max(upright.1));
+    (upright.0.div_ceil(k), upright.1.div_ceil(k))
 }
 
 /// Builds the mezzanine of an original (whose header must satisfy [`serves`] for some spec).
@@ -85,25 +99,19 @@ pub fn build(
     let source = open(original, limits)?;
     let upright = source.upright_size();
     let size = size_for(upright);
-    let plan = Plan {
-        crop: None,
-        resize_to: size,
-        pad: None,
-    };
+    let k = reduction(upright.0.max(upright.1));
+    // The scale shrink-on-load picks for this reduction (it keeps twice the output's
+    // resolution): k / 2, at most 1/8.
     let denominator = if source.can_shrink_on_load() {
-        geometry::shrink_denominator(plan.reduction(upright))
+        geometry::shrink_denominator(f64::from(k))
     } else {
         1
     };
     let decoded = decodes.decoded(InputKind::Original, denominator, &mut || {
         source.decode(limits, denominator)
     })?;
-    let image = ops::apply_plan(decoded, &plan, crate::spec::Rgb([255, 255, 255]))?;
-    let rgb = match image {
-        DynamicImage::ImageRgb8(rgb) => rgb,
-        other => other.into_rgb8(),
-    };
-    let jpeg = crate::jpeg::encode(&rgb, QUALITY, false)?;
+    let rgb = ops::reduce_box(&decoded, size);
+    let jpeg = crate::jpeg::encode_with(&rgb, QUALITY, false, false)?;
     let mut framed = Vec::with_capacity(FRAME + jpeg.len());
     framed.extend_from_slice(MAGIC);
     framed.extend_from_slice(&MEZZANINE_VERSION.to_be_bytes());
@@ -122,9 +130,9 @@ pub fn build(
 /// touched (as [`crate::cost`] counts a run): the decode at the scale the build picks.
 pub fn build_cost(info: &SourceInfo) -> u64 {
     let (w, h) = (info.width.max(1), info.height.max(1));
-    let factor = f64::from(w.max(h)) / f64::from(SIDE);
+    let k = reduction(w.max(h).max(FROM_SIDE));
     let denominator = if info.format == crate::sniff::SourceFormat::Jpeg {
-        u64::from(geometry::shrink_denominator(factor))
+        u64::from(geometry::shrink_denominator(f64::from(k)))
     } else {
         1
     };
@@ -192,16 +200,16 @@ mod tests {
     fn serves_small_outputs_of_large_opaque_sources() {
         let photo = info(4000, 3000, false);
         let (landscape, portrait) = ((4000, 3000), (3000, 4000));
-        // The mezzanine is 2048 × 1536 (factor 1.95): outputs up to 1/1.75 of it, 1170 × 877.
+        // The mezzanine is 2000 × 1500: outputs up to half of it, 1000 × 750.
         assert!(serves(&photo, landscape, &spec(&[("w", "400")])));
-        assert!(serves(&photo, landscape, &spec(&[("w", "1160")])));
-        assert!(!serves(&photo, landscape, &spec(&[("w", "1180")])));
-        assert!(serves(&photo, landscape, &spec(&[("h", "870")])));
-        assert!(!serves(&photo, landscape, &spec(&[("h", "880")])));
+        assert!(serves(&photo, landscape, &spec(&[("w", "1000")])));
+        assert!(!serves(&photo, landscape, &spec(&[("w", "1010")])));
+        assert!(serves(&photo, landscape, &spec(&[("h", "750")])));
+        assert!(!serves(&photo, landscape, &spec(&[("h", "760")])));
         // Turned by its EXIF orientation, the same width is a larger share of the picture.
-        assert!(!serves(&photo, portrait, &spec(&[("w", "1160")])));
-        assert!(may_serve(&photo, &spec(&[("w", "1160")])));
-        assert!(!may_serve(&photo, &spec(&[("w", "1180")])));
+        assert!(!serves(&photo, portrait, &spec(&[("w", "1000")])));
+        assert!(may_serve(&photo, &spec(&[("w", "1000")])));
+        assert!(!may_serve(&photo, &spec(&[("w", "1010")])));
         // No resize at all, alpha, or a small source: the original.
         assert!(!may_serve(&photo, &spec(&[("format", "webp")])));
         assert!(!may_serve(&info(4000, 3000, true), &spec(&[("w", "400")])));
@@ -231,7 +239,10 @@ mod tests {
         let mut other = framed.clone();
         other[11] ^= 0xFF;
         assert!(parse(&other).is_err());
-        assert_eq!(size_for((4000, 3000)), (2048, 1536));
-        assert_eq!(size_for((3000, 4500)), (1365, 2048));
+        assert_eq!(size_for((4000, 3000)), (2000, 1500));
+        assert_eq!(size_for((3001, 4501)), (1501, 2251));
+        assert_eq!(size_for((8000, 6000)), (2000, 1500));
+        assert_eq!(size_for((6143, 100)), (3072, 50));
+        assert_eq!(size_for((6144, 100)), (1536, 25));
     }
 }

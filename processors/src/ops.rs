@@ -86,6 +86,89 @@ fn pad(image: DynamicImage, padding: Padding, background: Colour) -> DynamicImag
     }
 }
 
+/// Shrinks `image` to `size` by averaging blocks of n × n pixels, n = its width over the
+/// size's, rounded up (a whole number: a power of two for the mezzanine). Blocks at the right
+/// and bottom edges that the picture does not fill average what they hold. Alpha is dropped
+/// (the mezzanine is of opaque pictures). A box over whole blocks is exact and fast: each
+/// source pixel counts once, no kernel is evaluated.
+pub fn reduce_box(image: &DynamicImage, size: (u32, u32)) -> RgbImage {
+    let rgb;
+    let source = match image {
+        DynamicImage::ImageRgb8(img) => img,
+        other => {
+            rgb = other.to_rgb8();
+            &rgb
+        }
+    };
+    let (sw, sh) = source.dimensions();
+    let (w, h) = (size.0.max(1), size.1.max(1));
+    let n = sw.div_ceil(w).max(sh.div_ceil(h)).max(1);
+    if n == 1 {
+        return source.clone();
+    }
+    let raw = source.as_raw();
+    let stride = sw as usize * 3;
+    if n == 2 && sw % 2 == 0 && sh % 2 == 0 {
+        return halve(raw, stride, w, h);
+    }
+    let mut out = vec![0u8; w as usize * h as usize * 3];
+    let mut sums = vec![0u32; w as usize * 3];
+    let mut counts = vec![0u32; w as usize];
+    for oy in 0..h {
+        sums.iter_mut().for_each(|s| *s = 0);
+        counts.iter_mut().for_each(|c| *c = 0);
+        let rows = (oy * n)..((oy + 1) * n).min(sh);
+        for y in rows {
+            let row = &raw[y as usize * stride..(y as usize + 1) * stride];
+            for (ox, block) in row.chunks(n as usize * 3).take(w as usize).enumerate() {
+                let (mut r, mut g, mut b) = (0u32, 0u32, 0u32);
+                for px in block.chunks_exact(3) {
+                    r += u32::from(px[0]);
+                    g += u32::from(px[1]);
+                    b += u32::from(px[2]);
+                }
+                sums[ox * 3] += r;
+                sums[ox * 3 + 1] += g;
+                sums[ox * 3 + 2] += b;
+                counts[ox] += (block.len() / 3) as u32;
+            }
+        }
+        let line = &mut out[oy as usize * w as usize * 3..(oy as usize + 1) * w as usize * 3];
+        for (ox, count) in counts.iter().enumerate() {
+            let c = (*count).max(1);
+            for channel in 0..3 {
+                line[ox * 3 + channel] = ((sums[ox * 3 + channel] + c / 2) / c) as u8;
+            }
+        }
+    }
+    RgbImage::from_raw(w, h, out).unwrap_or_else(|| RgbImage::new(w, h))
+}
+
+/// [`reduce_box`] by 2 of an RGB picture with even sides: each output pixel the rounded mean
+/// of a 2 × 2 block, two rows at a time (the common case, kept simple enough to vectorise).
+fn halve(raw: &[u8], stride: usize, w: u32, h: u32) -> RgbImage {
+    let out_stride = w as usize * 3;
+    let mut out = vec![0u8; out_stride * h as usize];
+    for (pair, line) in raw
+        .chunks_exact(stride * 2)
+        .zip(out.chunks_exact_mut(out_stride))
+    {
+        let (top, bottom) = pair.split_at(stride);
+        for ((t, b), o) in top
+            .chunks_exact(6)
+            .zip(bottom.chunks_exact(6))
+            .zip(line.chunks_exact_mut(3))
+        {
+            for c in 0..3 {
+                let sum =
+                    u16::from(t[c]) + u16::from(t[c + 3]) + u16::from(b[c]) + u16::from(b[c + 3]);
+                o[c] = ((sum + 2) / 4) as u8;
+            }
+        }
+    }
+    RgbImage::from_raw(w, h, out).unwrap_or_else(|| RgbImage::new(w, h))
+}
+
 /// Gaussian blur with the given sigma.
 pub fn blur(image: DynamicImage, sigma: f64) -> DynamicImage {
     image.blur(sigma as f32)

@@ -5,8 +5,13 @@
 //! and the mezzanine's build pick scales on their own, and those that pick the same share.
 //!
 //! Bounded in bytes (`limits.decode_cache_bytes`), and short-lived: a decode is large (a
-//! 12 MP photo is 36 MB of RGB) and useful only to work arriving together.
+//! 12 MP photo is 36 MB of RGB) and useful only to work arriving together. So a decode is
+//! kept only while some run of its original is under way (each run holds an [`Interest`]
+//! from its start, waiting for a mezzanine included, to its end), and at most 5 s: a cold
+//! burst over many distinct originals holds no more decodes than it has runs.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
@@ -24,6 +29,39 @@ type Key = (ContentHash, InputKind, u32);
 pub(super) struct DecodeCache {
     /// `None`: sharing is off (every run decodes).
     decodes: Option<Cache<Key, Pixels>>,
+    /// Runs under way per original; its decodes go when the count falls to 0.
+    interest: Arc<Mutex<HashMap<ContentHash, usize>>>,
+}
+
+/// A run's interest in its original's decodes (see [`DecodeCache::interest`]).
+pub(super) struct Interest {
+    hash: ContentHash,
+    interest: Arc<Mutex<HashMap<ContentHash, usize>>>,
+    decodes: Option<Cache<Key, Pixels>>,
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let mut counts = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        let last = match counts.get_mut(&self.hash) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                counts.remove(&self.hash);
+                true
+            }
+        };
+        drop(counts);
+        if let (true, Some(cache)) = (last, &self.decodes) {
+            for from in [InputKind::Original, InputKind::Mezzanine] {
+                for denominator in [1, 2, 4, 8] {
+                    cache.invalidate(&(self.hash, from, denominator));
+                }
+            }
+        }
+    }
 }
 
 impl DecodeCache {
@@ -38,7 +76,27 @@ impl DecodeCache {
                 .time_to_live(LIFETIME)
                 .build()
         });
-        DecodeCache { decodes }
+        DecodeCache {
+            decodes,
+            interest: Arc::default(),
+        }
+    }
+
+    /// Declares a run of original `hash` under way until the returned value is dropped: its
+    /// decodes are kept for other runs of that original meanwhile, and dropped after the
+    /// last.
+    pub(super) fn interest(&self, hash: ContentHash) -> Interest {
+        *self
+            .interest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(hash)
+            .or_default() += 1;
+        Interest {
+            hash,
+            interest: self.interest.clone(),
+            decodes: self.decodes.clone(),
+        }
     }
 
     /// The decode hook of one run on the original `hash` (or its mezzanine).

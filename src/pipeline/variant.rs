@@ -427,6 +427,7 @@ impl Pipeline {
     /// row and whether this call did the processing.
     async fn produce(&self, job: Job) -> Result<(VariantRow, bool), Error> {
         let key = job.key();
+        let is_mezzanine = matches!(job, Job::Mezzanine { .. });
         // A flight that landed between our miss and our joining has stored the answer.
         if let Some(v) = self.stored_variant(&key).await? {
             return Ok((v, false));
@@ -465,14 +466,29 @@ impl Pipeline {
             }
         };
         self.shared.hot.insert(key.clone(), row.clone());
-        match lease.settle().await {
-            Ok(claim) => match self.store_variant(&key, &row, claim.as_ref()).await {
-                Ok(()) => self.variant_stored(&key, &row).await,
-                Err(e) => tracing::warn!(error = %e, "variant not stored; serving it anyway"),
-            },
-            Err(why) => tracing::warn!(%why, "variant not published; serving it anyway"),
+        let this = self.clone();
+        let publish = {
+            let row = row.clone();
+            async move {
+                match lease.settle().await {
+                    Ok(claim) => match this.store_variant(&key, &row, claim.as_ref()).await {
+                        Ok(()) => this.variant_stored(&key, &row).await,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "variant not stored; serving it anyway")
+                        }
+                    },
+                    Err(why) => tracing::warn!(%why, "variant not published; serving it anyway"),
+                }
+                lease.release().await;
+            }
+        };
+        if is_mezzanine {
+            // The variants waiting for a mezzanine go on with it at once (it is in the hot
+            // cache); storing it, under its claim, finishes behind them.
+            self.in_background(publish);
+        } else {
+            publish.await;
         }
-        lease.release().await;
         Ok((row, true))
     }
 
@@ -487,6 +503,12 @@ impl Pipeline {
     /// CPU slot meanwhile.
     async fn run(&self, job: Job) -> Result<VariantRow, Error> {
         let s = &self.shared;
+        // From here to the end (the wait for a mezzanine included), decodes of this original
+        // are kept for the other runs of it.
+        let _interest = s.decodes.interest(match &job {
+            Job::Variant(t) => t.key.hash,
+            Job::Mezzanine { hash, .. } => *hash,
+        });
         let limits = self.limits();
         // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
         let side = (limits.max_pixels as f64).sqrt() as u32;
