@@ -219,10 +219,10 @@ pub struct LimitsConfig {
     /// decode of one original (a `srcset` burst, a mezzanine's build) share it
     /// (`IMGCAS_DECODE_CACHE_BYTES`; 0 turns the sharing off).
     pub decode_cache_bytes: u64,
-    /// Extension: large originals get a mezzanine, a 2048-pixel derivative most outputs are
-    /// made from (`IMGCAS_MEZZANINE`, default on). Which outputs use it follows from the spec
-    /// and the source's size alone; turning it off changes the bytes of those outputs made
-    /// from then on (stored ones stay), so a deployment keeps one value.
+    /// Extension: large originals get a mezzanine, a derivative a power of two smaller that
+    /// most outputs are made from (`IMGCAS_MEZZANINE`, default on). Which outputs use it
+    /// follows from the spec and the source's header alone; turning it off changes the bytes
+    /// of those outputs made from then on (stored ones stay), so a deployment keeps one value.
     pub mezzanine: bool,
 }
 
