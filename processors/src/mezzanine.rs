@@ -82,8 +82,9 @@ fn reduction(long: u32) -> u32 {
 }
 
 /// The mezzanine's size for an original of upright size `upright` (each side divided by the
-/// reduction, rounded up, as a scaled JPEG decode rounds).
-fn size_for(upright: (u32, u32)) -> (u32, u32) {
+/// reduction, rounded up, as a scaled JPEG decode rounds). Given the stored size, the
+/// mezzanine's size or its transpose.
+pub fn size_for(upright: (u32, u32)) -> (u32, u32) {
     let k = reduction(upright.0.max(upright.1));
     (upright.0.div_ceil(k), upright.1.div_ceil(k))
 }
@@ -137,12 +138,6 @@ pub fn build_cost(info: &SourceInfo) -> u64 {
         1
     };
     u64::from(w) * u64::from(h) / (denominator * denominator)
-}
-
-/// The mezzanine's size for a source of stored size `(width, height)` (its upright size may
-/// be the transpose).
-pub fn size_of(width: u32, height: u32) -> (u32, u32) {
-    size_for((width, height))
 }
 
 /// A stored mezzanine, read: the original's upright size and the JPEG.

@@ -6,7 +6,11 @@
 //!
 //! One file per flow:
 //! - `resolve.rs`: URL → hash (URL map, conditional fetch, origin failures held per URL);
-//! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run);
+//! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run,
+//!   from the original or from its mezzanine, itself a row made by such a run);
+//! - `recall.rs`: the request cache, what a repeated request resolved to;
+//! - `decoded.rs`: decoded sources shared by the runs of one original under way together;
+//! - `near.rs`: perceptual fingerprints and near-duplicate lookups;
 //! - `upload.rs`: bytes in → an indexed original;
 //! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
 //! - `copy.rs`: one node's embedded maps and bytes copied into shared ones (`maps copy`);

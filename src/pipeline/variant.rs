@@ -520,7 +520,7 @@ impl Pipeline {
                 match self.route(t).await? {
                     Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
                         Ok(bytes) => {
-                            let mezzanine = mezzanine::size_of(size.0, size.1);
+                            let mezzanine = mezzanine::size_for(size);
                             let cost =
                                 processors::cost(Some(SourceFormat::Jpeg), mezzanine, &t.spec);
                             (t.key.hash, Some(bytes), None, cost)
@@ -614,6 +614,22 @@ impl Pipeline {
         };
         if !self.shared.config.limits.mezzanine || !mezzanine::may_serve(&facts, &target.spec) {
             return Ok(Route::Original(None));
+        }
+        // A mezzanine in memory carries the original's upright size: no need to read the
+        // original for it (the common case of a second spec).
+        if let Some(VariantRow::Image {
+            body: VariantBody::Inline(framed),
+            ..
+        }) = self.shared.hot.get(&mezzanine_key(&target.key.hash))
+        {
+            if let Ok(m) = mezzanine::parse(&framed) {
+                return Ok(
+                    match mezzanine::serves(&facts, m.original_upright, &target.spec) {
+                        true => Route::Mezzanine,
+                        false => Route::Original(None),
+                    },
+                );
+            }
         }
         let original = self.original_bytes(&target.key.hash).await?;
         let limits = self.limits();
