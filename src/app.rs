@@ -16,7 +16,6 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -85,12 +84,12 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         .map_err(|e| StartError(e.to_string()))?;
     let server = config.server.clone();
     let service = Service::new(pipeline.clone(), config, metrics.clone());
-    let router = crate::http::router(service.clone());
+    let front = crate::http::Front::new(service.clone(), crate::http::router(service.clone()));
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);
     let backfill = spawn_backfill(pipeline.clone());
     let task = tokio::spawn(async move {
-        serve(listener, router, &server, rx).await;
+        serve(listener, front, &server, rx).await;
         flusher.abort();
         backfill.abort();
         let _ = backfill.await;
@@ -111,7 +110,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
 /// `shutdown_timeout`.
 async fn serve(
     listener: TcpListener,
-    router: axum::Router,
+    front: crate::http::Front,
     settings: &crate::config::ServerConfig,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -145,10 +144,7 @@ async fn serve(
         };
         let _ = socket.set_nodelay(true);
         let connection = connections
-            .serve_connection_with_upgrades(
-                TokioIo::new(socket),
-                TowerToHyperService::new(router.clone()),
-            )
+            .serve_connection_with_upgrades(TokioIo::new(socket), front.clone())
             .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -29,6 +29,7 @@ pub mod hash;
 pub mod hot;
 pub mod http;
 pub mod ingest;
+pub mod log;
 pub mod maps;
 pub mod metrics;
 pub mod negative;

@@ -143,17 +143,19 @@ fn configure(path: Option<&PathBuf>, flags: &Flags) -> Result<Config, Outcome> {
 /// access line and hands it over, and never waits on the write (a full buffer drops lines
 /// rather than stall requests). The returned guard flushes what is buffered when dropped, at
 /// the end of `main`.
-fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
+fn init_logging() -> imgcas::log::Flush {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("IMGCAS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let (writer, guard) = imgcas::log::buffered(std::io::stderr());
     // Colour codes only for a terminal: in a file they are noise, and they cost time per line.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let json = std::env::var("IMGCAS_LOG_FORMAT").is_ok_and(|v| v == "json");
+    imgcas::log::install(writer.clone(), json);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(writer);
-    if std::env::var("IMGCAS_LOG_FORMAT").is_ok_and(|v| v == "json") {
+    if json {
         builder.json().init();
     } else {
         builder.init();

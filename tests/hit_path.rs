@@ -117,3 +117,64 @@ async fn negotiated_answers_are_remembered_per_accept_class() {
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+/// The answer of a remembered hit (made before the router, `http/front.rs`) is the router's
+/// answer, header for header, and is counted as a routed hit is.
+#[tokio::test]
+async fn remembered_hits_answer_and_count_as_routed_hits_do() {
+    let origin = Origin::start().await;
+    origin.put("/q.jpg", jpeg(320, 240, 3));
+    let app = spawn_app().await;
+    let source = origin.url("/q.jpg");
+    let made = app.image_by_url(&source, "w=90&format=webp").await;
+    assert_eq!(header(&made, "x-imgcas-cache"), Some("miss"));
+    let hash = header(&made, "x-imgcas-source-hash").unwrap().to_string();
+    let by_hash = format!("/v1/image/{hash}?w=90&format=webp");
+    let routed_by_hash = app.get(&by_hash).await; // resolved by the router, then remembered
+                                                  // Read from the text: the braces of `{hash}` are beyond prometheus_parse.
+    let counted = |text: &str, route: &str| -> f64 {
+        let series = format!(
+            "imgcas_http_requests_total{{route=\"{route}\",method=\"GET\",status=\"200\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    };
+    let base = app.url("");
+    let scrape = || metrics_text(&app.client, &base);
+    let before = scrape().await;
+    let hits_before = app.stats().hot_hits;
+    // by URL: the first answer was a miss; the second was resolved by the router and is a hit.
+    let routed_by_url = app.image_by_url(&source, "w=90&format=webp").await;
+    let front_by_url = app.image_by_url(&source, "w=90&format=webp").await;
+    let front_by_hash = app.get(&by_hash).await;
+    for (routed, front) in [
+        (routed_by_url, front_by_url),
+        (routed_by_hash, front_by_hash),
+    ] {
+        assert_eq!(front.status(), 200);
+        let names = |r: &reqwest::Response| {
+            let mut headers: Vec<(String, String)> = r
+                .headers()
+                .iter()
+                .filter(|(name, _)| *name != "date")
+                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+                .collect();
+            headers.sort();
+            headers
+        };
+        assert_eq!(names(&front), names(&routed));
+        assert_eq!(header(&front, "x-imgcas-cache"), Some("hit"));
+        assert_eq!(front.bytes().await.unwrap(), routed.bytes().await.unwrap());
+    }
+    let after = scrape().await;
+    assert_eq!(
+        counted(&after, "/v1/image") - counted(&before, "/v1/image"),
+        2.0
+    );
+    assert_eq!(
+        counted(&after, "/v1/image/{hash}") - counted(&before, "/v1/image/{hash}"),
+        1.0
+    );
+    assert_eq!(app.stats().hot_hits - hits_before, 3);
+}

@@ -17,6 +17,7 @@ use syn::visit_mut::{self, VisitMut};
 const LADDER: &[(&str, u32)] = &[
     ("hash", 1),
     ("config", 1),
+    ("log", 1),
     ("blob", 2),
     ("maps", 2),
     ("fetch", 2),

@@ -109,7 +109,7 @@ async fn request_series(app: &TestApp) -> Vec<String> {
     let mut series: Vec<String> = text
         .lines()
         .filter_map(|l| l.strip_prefix("imgcas_http_requests_total{"))
-        .filter_map(|l| l.split_once('}').map(|(labels, _)| labels.to_string()))
+        .filter_map(|l| l.rsplit_once('}').map(|(labels, _)| labels.to_string()))
         .collect();
     series.sort();
     series

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::fetch::client::canonical_url;
 use crate::pipeline::{Provenance, Source, Target};
 
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
 /// `preset` into its options (explicit options override them, unless only presets are allowed).
@@ -81,7 +81,7 @@ pub(super) fn cache_header(provenance: Provenance) -> &'static str {
 
 /// What identifies a request to the request cache: its path, its whole query (`sig`
 /// included) and the class of its `Accept` (all that negotiation reads of it).
-fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
+pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -232,7 +232,7 @@ async fn respond(
     }
 }
 
-fn decorate(
+pub(super) fn decorate(
     response: &mut Response,
     target: &Target,
     provenance: Provenance,

@@ -19,6 +19,8 @@ use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 
 pub mod error;
+mod front;
+pub use front::Front;
 pub mod image;
 pub mod ingest;
 mod observe;

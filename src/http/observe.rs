@@ -124,6 +124,21 @@ pub(super) async fn observe(
             .copied()
             .find(|o| v.as_bytes() == o.as_bytes())
     });
+    account(&service, route, method, status, cache, elapsed);
+    response
+}
+
+/// Counts and times one answered request and logs its access line: the routed requests'
+/// accounting ([`observe`]) and the remembered hits' (`front.rs`), which never reach the
+/// router, alike.
+pub(super) fn account(
+    service: &Service,
+    route: &'static str,
+    method: &'static str,
+    status: u16,
+    cache: Option<&'static str>,
+    elapsed: std::time::Duration,
+) {
     let labels = Labels {
         route,
         method,
@@ -131,20 +146,51 @@ pub(super) async fn observe(
         cache,
     };
     let handles = service.series().handles(service.metrics(), labels);
+    record(&handles, labels, elapsed);
+}
+
+/// The accounting of one kind of answer, its handles looked up once by its owner rather than
+/// per request: `front.rs`'s hits from memory.
+#[derive(Clone)]
+pub(super) struct Fixed {
+    handles: Handles,
+    labels: Labels,
+}
+
+impl Fixed {
+    /// A `GET` of `route` answered 200 from memory.
+    pub(super) fn hit(service: &Service, route: &'static str) -> Fixed {
+        let labels = Labels {
+            route,
+            method: "GET",
+            status: 200,
+            cache: Some("hit"),
+        };
+        Fixed {
+            handles: service.series().handles(service.metrics(), labels),
+            labels,
+        }
+    }
+
+    /// Counts, times and logs one such answer, as [`account`] does.
+    pub(super) fn account(&self, elapsed: std::time::Duration) {
+        record(&self.handles, self.labels, elapsed);
+    }
+}
+
+fn record(handles: &Handles, labels: Labels, elapsed: std::time::Duration) {
+    let Labels {
+        route,
+        method,
+        status,
+        cache,
+    } = labels;
     handles.requests.increment(1);
     handles.duration.record(elapsed.as_secs_f64());
     if let Some(outcome) = &handles.outcome {
         outcome.increment(1);
     }
-    tracing::info!(
-        target: "imgcas::access",
-        method,
-        route,
-        status,
-        cache = cache.unwrap_or("-"),
-        ms = elapsed.as_secs_f64() * 1000.0,
-    );
-    response
+    crate::log::access(method, route, status, cache, elapsed);
 }
 
 /// The `method` label: the methods the API answers, and one value for any other, so invented

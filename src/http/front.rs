@@ -1,0 +1,107 @@
+//! The front of the HTTP service: what hyper calls for every request. A repeated image request
+//! whose variant is in memory is answered here, before the router, from the request cache and
+//! the hot cache alone: no routing, extractors, middleware futures or request timeout, which
+//! cost a hit more than its answer does (`bench/hit_path.py`). Everything else goes to the
+//! router unchanged.
+//!
+//! Skipping the router's checks is sound because the request cache only holds requests that
+//! passed them: its key is the path, the whole query (`sig` included) and the `Accept` class,
+//! and a request is remembered after its signature, preset and option checks, all of which
+//! depend on nothing else (the settings do not change while the process runs). Answers are the
+//! router's to the byte (headers included, `image.rs`'s `decorate`) and are counted and logged
+//! as routed ones are (`observe.rs`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, Method, Response};
+use axum::Router;
+use hyper_util::service::TowerToHyperService;
+
+use super::{image, observe, Service};
+use crate::pipeline::Provenance;
+
+/// A hyper service: remembered hits first, then the router.
+#[derive(Clone)]
+pub struct Front {
+    service: Service,
+    router: TowerToHyperService<Router>,
+    by_url: Arc<observe::Fixed>,
+    by_hash: Arc<observe::Fixed>,
+}
+
+impl Front {
+    pub fn new(service: Service, router: Router) -> Front {
+        Front {
+            by_url: Arc::new(observe::Fixed::hit(&service, BY_URL)),
+            by_hash: Arc::new(observe::Fixed::hit(&service, BY_HASH)),
+            service,
+            router: TowerToHyperService::new(router),
+        }
+    }
+}
+
+const BY_URL: &str = "/v1/image";
+const BY_HASH: &str = "/v1/image/{hash}";
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, request: Request<hyper::body::Incoming>) -> Answer {
+        if let Some(response) = self.remembered_hit(&request) {
+            return Box::pin(std::future::ready(Ok(response)));
+        }
+        let routed = self.router.call(request);
+        Box::pin(routed)
+    }
+}
+
+/// The answer to a `GET` of an image whose request is remembered and whose variant is in
+/// the hot cache, or `None` (the router answers: anything conditional, `HEAD`, a first
+/// request, a variant not in memory, an error).
+impl Front {
+    fn remembered_hit<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
+        let service = &self.service;
+        let started = std::time::Instant::now();
+        let path = request.uri().path();
+        if request.method() != Method::GET || !path.starts_with("/v1/image") {
+            return None;
+        }
+        let headers = request.headers();
+        if headers.contains_key(header::IF_NONE_MATCH) {
+            return None;
+        }
+        let pipeline = service.pipeline();
+        let target = pipeline.recall(&image::request_key(request.uri(), headers))?;
+        let (bytes, format) = pipeline.hot_image(&target)?;
+        let (accounting, cache_control) = if path == BY_URL {
+            (&self.by_url, service.url_cache_control())
+        } else {
+            (&self.by_hash, image::IMMUTABLE)
+        };
+        let mut response = Response::new(Body::from(bytes));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(format.mime()),
+        );
+        // A remembered request's mapping is fresh: a stored variant is a plain hit.
+        let provenance = Provenance::Stored;
+        image::decorate(
+            &mut response,
+            &target,
+            provenance,
+            cache_control,
+            target.varies_by_accept,
+        );
+        accounting.account(started.elapsed());
+        Some(response)
+    }
+}
