@@ -130,6 +130,12 @@ pub fn process(
     process_input(Input::Original(bytes), spec, limits, &Decode)
 }
 
+/// An input, its header read.
+enum Opened<'a> {
+    Original(decode::Source<'a>),
+    Mezzanine(mezzanine::Mezzanine<'a>),
+}
+
 /// Runs a resolved spec on the given input, decoding through `decodes`. The caller chooses
 /// the input with [`mezzanine::serves`].
 pub fn process_input(
@@ -138,17 +144,22 @@ pub fn process_input(
     limits: &Limits,
     decodes: &dyn Decodes,
 ) -> Result<Processed, ProcessError> {
-    let (bytes, from, upright) = match input {
-        Input::Original(bytes) => (bytes, InputKind::Original, None),
-        Input::Mezzanine(framed) => {
-            let m = mezzanine::parse(framed)?;
-            (m.jpeg, InputKind::Mezzanine, Some(m.original_upright))
-        }
+    // The input's facts: its upright size, whether it shrinks on load, and how it decodes.
+    let opened = match input {
+        Input::Original(bytes) => Opened::Original(decode::open(bytes, limits)?),
+        Input::Mezzanine(framed) => Opened::Mezzanine(mezzanine::parse(framed)?),
     };
-    let source = decode::open(bytes, limits)?;
+    let (input_size, can_shrink, upright) = match &opened {
+        Opened::Original(source) => (source.upright_size(), source.can_shrink_on_load(), None),
+        Opened::Mezzanine(m) => (
+            mezzanine::stored_size(m, limits)?,
+            true,
+            Some(m.original_upright),
+        ),
+    };
     // Plans are made in the original's coordinates (minimum sizes, rounding of the output
     // box), then scaled to the decoded picture, as shrink-on-load does.
-    let (uw, uh) = upright.unwrap_or_else(|| source.upright_size());
+    let (uw, uh) = upright.unwrap_or(input_size);
     check_minimum(uw, uh, &spec.shape)?;
     let (rotated, plan, _) = layout((uw, uh), spec, false);
     let (ow, oh) = plan.output_size();
@@ -156,21 +167,22 @@ pub fn process_input(
         return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
     }
     // How much smaller than the original the input is (1 for the original itself).
-    let shrunk = match upright {
-        None => 1.0,
-        Some(_) => {
-            let (iw, ih) = source.upright_size();
-            f64::from(uw.max(uh)) / f64::from(iw.max(ih).max(1))
-        }
-    };
-    let denominator = if source.can_shrink_on_load() {
+    let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
+    let denominator = if can_shrink {
         geometry::shrink_denominator(plan.reduction(rotated) / shrunk)
     } else {
         1
     };
-    let decoded = decodes.decoded(from, denominator, &mut || {
-        source.decode(limits, denominator)
-    })?;
+    let decoded = match &opened {
+        Opened::Original(source) => {
+            decodes.decoded(InputKind::Original, denominator, &mut || {
+                source.decode(limits, denominator)
+            })?
+        }
+        Opened::Mezzanine(m) => decodes.decoded(InputKind::Mezzanine, denominator, &mut || {
+            mezzanine::decode(m, limits, denominator)
+        })?,
+    };
     let image = match spec.shape.rotate {
         0 => decoded,
         degrees => Arc::new(ops::rotate(&decoded, degrees)),
