@@ -173,7 +173,26 @@ pub fn encode_with(
     progressive: bool,
     optimize_coding: bool,
 ) -> Result<Vec<u8>, ProcessError> {
-    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
+    encode_rows(
+        rgb.as_raw(),
+        rgb.width(),
+        quality,
+        progressive,
+        optimize_coding,
+    )
+}
+
+/// [`encode_with`] of packed RGB rows `width` pixels wide (a run of rows of a larger
+/// picture, without copying them out).
+pub fn encode_rows(
+    rows: &[u8],
+    width: u32,
+    quality: u8,
+    progressive: bool,
+    optimize_coding: bool,
+) -> Result<Vec<u8>, ProcessError> {
+    let w = width as usize;
+    let h = rows.len() / (w * 3).max(1);
     let result = catch_unwind(AssertUnwindSafe(|| -> std::io::Result<Vec<u8>> {
         let mut c = mozjpeg::Compress::new(mozjpeg::ColorSpace::JCS_RGB);
         c.set_fastest_defaults();
@@ -187,7 +206,7 @@ pub fn encode_with(
             c.set_progressive_mode();
         }
         let mut started = c.start_compress(Vec::with_capacity(w * h / 4))?;
-        started.write_scanlines(rgb.as_raw())?;
+        started.write_scanlines(&rows[..w * h * 3])?;
         started.finish()
     }));
     match result {

@@ -152,9 +152,11 @@ fn encode_stripes(rgb: &image::RgbImage) -> Result<(Vec<u8>, Vec<u8>), ProcessEr
             Vec::new(),
         ));
     }
+    let stride = width as usize * 3;
+    let raw = rgb.as_raw();
     let stripe = |from: u32, to: u32| {
-        let rows = image::imageops::crop_imm(rgb, 0, from, width, to - from).to_image();
-        crate::jpeg::encode_with(&rows, QUALITY, false, false)
+        let rows = &raw[from as usize * stride..to as usize * stride];
+        crate::jpeg::encode_rows(rows, width, QUALITY, false, false)
     };
     let (top, bottom) = std::thread::scope(|scope| {
         let lower = scope.spawn(|| stripe(split, height));
@@ -244,7 +246,9 @@ pub fn decode(
         ));
     }
     let (width, rows) = (top.width(), top.height() + bottom.height());
-    let mut raw = top.into_raw();
+    let mut raw = Vec::with_capacity(width as usize * rows as usize * 3);
+    raw.extend_from_slice(top.as_raw());
+    drop(top);
     raw.extend_from_slice(bottom.as_raw());
     image::RgbImage::from_raw(width, rows, raw)
         .map(image::DynamicImage::ImageRgb8)
