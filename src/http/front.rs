@@ -64,10 +64,10 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
     }
 }
 
-/// The answer to a `GET` of an image whose request is remembered and whose variant is in
-/// the hot cache, or `None` (the router answers: anything conditional, `HEAD`, a first
-/// request, a variant not in memory, an error).
 impl Front {
+    /// The answer to a `GET` of an image whose request is remembered and whose variant is
+    /// in the hot cache, or `None` (the router answers: anything conditional, `HEAD`, a first
+    /// request, a variant not in memory, an error).
     fn remembered_hit<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
         let service = &self.service;
         let started = std::time::Instant::now();
