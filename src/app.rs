@@ -1,5 +1,5 @@
-//! The server's lifecycle: opens the pipeline, binds the listener, serves the router, flushes
-//! the maps once a second and at shutdown.
+//! The server's lifecycle: opens the pipeline, binds the listener, serves the router (behind
+//! `http::Front`), flushes the maps once a second and at shutdown.
 //!
 //! The accept loop is our own (not `axum::serve`) because the server must protect itself: a
 //! client gets `server.header_timeout` to send its headers, at most `server.max_connections`

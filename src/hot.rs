@@ -2,9 +2,8 @@
 //! A hot key's bytes then cost a hash lookup and a reference-counted clone: no read from the
 //! variants map, no copy. (Locating the variant still reads the small originals-index entry,
 //! unless the request cache, `pipeline/recall.rs`, remembers it.) Entries never go stale (a
-//! variant key names immutable content), so only
-//! memory pressure evicts them (TinyLFU admission keeps one-off variants from flushing the
-//! hot ones).
+//! variant key names immutable content), so only memory pressure evicts them (TinyLFU
+//! admission keeps one-off variants from flushing the hot ones).
 
 use moka::sync::Cache;
 

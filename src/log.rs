@@ -180,7 +180,8 @@ pub fn access(method: &str, route: &str, status: u16, cache: Option<&str>, elaps
         return;
     }
     let mut line = String::with_capacity(160);
-    let now = timestamp();
+    // RFC 3339 in UTC with microseconds, as `tracing_subscriber` writes its own lines.
+    let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
     // Names, routes and outcomes are fixed ASCII without quotes or backslashes: nothing to
     // escape.
     let _ = if *json {
@@ -197,49 +198,9 @@ pub fn access(method: &str, route: &str, status: u16, cache: Option<&str>, elaps
     let _ = Write::write_all(&mut writer.make_writer(), line.as_bytes());
 }
 
-/// Now, as RFC 3339 in UTC with microseconds.
-fn timestamp() -> String {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60,
-        since.subsec_micros()
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_from_day_counts() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(59), (1970, 3, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_781), (2026, 11, 24));
-    }
 
     #[test]
     fn lines_are_written_in_order_and_flushed_at_the_end() {

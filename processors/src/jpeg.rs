@@ -161,29 +161,13 @@ pub const MAX_SIDE: u32 = 65_500;
 /// 90 and full resolution from 90 up (as libvips does): the same bytes per quality as libvips
 /// writes, at libjpeg-turbo's SIMD speed.
 pub fn encode(rgb: &RgbImage, quality: u8, progressive: bool) -> Result<Vec<u8>, ProcessError> {
-    encode_with(rgb, quality, progressive, true)
+    encode_rows(rgb.as_raw(), rgb.width(), quality, progressive, true)
 }
 
-/// [`encode`] with the choice of optimised Huffman tables: a second pass over the picture
-/// that saves about 1 % at high quality and takes 60 % of the time. Worth it for what is
-/// sent to clients, not for what only imgcas reads (the mezzanine).
-pub fn encode_with(
-    rgb: &RgbImage,
-    quality: u8,
-    progressive: bool,
-    optimize_coding: bool,
-) -> Result<Vec<u8>, ProcessError> {
-    encode_rows(
-        rgb.as_raw(),
-        rgb.width(),
-        quality,
-        progressive,
-        optimize_coding,
-    )
-}
-
-/// [`encode_with`] of packed RGB rows `width` pixels wide (a run of rows of a larger
-/// picture, without copying them out).
+/// [`encode`] of packed RGB rows `width` pixels wide (a run of rows of a larger picture,
+/// without copying them out), with the choice of optimised Huffman tables: a second pass over
+/// the picture that saves about 1 % at high quality and takes 60 % of the time. Worth it for
+/// what is sent to clients, not for what only imgcas reads (the mezzanine).
 pub fn encode_rows(
     rows: &[u8],
     width: u32,

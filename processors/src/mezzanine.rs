@@ -145,25 +145,33 @@ pub fn build(
 /// rows).
 fn encode_stripes(rgb: &image::RgbImage) -> Result<(Vec<u8>, Vec<u8>), ProcessError> {
     let (width, height) = rgb.dimensions();
-    let split = split_row(height);
-    if split == 0 {
-        return Ok((
-            crate::jpeg::encode_with(rgb, QUALITY, false, false)?,
-            Vec::new(),
-        ));
-    }
     let stride = width as usize * 3;
     let raw = rgb.as_raw();
     let stripe = |from: u32, to: u32| {
         let rows = &raw[from as usize * stride..to as usize * stride];
         crate::jpeg::encode_rows(rows, width, QUALITY, false, false)
     };
-    let (top, bottom) = std::thread::scope(|scope| {
-        let lower = scope.spawn(|| stripe(split, height));
-        (stripe(0, split), lower.join())
-    });
-    let bottom = bottom.map_err(|_| ProcessError::Internal("encoding a stripe panicked".into()))?;
+    let split = split_row(height);
+    if split == 0 {
+        return Ok((stripe(0, height)?, Vec::new()));
+    }
+    let (top, bottom) = both(|| stripe(0, split), || stripe(split, height))?;
     Ok((top?, bottom?))
+}
+
+/// Runs `top` here and `bottom` on a second thread at once: the two stripes.
+fn both<T: Send>(
+    top: impl FnOnce() -> T,
+    bottom: impl FnOnce() -> T + Send,
+) -> Result<(T, T), ProcessError> {
+    std::thread::scope(|scope| {
+        let lower = scope.spawn(bottom);
+        let upper = top();
+        let lower = lower
+            .join()
+            .map_err(|_| ProcessError::Internal("a mezzanine stripe's thread panicked".into()))?;
+        Ok((upper, lower))
+    })
 }
 
 /// The first row of the bottom stripe of a mezzanine `height` rows high (0: one stripe).
@@ -233,13 +241,8 @@ pub fn decode(
     if bottom.is_empty() {
         return stripe(top).map(image::DynamicImage::ImageRgb8);
     }
-    let (top, bottom) = std::thread::scope(|scope| {
-        let lower = scope.spawn(|| stripe(bottom));
-        (stripe(top), lower.join())
-    });
-    let bottom =
-        bottom.map_err(|_| ProcessError::Internal("decoding a stripe panicked".into()))??;
-    let top = top?;
+    let (top, bottom) = both(|| stripe(top), || stripe(bottom))?;
+    let (top, bottom) = (top?, bottom?);
     if top.width() != bottom.width() {
         return Err(ProcessError::Internal(
             "a stored mezzanine's stripes differ in width".into(),
@@ -356,7 +359,8 @@ mod tests {
                 let v = (x * 7 + y * 13 + (x * y) % 31) as u8;
                 image::Rgb([v, v.wrapping_mul(3), 255 - v])
             });
-            let whole = crate::jpeg::encode_with(&rgb, QUALITY, false, false).unwrap();
+            let whole =
+                crate::jpeg::encode_rows(rgb.as_raw(), width, QUALITY, false, false).unwrap();
             let (top, bottom) = encode_stripes(&rgb).unwrap();
             assert_eq!(bottom.is_empty(), height < 16);
             let m = Mezzanine {

@@ -70,7 +70,6 @@ impl Front {
     /// request, a variant not in memory, an error).
     fn remembered_hit<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
         let service = &self.service;
-        let started = std::time::Instant::now();
         let path = request.uri().path();
         if request.method() != Method::GET || !path.starts_with("/v1/image") {
             return None;
@@ -79,6 +78,7 @@ impl Front {
         if headers.contains_key(header::IF_NONE_MATCH) {
             return None;
         }
+        let started = std::time::Instant::now();
         let pipeline = service.pipeline();
         let target = pipeline.recall(&image::request_key(request.uri(), headers))?;
         let (bytes, format) = pipeline.hot_image(&target)?;
