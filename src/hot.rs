@@ -4,17 +4,23 @@
 //! unless the request cache, `pipeline/recall.rs`, remembers it.) Entries never go stale (a
 //! variant key names immutable content), so only memory pressure evicts them (TinyLFU
 //! admission keeps one-off variants from flushing the hot ones).
+//!
+//! Rows are held behind an `Arc`, so that the request cache can keep a weak link to one: a
+//! remembered hit then reaches its bytes without a second lookup, and the link lapses when
+//! this cache lets the row go (a weak link holds no bytes).
+
+use std::sync::Arc;
 
 use moka::sync::Cache;
 
 use crate::maps::{VariantKey, VariantRow};
 
 pub struct HotVariants {
-    cache: Option<Cache<VariantKey, VariantRow>>,
+    cache: Option<Cache<VariantKey, Arc<VariantRow>>>,
 }
 
 /// Memory an entry holds: its bytes plus the key and bookkeeping.
-fn weight(key: &VariantKey, value: &VariantRow) -> u32 {
+fn weight(key: &VariantKey, value: &Arc<VariantRow>) -> u32 {
     u32::try_from(value.body_len() + key.canonical_spec.len() + 128).unwrap_or(u32::MAX)
 }
 
@@ -31,12 +37,17 @@ impl HotVariants {
     }
 
     pub fn get(&self, key: &VariantKey) -> Option<VariantRow> {
+        self.get_shared(key).map(|row| VariantRow::clone(&row))
+    }
+
+    /// The row itself, as held here.
+    pub fn get_shared(&self, key: &VariantKey) -> Option<Arc<VariantRow>> {
         self.cache.as_ref()?.get(key)
     }
 
     pub fn insert(&self, key: VariantKey, value: VariantRow) {
         if let Some(cache) = &self.cache {
-            cache.insert(key, value);
+            cache.insert(key, Arc::new(value));
         }
     }
 

@@ -170,32 +170,120 @@ pub fn install(writer: Buffered, json: bool) {
 
 /// Logs one answered request.
 pub fn access(method: &str, route: &str, status: u16, cache: Option<&str>, elapsed: Duration) {
-    let ms = elapsed.as_secs_f64() * 1000.0;
     let cache = cache.unwrap_or("-");
     let Some((writer, json)) = ACCESS.get() else {
+        let ms = elapsed.as_secs_f64() * 1000.0;
         tracing::info!(target: "imgcas::access", method, route, status, cache, ms);
         return;
     };
     if !tracing::enabled!(target: "imgcas::access", tracing::Level::INFO) {
         return;
     }
-    let mut line = String::with_capacity(160);
-    // RFC 3339 in UTC with microseconds, as `tracing_subscriber` writes its own lines.
-    let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+    LINE.with_borrow_mut(|line| {
+        line.clear();
+        access_line(
+            line,
+            std::time::SystemTime::now(),
+            *json,
+            [method, route, cache],
+            status,
+            elapsed,
+        );
+        let _ = Write::write_all(&mut writer.make_writer(), line.as_bytes());
+    });
+}
+
+thread_local! {
+    /// Each thread's line, reused.
+    static LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(192));
+    /// The whole second last written by this thread, and its RFC 3339 form without the `Z`:
+    /// a timestamp then costs its microseconds.
+    static SECOND: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Appends the access line to `line`, by hand: this runs for every request, and the general
+/// formatting machinery (`write!`, float formatting, a date per line) was most of its cost.
+fn access_line(
+    line: &mut String,
+    now: std::time::SystemTime,
+    json: bool,
+    [method, route, cache]: [&str; 3],
+    status: u16,
+    elapsed: Duration,
+) {
     // Names, routes and outcomes are fixed ASCII without quotes or backslashes: nothing to
     // escape.
-    let _ = if *json {
-        writeln!(
-            line,
-            "{{\"timestamp\":\"{now}\",\"level\":\"INFO\",\"fields\":{{\"method\":\"{method}\",\"route\":\"{route}\",\"status\":{status},\"cache\":\"{cache}\",\"ms\":{ms:.3}}},\"target\":\"imgcas::access\"}}"
-        )
+    if json {
+        line.push_str("{\"timestamp\":\"");
+        timestamp(line, now);
+        line.push_str("\",\"level\":\"INFO\",\"fields\":{\"method\":\"");
+        line.push_str(method);
+        line.push_str("\",\"route\":\"");
+        line.push_str(route);
+        line.push_str("\",\"status\":");
+        digits(line, u64::from(status), 1);
+        line.push_str(",\"cache\":\"");
+        line.push_str(cache);
+        line.push_str("\",\"ms\":");
+        millis(line, elapsed);
+        line.push_str("},\"target\":\"imgcas::access\"}\n");
     } else {
-        writeln!(
-            line,
-            "{now}  INFO imgcas::access: method={method} route={route} status={status} cache={cache} ms={ms:.3}"
-        )
-    };
-    let _ = Write::write_all(&mut writer.make_writer(), line.as_bytes());
+        // As `tracing_subscriber` writes its own lines.
+        timestamp(line, now);
+        line.push_str("  INFO imgcas::access: method=");
+        line.push_str(method);
+        line.push_str(" route=");
+        line.push_str(route);
+        line.push_str(" status=");
+        digits(line, u64::from(status), 1);
+        line.push_str(" cache=");
+        line.push_str(cache);
+        line.push_str(" ms=");
+        millis(line, elapsed);
+        line.push('\n');
+    }
+}
+
+/// RFC 3339 in UTC with microseconds.
+fn timestamp(line: &mut String, now: std::time::SystemTime) {
+    let since = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let second = since.as_secs();
+    SECOND.with_borrow_mut(|(cached, text)| {
+        if *cached != second {
+            text.clear();
+            let whole = std::time::UNIX_EPOCH + Duration::from_secs(second);
+            let _ = write!(text, "{}", humantime::format_rfc3339_seconds(whole));
+            text.pop(); // the `Z`, which goes after the fraction
+            *cached = second;
+        }
+        line.push_str(text);
+    });
+    line.push('.');
+    digits(line, u64::from(since.subsec_micros()), 6);
+    line.push('Z');
+}
+
+/// `elapsed` in milliseconds with three decimals.
+fn millis(line: &mut String, elapsed: Duration) {
+    let micros = elapsed.as_nanos().saturating_add(500) / 1000;
+    let micros = u64::try_from(micros).unwrap_or(u64::MAX);
+    digits(line, micros / 1000, 1);
+    line.push('.');
+    digits(line, micros % 1000, 3);
+}
+
+/// `n` in decimal, zero-padded to `width` digits.
+fn digits(line: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut at = buf.len();
+    while n > 0 || buf.len() - at < width {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    line.extend(buf[at..].iter().map(|&b| char::from(b)));
 }
 
 #[cfg(test)]
@@ -223,5 +311,49 @@ mod tests {
         let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
         let expected: String = (0..1000).map(|i| format!("line {i}\n")).collect();
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn access_lines_have_the_fields_and_a_parseable_timestamp() {
+        let at = std::time::UNIX_EPOCH + Duration::from_micros(1_795_000_123_000_042);
+        let mut line = String::new();
+        let fields = ["GET", "/v1/image", "hit"];
+        access_line(
+            &mut line,
+            at,
+            false,
+            fields,
+            200,
+            Duration::from_micros(1_234_567),
+        );
+        let (stamp, rest) = line.split_once("  ").unwrap();
+        assert_eq!(stamp, humantime::format_rfc3339_micros(at).to_string());
+        assert_eq!(humantime::parse_rfc3339(stamp).unwrap(), at);
+        assert_eq!(
+            rest,
+            "INFO imgcas::access: method=GET route=/v1/image status=200 cache=hit ms=1234.567\n"
+        );
+        // The second is remembered: a later instant in the same second, then the next.
+        for micros in [999_999, 1_000_000, 7] {
+            let later = at + Duration::from_micros(micros);
+            line.clear();
+            access_line(
+                &mut line,
+                later,
+                true,
+                fields,
+                451,
+                Duration::from_nanos(499),
+            );
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(
+                value["timestamp"],
+                humantime::format_rfc3339_micros(later).to_string()
+            );
+            assert_eq!(value["fields"]["status"], 451);
+            assert_eq!(value["fields"]["ms"], 0.0);
+            assert_eq!(value["fields"]["route"], "/v1/image");
+            assert_eq!(value["target"], "imgcas::access");
+        }
     }
 }

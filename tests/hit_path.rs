@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use imgcas::stats::StatsSnapshot;
 
 #[tokio::test]
 async fn a_remap_by_ingest_ends_the_remembered_request() {
@@ -177,4 +178,54 @@ async fn remembered_hits_answer_and_count_as_routed_hits_do() {
         1.0
     );
     assert_eq!(app.stats().hot_hits - hits_before, 3);
+}
+
+/// A remembered request keeps a weak link to its variant in the hot cache: answered from memory
+/// without a variants-map read while linked, and the same answer, with at most one read, once
+/// other variants crowd the hot cache (it may let this one go: then the routed path reads it
+/// back and the link is made anew).
+#[tokio::test]
+async fn a_remembered_hit_outlives_its_variant_leaving_the_hot_cache() {
+    let origin = Origin::start().await;
+    origin.put("/h.jpg", jpeg(400, 300, 5));
+    // Room for about one variant of these in memory.
+    let app = spawn_app_with(|c| c.limits.hot_cache_bytes = 24 << 10).await;
+    let source = origin.url("/h.jpg");
+    let spec = "w=120&format=png";
+    let first = app.image_by_url(&source, spec).await;
+    assert_eq!(header(&first, "x-imgcas-cache"), Some("miss"));
+    let (etag, body) = (
+        header(&first, "etag").unwrap().to_string(),
+        first.bytes().await.unwrap(),
+    );
+    let remembered = app.image_by_url(&source, spec).await; // routed, then remembered
+    assert_eq!(remembered.bytes().await.unwrap(), body);
+    let from_memory = |stats: &StatsSnapshot| (stats.hot_hits, stats.variant_map_reads);
+    let before = from_memory(&app.stats());
+    let linked = app.image_by_url(&source, spec).await;
+    assert_eq!(linked.bytes().await.unwrap(), body);
+    let after = from_memory(&app.stats());
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 0));
+
+    // Other variants, asked for more often (the hot cache admits by frequency), push it out.
+    for w in 200..206 {
+        for _ in 0..8 {
+            let other = app
+                .image_by_url(&source, &format!("w={w}&format=png"))
+                .await;
+            assert_eq!(other.status(), 200);
+        }
+    }
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        let before = from_memory(&app.stats());
+        let r = app.image_by_url(&source, spec).await;
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+        assert_eq!(header(&r, "etag"), Some(etag.as_str()));
+        assert_eq!(r.bytes().await.unwrap(), body);
+        let after = from_memory(&app.stats());
+        reads.push(after.1 - before.1);
+    }
+    assert!(reads.iter().sum::<u64>() <= 1, "{reads:?}");
+    assert_eq!(reads[1..], [0, 0], "from memory again: {reads:?}");
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, Method, Response};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use axum::Router;
 use hyper_util::service::TowerToHyperService;
 
@@ -80,28 +80,39 @@ impl Front {
         }
         let started = std::time::Instant::now();
         let pipeline = service.pipeline();
-        let target = pipeline.recall(&image::request_key(request.uri(), headers))?;
-        let (bytes, format) = pipeline.hot_image(&target)?;
-        let (accounting, cache_control) = if path == BY_URL {
-            (&self.by_url, service.url_cache_control())
-        } else {
-            (&self.by_hash, image::IMMUTABLE)
-        };
+        let key = image::request_key(request.uri(), headers);
+        let recalled = pipeline.recall_entry(&key)?;
+        let (bytes, format) = pipeline.hot_answer(&recalled, &key)?;
+        let by_url = path == BY_URL;
+        // The headers depend on the target and the route alone (both fixed by the key): made
+        // once per remembered request, then a clone of shared values.
+        let answer_headers = recalled.memo(|target| {
+            let cache_control = match by_url {
+                true => service.url_cache_control(),
+                false => image::IMMUTABLE,
+            };
+            let mut h = HeaderMap::with_capacity(8);
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.mime()),
+            );
+            // A remembered request's mapping is fresh: a stored variant is a plain hit.
+            image::decorate_headers(
+                &mut h,
+                target,
+                Provenance::Stored,
+                cache_control,
+                target.varies_by_accept,
+            );
+            AnswerHeaders(h)
+        })?;
         let mut response = Response::new(Body::from(bytes));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(format.mime()),
-        );
-        // A remembered request's mapping is fresh: a stored variant is a plain hit.
-        let provenance = Provenance::Stored;
-        image::decorate(
-            &mut response,
-            &target,
-            provenance,
-            cache_control,
-            target.varies_by_accept,
-        );
+        *response.headers_mut() = answer_headers.0.clone();
+        let accounting = if by_url { &self.by_url } else { &self.by_hash };
         accounting.account(started.elapsed());
         Some(response)
     }
 }
+
+/// The headers of a remembered request's answer, kept with it in the request cache.
+struct AnswerHeaders(HeaderMap);

@@ -239,7 +239,23 @@ pub(super) fn decorate(
     cache_control: &str,
     vary: bool,
 ) {
-    let h = response.headers_mut();
+    decorate_headers(
+        response.headers_mut(),
+        target,
+        provenance,
+        cache_control,
+        vary,
+    );
+}
+
+/// [`decorate`]'s headers, into `h`.
+pub(super) fn decorate_headers(
+    h: &mut HeaderMap,
+    target: &Target,
+    provenance: Provenance,
+    cache_control: &str,
+    vary: bool,
+) {
     let value = |s: &str| HeaderValue::from_str(s).ok();
     if let Some(v) = value(&target.etag) {
         h.insert(header::ETAG, v);

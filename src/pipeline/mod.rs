@@ -56,6 +56,7 @@ mod variant;
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;
+pub use recall::Recalled;
 pub use resolve::{Resolved, UrlState};
 pub use upload::Uploaded;
 pub use variant::{Provenance, Served, Source, Target};

@@ -9,16 +9,26 @@
 //! to other bytes, a URL forgotten, an original deleted. That is one epoch counter bumped by
 //! those writes, rather than a search for the entries concerned: they are rare, the cache
 //! refills at the speed of the hits themselves.
+//!
+//! A hit answered from memory (`http/front.rs`) costs this cache one lookup and nothing
+//! else: an entry keeps a weak link to its variant's row in the hot cache (no second lookup;
+//! the link holds no bytes and lapses when the hot cache lets the row go), a memo of what the
+//! layer above derives from the target once (the HTTP layer's headers), and notes the uses
+//! the upkeep must see at most once per `remembered_note_every_ms` instead of per hit.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
+use imgcas_processors::OutputFormat;
 use moka::sync::Cache;
 
 use super::Target;
 use super::{Pipeline, UrlState};
-use crate::maps::now_ms;
+use crate::maps::{now_ms, VariantBody, VariantRow};
+use crate::stats::Stats;
 
 /// Memory for remembered requests: a few hundred bytes each.
 const CAPACITY_BYTES: u64 = 32 << 20;
@@ -37,6 +47,48 @@ struct Remembered {
     epoch: u64,
     /// Past this, the source URL must be looked up again (its mapping is no longer fresh).
     until_ms: Option<u64>,
+    /// When this entry last noted the use of its URL and variant (0: never).
+    noted_ms: AtomicU64,
+    /// The variant's row in the hot cache, once found there.
+    hot: OnceLock<Weak<VariantRow>>,
+    /// What the layer above derives from `target`, made once.
+    memo: OnceLock<Box<dyn Any + Send + Sync>>,
+}
+
+impl Remembered {
+    fn new(target: Arc<Target>, epoch: u64, until_ms: Option<u64>) -> Remembered {
+        Remembered {
+            target,
+            epoch,
+            until_ms,
+            noted_ms: AtomicU64::new(0),
+            hot: OnceLock::new(),
+            memo: OnceLock::new(),
+        }
+    }
+}
+
+/// A remembered request, as [`Pipeline::recall_entry`] finds it.
+pub struct Recalled {
+    entry: Arc<Remembered>,
+    /// Whether this hit is the one to note its variant's use (its URL's is noted on recall).
+    note: bool,
+}
+
+impl Recalled {
+    /// The variant the request resolved to.
+    pub fn target(&self) -> &Arc<Target> {
+        &self.entry.target
+    }
+
+    /// What `make` derives from the target, made by the first caller and kept with the entry
+    /// (`None` if the entry holds a memo of another type).
+    pub fn memo<T: Any + Send + Sync>(&self, make: impl FnOnce(&Target) -> T) -> Option<&T> {
+        self.entry
+            .memo
+            .get_or_init(|| Box::new(make(&self.entry.target)))
+            .downcast_ref()
+    }
 }
 
 impl Default for RequestCache {
@@ -62,18 +114,75 @@ impl Default for RequestCache {
 impl Pipeline {
     /// The variant a request identified by `request` resolved to before, if that still holds.
     pub fn recall(&self, request: &[u8]) -> Option<Arc<Target>> {
+        // The routed path notes the variant's use itself, when it serves it.
+        Some(self.recall_entry(request)?.entry.target.clone())
+    }
+
+    /// [`Pipeline::recall`] for an answer from memory ([`Pipeline::hot_answer`]).
+    pub fn recall_entry(&self, request: &[u8]) -> Option<Recalled> {
         let cache = &self.shared.requests;
         let entry = cache.entries.get(request)?;
         let current = cache.epoch.load(Ordering::Acquire) == entry.epoch;
-        if !current || entry.until_ms.is_some_and(|until| now_ms() >= until) {
+        let now = now_ms();
+        if !current || entry.until_ms.is_some_and(|until| now >= until) {
             cache.entries.invalidate(request);
             return None;
         }
-        if let Some(url) = &entry.target.url {
-            // The URL is in use: the sweep that forgets unused URLs must see that.
-            self.note_url_requested(url);
+        let every = self.shared.upkeep.remembered_note_every_ms();
+        let noted = entry.noted_ms.load(Ordering::Relaxed);
+        let note = now.saturating_sub(noted) >= every
+            && entry
+                .noted_ms
+                .compare_exchange(noted, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if note {
+            if let Some(url) = &entry.target.url {
+                // The URL is in use: the sweep that forgets unused URLs must see that.
+                self.note_url_requested(url);
+            }
         }
-        Some(entry.target.clone())
+        Some(Recalled { entry, note })
+    }
+
+    /// The image of a remembered request when the hot cache holds it (`None`: anything else,
+    /// which [`Pipeline::variant`] then answers), counted and noted as that path counts and
+    /// notes a hot hit. `request` is the key it was recalled by.
+    pub fn hot_answer(&self, recalled: &Recalled, request: &[u8]) -> Option<(Bytes, OutputFormat)> {
+        let s = &self.shared;
+        let entry = &recalled.entry;
+        let row = match entry.hot.get().and_then(Weak::upgrade) {
+            Some(row) => row,
+            None => {
+                let row = s.hot.get_shared(&entry.target.key)?;
+                if entry.hot.set(Arc::downgrade(&row)).is_err() {
+                    // The link lapsed (the hot cache let the row go and took it back): a
+                    // fresh entry carries the new one.
+                    let relinked =
+                        Remembered::new(entry.target.clone(), entry.epoch, entry.until_ms);
+                    relinked
+                        .noted_ms
+                        .store(entry.noted_ms.load(Ordering::Relaxed), Ordering::Relaxed);
+                    let _ = relinked.hot.set(Arc::downgrade(&row));
+                    s.requests
+                        .entries
+                        .insert(request.to_vec(), Arc::new(relinked));
+                }
+                row
+            }
+        };
+        let VariantRow::Image {
+            format,
+            body: VariantBody::Inline(bytes),
+            ..
+        } = &*row
+        else {
+            return None;
+        };
+        Stats::bump(&s.stats.hot_hits);
+        if recalled.note {
+            self.note_variant_served(&entry.target.key);
+        }
+        Some((bytes.clone(), *format))
     }
 
     /// Remembers what `request` resolved to, while that holds: a URL's mapping while it is
@@ -91,15 +200,15 @@ impl Pipeline {
                 },
             };
         let cache = &self.shared.requests;
-        let remembered = Remembered {
-            target: Arc::new(Target {
+        let remembered = Remembered::new(
+            Arc::new(Target {
                 // Later requests find the mapping fresh, whatever this one did to it.
                 url_state: target.url_state.map(|_| UrlState::Fresh),
                 ..target.clone()
             }),
-            epoch: target.epoch,
+            target.epoch,
             until_ms,
-        };
+        );
         cache.entries.insert(request.to_vec(), Arc::new(remembered));
     }
 

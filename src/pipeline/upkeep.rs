@@ -55,6 +55,9 @@ pub(super) struct Upkeep {
     forget_after: Duration,
     sweep_every: Duration,
     next_sweep: Mutex<Instant>,
+    /// How often a remembered request notes its uses (`recall.rs`): well within the shorter
+    /// grain, so no use is missed, and rarely enough to cost nothing per hit.
+    remembered_note_every_ms: u64,
 }
 
 impl Upkeep {
@@ -72,6 +75,10 @@ impl Upkeep {
             forget_after,
             sweep_every,
             next_sweep: Mutex::new(Instant::now() + sweep_every),
+            remembered_note_every_ms: (url_grain / 2)
+                .min(Duration::from_secs(60))
+                .as_millis()
+                .max(1) as u64,
         }
     }
 
@@ -109,6 +116,11 @@ impl Upkeep {
     /// URL entries last used before this are forgotten.
     fn forget_cutoff_ms(&self) -> u64 {
         now_ms().saturating_sub(self.forget_after.as_millis() as u64)
+    }
+
+    /// See `remembered_note_every_ms`.
+    pub(super) fn remembered_note_every_ms(&self) -> u64 {
+        self.remembered_note_every_ms
     }
 
     /// The variants' bytes, as last known (for `/metrics`).

@@ -358,24 +358,6 @@ impl Pipeline {
         }
     }
 
-    /// A located variant's image when the hot cache holds it: what [`Pipeline::variant`]
-    /// serves on its fastest path (counted and noted as served alike), without a future. `None`
-    /// for anything else (not in memory, a cached error), which `variant` then answers.
-    pub fn hot_image(&self, target: &Target) -> Option<(Bytes, OutputFormat)> {
-        let s = &self.shared;
-        let VariantRow::Image {
-            format,
-            body: VariantBody::Inline(bytes),
-            ..
-        } = s.hot.get(&target.key)?
-        else {
-            return None;
-        };
-        Stats::bump(&s.stats.hot_hits);
-        self.note_variant_served(&target.key);
-        Some((bytes, format))
-    }
-
     /// The variants map's row for `key`, with its image bytes in hand: rows of maps that keep
     /// bytes in the blob store are completed from there. A row whose bytes are gone (evicted
     /// by another node between the two reads, or lost) counts as absent: it is made again.
