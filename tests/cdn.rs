@@ -163,6 +163,28 @@ async fn nginx_caches_revalidates_varies_and_expires_errors() {
         "one request per Accept class reached imgcas"
     );
 
+    // 4b. w=auto: the width hint is in the key of the requests that read it, so two widths
+    // are two entries, each with its own size, and a repeat of either is a hit.
+    let hinted = format!("{}/v1/image/{hash}?w=auto&format=png", cdn.base);
+    let with_width = |width: &'static str| {
+        let client = client.clone();
+        let url = hinted.clone();
+        async move {
+            let r = client
+                .get(&url)
+                .header("sec-ch-width", width)
+                .send()
+                .await
+                .expect("nginx answers");
+            let cache = header(&r, "x-cache-status").unwrap_or("").to_string();
+            (cache, dimensions(&r.bytes().await.unwrap()).0)
+        }
+    };
+    assert_eq!(with_width("60").await, ("MISS".to_string(), 64));
+    assert_eq!(with_width("30").await, ("MISS".to_string(), 32));
+    assert_eq!(with_width("60").await, ("HIT".to_string(), 64));
+    assert_eq!(with_width("30").await, ("HIT".to_string(), 32));
+
     // 5. Errors expire quickly: an origin failing with 503 gives a 502 held 1 s.
     origin.status("/flaky.jpg", 503);
     let mut flaky = reqwest::Url::parse(&format!("{}/v1/image", cdn.base)).unwrap();

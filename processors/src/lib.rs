@@ -40,8 +40,8 @@ pub use image::DynamicImage;
 pub use mezzanine::MEZZANINE_VERSION;
 pub use sniff::{sniff, SourceFormat};
 pub use spec::{
-    accept_class, negotiate, FormatRequest, OutputFormat, ResolvedSpec, Shape, Spec, SpecError,
-    PROCESSOR_VERSION,
+    accept_class, negotiate, ClientHints, FormatRequest, HintsConsulted, OutputFormat,
+    ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,
 };
 
 /// A finished variant.

@@ -270,6 +270,16 @@ pub struct Spec {
     pub shape: Shape,
     /// Device pixel ratio, 1–4, in hundredths.
     pub dpr: Hundredths,
+    /// `dpr=auto`: the ratio comes from the `Sec-CH-DPR` hint ([`Spec::with_hints`]); 1
+    /// without one.
+    pub dpr_auto: bool,
+    /// `w=auto`: the width comes from the `Sec-CH-Width` hint; the source's without one.
+    pub width_auto: bool,
+    /// The client sent `Save-Data: on` and the request consults it (see
+    /// [`Spec::consults`]): the default quality is lowered by [`SAVE_DATA_STEP`].
+    pub save_data: bool,
+    /// The hints [`Spec::with_hints`] consulted (none before it runs).
+    pub consulted: HintsConsulted,
     pub format: FormatRequest,
     pub quality: Option<u8>,
     /// `lossless=1`: lossless WebP (other formats are lossless already or cannot be).
@@ -283,6 +293,10 @@ impl Default for Spec {
         Spec {
             shape: Shape::default(),
             dpr: Hundredths(100),
+            dpr_auto: false,
+            width_auto: false,
+            save_data: false,
+            consulted: HintsConsulted::default(),
             format: FormatRequest::Original,
             quality: None,
             lossless: false,
@@ -369,11 +383,13 @@ impl Spec {
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), SpecError> {
         match name {
+            "w" if value == "auto" => self.width_auto = true,
             "w" => self.shape.width = Some(parse_u32(name, value, 1, MAX_DIMENSION)?),
             "h" => self.shape.height = Some(parse_u32(name, value, 1, MAX_DIMENSION)?),
             "min_w" => self.shape.min_width = Some(parse_u32(name, value, 1, u32::MAX / 2)?),
             "min_h" => self.shape.min_height = Some(parse_u32(name, value, 1, u32::MAX / 2)?),
             "q" => self.quality = Some(parse_u32(name, value, 1, 100)? as u8),
+            "dpr" if value == "auto" => self.dpr_auto = true,
             "dpr" => self.dpr = Hundredths::parse(name, value, 100, 400)?,
             "blur" => self.shape.blur = Some(Hundredths::parse(name, value, 30, 10_000)?),
             "sharpen" => self.shape.sharpen = Some(Hundredths::parse(name, value, 30, 10_000)?),
@@ -458,7 +474,12 @@ impl Spec {
     pub fn canonical(&self) -> String {
         let mut parts = Vec::new();
         self.shape.parts(&mut parts);
-        if self.dpr != Spec::default().dpr {
+        if self.width_auto {
+            parts.push(("w", "auto".into()));
+        }
+        if self.dpr_auto {
+            parts.push(("dpr", "auto".into()));
+        } else if self.dpr != Spec::default().dpr {
             parts.push(("dpr", self.dpr.to_string()));
         }
         match self.format {
@@ -523,7 +544,12 @@ impl Spec {
         let quality = format
             .default_quality()
             .filter(|_| !lossless)
-            .map(|default| self.quality.unwrap_or(default));
+            .map(|default| {
+                self.quality.unwrap_or(match self.save_data {
+                    true => default.saturating_sub(SAVE_DATA_STEP).max(1),
+                    false => default,
+                })
+            });
         ResolvedSpec {
             shape,
             format,
@@ -531,6 +557,149 @@ impl Spec {
             lossless,
             progressive: self.progressive && format == OutputFormat::Jpeg,
         }
+    }
+}
+
+/// The client hints a request carried, as the HTTP layer read them (`None`: absent or not
+/// a number).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClientHints {
+    /// `Sec-CH-DPR`.
+    pub dpr: Option<f64>,
+    /// `Sec-CH-Width`: the image's display width, in device pixels.
+    pub width: Option<f64>,
+    /// `Save-Data: on`.
+    pub save_data: bool,
+}
+
+/// Which client hints a request's options consult: the request headers its answer varies by
+/// (besides `Accept`, for `format=auto`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HintsConsulted {
+    pub dpr: bool,
+    pub width: bool,
+    pub save_data: bool,
+}
+
+impl HintsConsulted {
+    /// The hint headers consulted, for `Vary`.
+    pub fn headers(self) -> impl Iterator<Item = &'static str> {
+        [
+            (self.dpr, "Sec-CH-DPR"),
+            (self.width, "Sec-CH-Width"),
+            (self.save_data, "Save-Data"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+    }
+}
+
+/// How much `Save-Data: on` lowers a format's default quality (jpeg 82 → 67, webp 80 → 65,
+/// avif 60 → 45); an explicit `q` is kept.
+pub const SAVE_DATA_STEP: u8 = 15;
+
+/// The widths `w=auto` rounds a `Sec-CH-Width` hint up to, so that hints never make more
+/// variants than these: roughly every 10–25 % from phone icons to 8K.
+pub const WIDTH_LADDER: &[u32] = &[
+    16,
+    32,
+    48,
+    64,
+    96,
+    128,
+    160,
+    200,
+    256,
+    320,
+    400,
+    480,
+    560,
+    640,
+    750,
+    828,
+    960,
+    1080,
+    1200,
+    1440,
+    1600,
+    1920,
+    2048,
+    2560,
+    3072,
+    3840,
+    4096,
+    5120,
+    6144,
+    7680,
+    MAX_DIMENSION,
+];
+
+/// The ratios `dpr=auto` rounds a `Sec-CH-DPR` hint up to (at most 4, the option's limit).
+pub const DPR_LADDER: &[u32] = &[100, 150, 200, 300, 400];
+
+/// The ladder's smallest step at least `value` (its top when none is).
+fn round_up(ladder: &[u32], value: f64) -> u32 {
+    let top = ladder.last().copied().unwrap_or(1);
+    ladder
+        .iter()
+        .copied()
+        .find(|&step| f64::from(step) >= value)
+        .unwrap_or(top)
+}
+
+impl Spec {
+    /// The client hints this spec consults. `Save-Data` is consulted by a request that asks
+    /// for client hints (`dpr=auto` or `w=auto`) and leaves a lossy format's quality to its
+    /// default: a page opts into adaptation, and every other answer stays the same for every
+    /// client.
+    pub fn consults(&self) -> HintsConsulted {
+        HintsConsulted {
+            dpr: self.dpr_auto,
+            width: self.width_auto,
+            save_data: (self.dpr_auto || self.width_auto)
+                && self.quality.is_none()
+                && !self.lossless
+                && !matches!(self.format, FormatRequest::Exact(f) if f.default_quality().is_none()),
+        }
+    }
+
+    /// This spec with its `auto` values decided by `hints`: only concrete options are left,
+    /// so the variant key holds what the hints resolved to, and a hint equal to an explicit
+    /// value makes the same variant (`dpr=auto` with `Sec-CH-DPR: 2` is `dpr=2`).
+    ///
+    /// - `dpr=auto`: the hint rounded up to [`DPR_LADDER`]; 1 without one.
+    /// - `w=auto`: the hint rounded up to [`WIDTH_LADDER`]. It is in device pixels already,
+    ///   so it is not multiplied by the ratio: the ratio is folded into the height instead,
+    ///   and the spec is left in device pixels with a ratio of 1. Without a hint, no width
+    ///   (the source's).
+    /// - `Save-Data: on`, when consulted: the default quality lowered by [`SAVE_DATA_STEP`].
+    ///
+    /// What was consulted is kept in `consulted`, for the answer's `Vary`.
+    pub fn with_hints(&self, hints: &ClientHints) -> Spec {
+        let consults = self.consults();
+        let mut spec = self.clone();
+        spec.consulted = consults;
+        let usable = |v: Option<f64>| v.filter(|v| v.is_finite() && *v > 0.0);
+        if self.dpr_auto {
+            spec.dpr_auto = false;
+            spec.dpr = Hundredths(
+                usable(hints.dpr).map_or(100, |d| round_up(DPR_LADDER, (d * 100.0).round())),
+            );
+        }
+        if self.width_auto {
+            spec.width_auto = false;
+            if let Some(width) = usable(hints.width) {
+                let ratio = spec.dpr.as_f64();
+                spec.shape.width = Some(round_up(WIDTH_LADDER, width));
+                spec.shape.height = spec
+                    .shape
+                    .height
+                    .map(|h| ((f64::from(h) * ratio).round() as u32).max(1));
+                spec.dpr = Hundredths(100);
+            }
+        }
+        spec.save_data = consults.save_data && hints.save_data;
+        spec
     }
 }
 
@@ -712,6 +881,73 @@ mod tests {
             t.resolve(Some(OutputFormat::Png), true, None).canonical()
         );
         assert_eq!(r.canonical(), "format=jpeg&w=400");
+    }
+
+    #[test]
+    fn client_hints_resolve_to_concrete_options_on_their_ladders() {
+        let key = |query: &str, hints: ClientHints| {
+            let spec = Spec::parse(query).unwrap().with_hints(&hints);
+            let consulted: Vec<_> = spec.consulted.headers().collect();
+            let key = spec
+                .resolve(Some(OutputFormat::Jpeg), false, None)
+                .canonical();
+            (key, consulted)
+        };
+        let none = ClientHints::default();
+        let dpr = |d: f64| ClientHints {
+            dpr: Some(d),
+            ..none
+        };
+        let width = |w: f64| ClientHints {
+            width: Some(w),
+            ..none
+        };
+        let explicit = |q: &str| key(q, none).0;
+        // dpr=auto with a hint of 2 is dpr=2; odd ratios round up to the ladder; none is 1.
+        assert_eq!(key("w=300&dpr=auto", dpr(2.0)).0, explicit("w=300&dpr=2"));
+        assert_eq!(key("w=300&dpr=auto", dpr(2.625)).0, explicit("w=300&dpr=3"));
+        assert_eq!(key("w=300&dpr=auto", dpr(9.0)).0, explicit("w=300&dpr=4"));
+        assert_eq!(key("w=300&dpr=auto", none).0, explicit("w=300"));
+        assert_eq!(key("w=300&dpr=auto", dpr(f64::NAN)).0, explicit("w=300"));
+        // w=auto: the hint, in device pixels, rounded up; the ratio is not applied to it again.
+        assert_eq!(key("w=auto", width(700.0)).0, explicit("w=750"));
+        assert_eq!(key("w=auto", width(640.0)).0, explicit("w=640"));
+        assert_eq!(key("w=auto", width(1e9)).0, explicit("w=8192"));
+        let both = ClientHints {
+            dpr: Some(2.0),
+            width: Some(700.0),
+            save_data: false,
+        };
+        assert_eq!(
+            key("w=auto&h=100&dpr=auto", both).0,
+            explicit("w=750&h=200")
+        );
+        // Without the hint, the source's width.
+        assert_eq!(key("w=auto&format=webp", none).0, explicit("format=webp"));
+        // Save-Data lowers the default quality of a request that asks for hints, to a value
+        // an explicit q would give; an explicit q wins.
+        let save = ClientHints {
+            save_data: true,
+            ..width(300.0)
+        };
+        assert_eq!(key("w=auto", save).0, explicit("w=320&q=67"));
+        assert_eq!(key("w=auto&q=90", save).0, explicit("w=320&q=90"));
+        assert_eq!(
+            key("w=300", save).0,
+            explicit("w=300"),
+            "no hints asked for"
+        );
+        // What each request consulted: its Vary.
+        assert_eq!(key("w=300", none).1, Vec::<&str>::new());
+        assert_eq!(key("w=300&dpr=auto", none).1, ["Sec-CH-DPR", "Save-Data"]);
+        assert_eq!(key("w=auto&q=50", none).1, ["Sec-CH-Width"]);
+        // The request form keeps `auto`; an unknown value is still refused.
+        assert_eq!(
+            Spec::parse("dpr=auto&w=auto").unwrap().canonical(),
+            "dpr=auto&w=auto"
+        );
+        assert!(Spec::parse("h=auto").is_err());
+        assert!(Spec::parse("dpr=automatic").is_err());
     }
 
     #[test]

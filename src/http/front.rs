@@ -97,13 +97,9 @@ impl Front {
                 HeaderValue::from_static(format.mime()),
             );
             // A remembered request's mapping is fresh: a stored variant is a plain hit.
-            image::decorate_headers(
-                &mut h,
-                target,
-                Provenance::Stored,
-                cache_control,
-                target.varies_by_accept,
-            );
+            image::decorate_headers(&mut h, target, Provenance::Stored, cache_control);
+            // As the image routes' layer adds to every answer.
+            h.insert("accept-ch", HeaderValue::from_static(image::ACCEPT_CH));
             AnswerHeaders(h)
         })?;
         let mut response = Response::new(Body::from(bytes));

@@ -5,7 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use imgcas_processors::{accept_class, Spec};
+use imgcas_processors::{accept_class, ClientHints, Spec};
 
 use super::{etag_matches, Service};
 use crate::error::Error;
@@ -13,6 +13,38 @@ use crate::fetch::client::canonical_url;
 use crate::pipeline::{Provenance, Source, Target};
 
 pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The client hints image routes ask browsers for (`Accept-CH`), read by `dpr=auto` and
+/// `w=auto` (see `Spec::with_hints`).
+pub(super) const ACCEPT_CH: &str = "Sec-CH-DPR, Sec-CH-Width, Save-Data";
+
+/// The hint headers, in the order the request key holds them.
+const HINT_HEADERS: [&str; 3] = ["sec-ch-dpr", "sec-ch-width", "save-data"];
+
+/// The client hints a request carries.
+fn client_hints(headers: &HeaderMap) -> ClientHints {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let number = |name: &str| text(name).and_then(|v| v.trim().parse::<f64>().ok());
+    ClientHints {
+        dpr: number(HINT_HEADERS[0]),
+        width: number(HINT_HEADERS[1]),
+        // `on`, possibly with parameters after a `;`.
+        save_data: text(HINT_HEADERS[2]).is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("on"))
+        }),
+    }
+}
+
+/// Adds `Accept-CH` to every answer of an image route (errors too: a first request that
+/// failed still tells the browser which hints to send).
+pub(super) async fn advertise_hints(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert("accept-ch", HeaderValue::from_static(ACCEPT_CH));
+    response
+}
 
 /// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
 /// `preset` into its options (explicit options override them, unless only presets are allowed).
@@ -87,12 +119,20 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let (path, query) = (uri.path(), uri.query().unwrap_or(""));
-    let mut key = Vec::with_capacity(path.len() + query.len() + 3);
+    let mut key = Vec::with_capacity(path.len() + query.len() + 8);
     key.extend_from_slice(path.as_bytes());
     key.push(0);
     key.extend_from_slice(query.as_bytes());
     key.push(0);
     key.push(accept_class(accept));
+    // The hints as sent: they matter only to `auto` options, but the key is made before the
+    // query is parsed.
+    for name in HINT_HEADERS {
+        key.push(0);
+        if let Some(value) = headers.get(name) {
+            key.extend_from_slice(value.as_bytes());
+        }
+    }
     key
 }
 
@@ -175,8 +215,9 @@ async fn locate_and_respond(
     cache_control: &str,
 ) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let spec = spec.with_hints(&client_hints(headers));
     let pipeline = service.pipeline();
-    let target = match pipeline.locate(&source, spec, accept).await {
+    let target = match pipeline.locate(&source, &spec, accept).await {
         Ok(t) => t,
         Err(f) => return f.into_response(),
     };
@@ -192,16 +233,9 @@ async fn respond(
     headers: &HeaderMap,
     cache_control: &str,
 ) -> Response {
-    let vary = target.varies_by_accept;
     if etag_matches(headers, &target.etag) {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
-        decorate(
-            &mut response,
-            target,
-            target.unchanged(),
-            cache_control,
-            vary,
-        );
+        decorate(&mut response, target, target.unchanged(), cache_control);
         return response;
     }
     match service.pipeline().variant(target).await {
@@ -211,21 +245,14 @@ async fn respond(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(served.format.mime()),
             );
-            decorate(
-                &mut response,
-                target,
-                served.provenance,
-                cache_control,
-                vary,
-            );
+            decorate(&mut response, target, served.provenance, cache_control);
             response
         }
         Err(f) => {
+            // A cached error of this variant is as much a function of the hints as its image.
             let mut response = f.into_response();
-            if vary {
-                response
-                    .headers_mut()
-                    .insert(header::VARY, HeaderValue::from_static("Accept"));
+            if let Some(v) = vary(target) {
+                response.headers_mut().insert(header::VARY, v);
             }
             response
         }
@@ -237,15 +264,23 @@ pub(super) fn decorate(
     target: &Target,
     provenance: Provenance,
     cache_control: &str,
-    vary: bool,
 ) {
-    decorate_headers(
-        response.headers_mut(),
-        target,
-        provenance,
-        cache_control,
-        vary,
-    );
+    decorate_headers(response.headers_mut(), target, provenance, cache_control);
+}
+
+/// The request headers an answer varies by: `Accept` for `format=auto`, and the client
+/// hints its options consulted.
+fn vary(target: &Target) -> Option<HeaderValue> {
+    let accept = target.varies_by_accept.then_some("Accept");
+    let names: Vec<&str> = accept
+        .into_iter()
+        .chain(target.vary_hints.headers())
+        .collect();
+    match names.as_slice() {
+        [] => None,
+        ["Accept"] => Some(HeaderValue::from_static("Accept")),
+        _ => HeaderValue::from_str(&names.join(", ")).ok(),
+    }
 }
 
 /// [`decorate`]'s headers, into `h`.
@@ -254,7 +289,6 @@ pub(super) fn decorate_headers(
     target: &Target,
     provenance: Provenance,
     cache_control: &str,
-    vary: bool,
 ) {
     let value = |s: &str| HeaderValue::from_str(s).ok();
     if let Some(v) = value(&target.etag) {
@@ -277,7 +311,7 @@ pub(super) fn decorate_headers(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    if vary {
-        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Some(v) = vary(target) {
+        h.insert(header::VARY, v);
     }
 }

@@ -204,8 +204,14 @@ pub fn router(service: Service) -> Router {
         .route("/v1/ingest", post(ingest::ingest))
         .route_layer(guarded());
     Router::new()
-        .route("/v1/image", get(image::by_url))
-        .route("/v1/image/{hash}", get(image::by_hash))
+        .route(
+            "/v1/image",
+            get(image::by_url).layer(middleware::map_response(image::advertise_hints)),
+        )
+        .route(
+            "/v1/image/{hash}",
+            get(image::by_hash).layer(middleware::map_response(image::advertise_hints)),
+        )
         .route("/v1/originals/{hash}", get(originals::original))
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/v1/originals/{hash}/similar", get(originals::similar))

@@ -163,6 +163,8 @@ pub struct Target {
     pub own_hash: Option<ContentHash>,
     /// The answer depends on the client's `Accept` (`format=auto`): responses say `Vary`.
     pub varies_by_accept: bool,
+    /// The client hints the request's options consulted: responses say `Vary` for them too.
+    pub vary_hints: processors::HintsConsulted,
     /// The source URL, when the request named one (its use is noted on remembered hits).
     pub url: Option<Arc<str>>,
     /// When the URL's mapping was last confirmed with the origin.
@@ -275,6 +277,7 @@ impl Pipeline {
             source_has_alpha: info.has_alpha,
             own_hash: own,
             varies_by_accept: spec.varies_by_accept(),
+            vary_hints: spec.consulted,
             url: match source {
                 Source::Url(url) => Some(url.as_str().into()),
                 Source::Hash(_) => None,
