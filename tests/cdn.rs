@@ -185,6 +185,43 @@ async fn nginx_caches_revalidates_varies_and_expires_errors() {
     assert_eq!(with_width("60").await, ("HIT".to_string(), 64));
     assert_eq!(with_width("30").await, ("HIT".to_string(), 32));
 
+    // 4c. deploy/nginx-purge.sh drops every cached variant of an original by its tag (six
+    // entries of the PNG above: 3, 4 and 4b), and nothing else.
+    let cache_dir = cdn.dir.path().join("cache");
+    let purge = |tag: &str| {
+        let out = std::process::Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/deploy/nginx-purge.sh"
+            ))
+            .arg(&cache_dir)
+            .arg(tag)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(purge(&hash), "6");
+    assert_eq!(purge(&hash), "0");
+    assert_eq!(get(&client, &by_hash, None).await.cache, "MISS");
+    assert_eq!(get(&client, &by_hash, None).await.cache, "HIT");
+    assert_eq!(
+        get(&client, &by_url, None).await.cache,
+        "HIT",
+        "another original's entry stays"
+    );
+    // By URL: the URL's own tag drops what it served.
+    let url_tag = {
+        use sha2::Digest;
+        let source = origin.url("/photo.jpg"); // already in canonical form
+        format!(
+            "url-{}",
+            hex::encode(sha2::Sha256::digest(source.as_bytes()))
+        )
+    };
+    assert_eq!(purge(&url_tag), "1");
+    assert_eq!(get(&client, &by_url, None).await.cache, "MISS");
+
     // 5. Errors expire quickly: an origin failing with 503 gives a 502 held 1 s.
     origin.status("/flaky.jpg", 503);
     let mut flaky = reqwest::Url::parse(&format!("{}/v1/image", cdn.base)).unwrap();

@@ -10,6 +10,7 @@ use imgcas_processors::{accept_class, ClientHints, Spec};
 use super::{etag_matches, Service};
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
+use crate::hash::ContentHash;
 use crate::pipeline::{Provenance, Source, Target};
 
 pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
@@ -249,11 +250,13 @@ async fn respond(
             response
         }
         Err(f) => {
-            // A cached error of this variant is as much a function of the hints as its image.
+            // A cached error of this variant is as much a function of the hints as its image,
+            // and is purged with its original.
             let mut response = f.into_response();
             if let Some(v) = vary(target) {
                 response.headers_mut().insert(header::VARY, v);
             }
+            tag(response.headers_mut(), target);
             response
         }
     }
@@ -313,5 +316,30 @@ pub(super) fn decorate_headers(
     );
     if let Some(v) = vary(target) {
         h.insert(header::VARY, v);
+    }
+    tag(h, target);
+}
+
+/// `Surrogate-Key` (Fastly's, space-separated) and `Cache-Tag` (Cloudflare's, comma-separated):
+/// the hashes of the source's bytes and, in canonical mode, of the original whose pixels were
+/// used, so that a CDN purges every variant of an original by one tag; `Cache-Tag` also
+/// names the URL (`url-` and the SHA-256 of its canonical form), to purge what one URL served.
+fn tag(h: &mut HeaderMap, target: &Target) {
+    let mut hashes = vec![target.source_hash().to_hex()];
+    hashes.extend(target.canonical().map(|c| c.to_hex()));
+    let url = target
+        .url
+        .as_deref()
+        .map(|u| format!("url-{}", ContentHash::of(u.as_bytes()).to_hex()));
+    let cache_tags: Vec<&str> = hashes
+        .iter()
+        .map(String::as_str)
+        .chain(url.as_deref())
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&hashes.join(" ")) {
+        h.insert("surrogate-key", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&cache_tags.join(",")) {
+        h.insert("cache-tag", v);
     }
 }
