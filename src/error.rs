@@ -43,6 +43,10 @@ pub enum Error {
     /// A route guarded by the admin token was called without it.
     #[error("{0}")]
     Unauthorized(String),
+    /// A route that removes stored data was called with no admin token configured: such
+    /// routes are never open.
+    #[error("{0}")]
+    AdminDisabled(String),
     /// A request carrying more work than one call may (an ingest batch over its limits).
     #[error("{0}")]
     BatchTooLarge(String),
@@ -79,6 +83,7 @@ impl Error {
             Error::BadSignature(_) => "bad_signature",
             Error::PresetRequired(_) => "preset_required",
             Error::Unauthorized(_) => "unauthorized",
+            Error::AdminDisabled(_) => "admin_disabled",
             Error::TooSlow(_) => "request_timeout",
             Error::BatchTooLarge(_) => "batch_too_large",
             Error::Overloaded { .. } => "overloaded",

@@ -69,6 +69,14 @@ pub struct UploadAnswer {
     pub near_duplicate_of: Option<ContentHash>,
 }
 
+/// `DELETE /v1/urls?url=<url>`: whether the URL had an entry, and the hash it mapped to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgottenUrlAnswer {
+    pub url: String,
+    pub forgotten: bool,
+    pub hash: Option<String>,
+}
+
 /// `GET /v1/originals/<hash>/info`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InfoAnswer {

@@ -24,6 +24,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::BadSignature(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::PresetRequired(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, NO_STORE),
+        Error::AdminDisabled(_) => (StatusCode::FORBIDDEN, NO_STORE),
         Error::TooSlow(_) => (StatusCode::REQUEST_TIMEOUT, NO_STORE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
         Error::SourceTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, FIVE_MINUTES),

@@ -11,7 +11,7 @@ use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 
 use crate::config::{option_pairs, Config};
@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 
+pub mod admin;
 pub mod error;
 mod front;
 pub use front::Front;
@@ -140,6 +141,18 @@ impl Service {
         self.parts.config.security.only_presets
     }
 
+    /// For routes that remove stored data: they need an admin token configured (403
+    /// `admin_disabled` without one, rather than open to all) and presented.
+    fn check_removal(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
+        if self.parts.admin_token_digest.is_none() {
+            return Err(Error::AdminDisabled(
+                "this route removes stored data: it needs an admin token (`IMGCAS_ADMIN_TOKEN`)"
+                    .into(),
+            ));
+        }
+        self.check_admin(headers)
+    }
+
     /// With an admin token configured, the request must carry `Authorization: Bearer <token>`.
     fn check_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
         let Some(expected) = &self.parts.admin_token_digest else {
@@ -212,6 +225,7 @@ pub fn router(service: Service) -> Router {
             "/v1/image/{hash}",
             get(image::by_hash).layer(middleware::map_response(image::advertise_hints)),
         )
+        .route("/v1/urls", delete(admin::forget_url))
         .route("/v1/originals/{hash}", get(originals::original))
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/v1/originals/{hash}/similar", get(originals::similar))

@@ -25,6 +25,7 @@ pub(super) const ROUTES: &[&str] = &[
     "/v1/originals/{hash}",
     "/v1/originals/{hash}/info",
     "/v1/originals/{hash}/similar",
+    "/v1/urls",
     "/v1/ingest",
     "/healthz",
     "/readyz",

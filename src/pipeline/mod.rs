@@ -17,7 +17,8 @@
 //! - `claims.rs`: jobs claimed across nodes that share the maps, so that the cluster, not
 //!   just each node, downloads and processes once;
 //! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
-//!   the coarse use records both need.
+//!   the coarse use records both need;
+//! - `removal.rs`: removals an administrator asks for (a URL's entry forgotten).
 //!
 //! Writes keep one order: blob first, then the map entry that points at it. Work that many
 //! requests may want at once runs once, through the single-flight maps.
@@ -48,6 +49,7 @@ mod decoded;
 mod maintenance;
 mod near;
 mod recall;
+mod removal;
 mod resolve;
 mod upkeep;
 mod upload;
