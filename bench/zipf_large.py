@@ -4,8 +4,9 @@ it ships (decode cache and mezzanine on) against imgcas with both switched off
 (IMGCAS_DECODE_CACHE_BYTES=0, IMGCAS_MEZZANINE=false), and thumbor making the same outputs,
 in one run.
 
-- IMAGES distinct 12 MP JPEGs (default 24; the photo of `lib.photo`, each made distinct by a
-  trailing byte: the same pixels, another hash) on a loopback origin;
+- IMAGES distinct 12 MP originals (default 24; the photo of `lib.photo`, each made distinct by
+  a trailing byte: the same pixels, another hash) on a loopback origin, JPEG or, with
+  ORIGINALS=png, PNG (a format without shrink-on-load: every spec decodes it whole);
 - REQUESTS requests (default 600) from 8 threads (a `503 overloaded` is asked again after its
   `Retry-After`, as a CDN would), the image by Zipf popularity (s = 1.1), the
   spec one of four widths (320, 640, 960, 1280; JPEG q80) by fixed weights; the same sequence
@@ -33,6 +34,7 @@ import lib
 from cold_path import start_thumbor
 
 IMAGES = int(os.environ.get("IMAGES", "24"))
+ORIGINALS = os.environ.get("ORIGINALS", "jpeg")
 REQUESTS = int(os.environ.get("REQUESTS", "600"))
 THREADS = 8
 WIDTHS = [(320, 0.35), (640, 0.30), (960, 0.20), (1280, 0.15)]
@@ -108,7 +110,16 @@ def run(urls):
 def main():
     binary = lib.build()
     work = lib.tempdir("zipf-large")
-    photo = lib.photo(binary, 12, work / "photo.jpg").read_bytes()
+    photo_path = lib.photo(binary, 12, work / "photo.jpg")
+    if ORIGINALS == "png":
+        subprocess.run(
+            [str(binary), "process", str(photo_path), "--spec", "format=png", "-o", str(work / "photo.png")],
+            check=True,
+            stderr=subprocess.DEVNULL,
+        )
+        photo_path = work / "photo.png"
+    ext = photo_path.suffix
+    photo = photo_path.read_bytes()
     requests = schedule()
     pairs = sorted(set(requests))
     images = len({i for i, _ in requests})
@@ -117,7 +128,7 @@ def main():
         with lib.Procs() as procs:
             origin = lib.StaticOrigin()
             for i in range(IMAGES):
-                origin.set(f"/img{i}.jpg", photo + b"\0" + str(i).encode())
+                origin.set(f"/img{i}{ext}", photo + b"\0" + str(i).encode())
             host = origin.base.split("//", 1)[1]
             modes = {
                 "imgcas": {},
@@ -125,7 +136,7 @@ def main():
             }
             for name, env in modes.items():
                 base, p = lib.start_imgcas(procs, binary, work / name.replace(" ", "_").replace(",", ""), **env)
-                urls = [f"{base}/v1/image?url={origin.base}/img{i}.jpg&w={w}&format=jpeg&q=80" for i, w in requests]
+                urls = [f"{base}/v1/image?url={origin.base}/img{i}{ext}&w={w}&format=jpeg&q=80" for i, w in requests]
                 before = cpu_seconds(p.pid)
                 latencies, failures = run(urls)
                 cpu = cpu_seconds(p.pid) - before
@@ -148,7 +159,9 @@ def main():
             # thumbor forks a process per core: all of them, found by their command line.
             pattern = f"thumbor -i 127.0.0.1 -p {port}"
             pids = [int(p) for p in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()]
-            urls = [f"{thumbor}/unsafe/{w}x0/{host}/img{i}.jpg" for i, w in pairs]
+            # A PNG original would come back as PNG: ask for the same JPEG the others make.
+            filters = "filters:format(jpeg):quality(80)/" if ORIGINALS == "png" else ""
+            urls = [f"{thumbor}/unsafe/{w}x0/{filters}{host}/img{i}{ext}" for i, w in pairs]
             before = sum(cpu_seconds(p, children=False) for p in pids)
             latencies, failures = run(urls)
             cpu = sum(cpu_seconds(p, children=False) for p in pids) - before
@@ -164,7 +177,7 @@ def main():
 
     on = results["imgcas"]["cpu_s_per_image"]
     print(
-        f"\nZipf workload, {REQUESTS} requests over {images} 12 MP originals, 4 widths: "
+        f"\nZipf workload, {REQUESTS} requests over {images} 12 MP {ORIGINALS.upper()} originals, 4 widths: "
         f"{len(pairs)} distinct (image, spec) pairs; {os.cpu_count()} cores"
     )
     rows = []
@@ -185,7 +198,8 @@ def main():
         ("server", "CPU s", "CPU s/image", "vs imgcas", "variant runs", "mezzanines", "decodes of originals", "failures"),
         rows,
     )
-    lib.save("zipf-large", {"requests": REQUESTS, "images": images, "pairs": len(pairs), "results": results})
+    name = "zipf-large" if ORIGINALS == "jpeg" else f"zipf-large-{ORIGINALS}"
+    lib.save(name, {"requests": REQUESTS, "images": images, "originals": ORIGINALS, "pairs": len(pairs), "results": results})
 
 
 if __name__ == "__main__":
