@@ -20,14 +20,29 @@ if ! [[ $tag =~ ^(url-)?[0-9a-f]{64}$ ]]; then
   echo "not a tag imgcas sends: $tag" >&2
   exit 2
 fi
+if [ ! -d "$dir" ]; then
+  echo "not a directory: $dir" >&2
+  exit 2
+fi
+case $dir in -*) dir=./$dir ;; esac
 removed=0
+failed=0
 # The headers sit near the start of a cache file, after nginx's own binary header; the tag must
-# be a whole item of either header line.
+# be a whole item of either header line. Only entries are read: their names are 32 hex
+# digits, where a file nginx is still writing has a numeric suffix (`use_temp_path=off`).
+# One pass over the directory: the time grows with the number of entries.
 while IFS= read -r -d '' file; do
   if head -c 65536 "$file" | tr -d '\r' |
     grep -aEiq "^surrogate-key: (.* )?$tag( |\$)|^cache-tag: (.*,)?$tag(,|\$)"; then
-    rm -f -- "$file"
-    removed=$((removed + 1))
+    if rm -f -- "$file"; then
+      removed=$((removed + 1))
+    else
+      failed=$((failed + 1))
+    fi
   fi
-done < <(find "$dir" -type f -print0)
+done < <(find "$dir" -type f -regextype posix-extended -regex '.*/[0-9a-f]{32}' -print0)
 echo "$removed"
+if [ "$failed" -gt 0 ]; then
+  echo "$failed tagged entries could not be removed" >&2
+  exit 1
+fi

@@ -50,6 +50,13 @@ async fn image_answers_carry_the_original_and_the_url_as_purge_tags() {
     let by_hash = app.get(&format!("/v1/image/{hash}?w=50")).await;
     assert_eq!(tags(&by_hash), (Some(hash.clone()), Some(hash.clone())));
 
+    // An origin's failure, held for the URL before any bytes are known, carries its URL tag.
+    let missing = origin.url("/missing.jpg");
+    let failed = app.image_by_url(&missing, "w=50").await;
+    assert_eq!(failed.status(), 404);
+    let missing_tag = format!("url-{}", hex::encode(Sha256::digest(missing.as_bytes())));
+    assert_eq!(tags(&failed), (None, Some(missing_tag)));
+
     // A cached processing error of the original is tagged too: it goes with the original.
     let too_small = app.get(&format!("/v1/image/{hash}?min_w=4000")).await;
     assert_eq!(too_small.status(), 422);

@@ -126,9 +126,11 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     key.extend_from_slice(query.as_bytes());
     key.push(0);
     key.push(accept_class(accept));
-    // The hints as sent: they matter only to `auto` options, but the key is made before the
-    // query is parsed.
-    for name in HINT_HEADERS {
+    // The hints as sent, when the query may read them (`auto`, a preset, or an encoded
+    // value that may spell either): the key is made before the query is parsed, and leaving
+    // them out of the others' keys keeps one entry per request however the hints vary.
+    let may_read_hints = query.contains("auto") || query.contains("preset") || query.contains('%');
+    for name in HINT_HEADERS.into_iter().filter(|_| may_read_hints) {
         key.push(0);
         if let Some(value) = headers.get(name) {
             key.extend_from_slice(value.as_bytes());
@@ -220,7 +222,16 @@ async fn locate_and_respond(
     let pipeline = service.pipeline();
     let target = match pipeline.locate(&source, &spec, accept).await {
         Ok(t) => t,
-        Err(f) => return f.into_response(),
+        Err(f) => {
+            // An origin's failure held for this URL is purged by the URL's tag.
+            let mut response = f.into_response();
+            if let Source::Url(url) = &source {
+                if let Ok(v) = HeaderValue::from_str(&url_tag(url.as_str())) {
+                    response.headers_mut().insert("cache-tag", v);
+                }
+            }
+            return response;
+        }
     };
     pipeline.remember(&request, &target);
     respond(service, &target, headers, cache_control).await
@@ -320,6 +331,11 @@ pub(super) fn decorate_headers(
     tag(h, target);
 }
 
+/// The `Cache-Tag` of what a URL (in canonical form) served.
+fn url_tag(url: &str) -> String {
+    format!("url-{}", ContentHash::of(url.as_bytes()).to_hex())
+}
+
 /// `Surrogate-Key` (Fastly's, space-separated) and `Cache-Tag` (Cloudflare's, comma-separated):
 /// the hashes of the source's bytes and, in canonical mode, of the original whose pixels were
 /// used, so that a CDN purges every variant of an original by one tag; `Cache-Tag` also
@@ -327,10 +343,7 @@ pub(super) fn decorate_headers(
 fn tag(h: &mut HeaderMap, target: &Target) {
     let mut hashes = vec![target.source_hash().to_hex()];
     hashes.extend(target.canonical().map(|c| c.to_hex()));
-    let url = target
-        .url
-        .as_deref()
-        .map(|u| format!("url-{}", ContentHash::of(u.as_bytes()).to_hex()));
+    let url = target.url.as_deref().map(url_tag);
     let cache_tags: Vec<&str> = hashes
         .iter()
         .map(String::as_str)

@@ -12,7 +12,8 @@
 //!
 //! A hit answered from memory (`http/front.rs`) costs this cache one lookup and nothing
 //! else: an entry keeps a weak link to its variant's row in the hot cache (no second lookup;
-//! the link holds no bytes and lapses when the hot cache lets the row go), a memo of what the
+//! the link holds no bytes and lapses when the hot cache lets the row go; once a second a hit
+//! reads through the hot cache anyway, so that its eviction order sees the use), a memo of what the
 //! layer above derives from the target once (the HTTP layer's headers), and notes the uses
 //! the upkeep must see at most once per `remembered_note_every_ms` instead of per hit.
 
@@ -51,6 +52,8 @@ struct Remembered {
     noted_ms: AtomicU64,
     /// The variant's row in the hot cache, once found there.
     hot: OnceLock<Weak<VariantRow>>,
+    /// When a hit last read the row through the hot cache (see [`TOUCH_EVERY_MS`]).
+    touched_ms: AtomicU64,
     /// What the layer above derives from `target`, made once.
     memo: OnceLock<Box<dyn Any + Send + Sync>>,
 }
@@ -63,6 +66,7 @@ impl Remembered {
             until_ms,
             noted_ms: AtomicU64::new(0),
             hot: OnceLock::new(),
+            touched_ms: AtomicU64::new(0),
             memo: OnceLock::new(),
         }
     }
@@ -73,7 +77,14 @@ pub struct Recalled {
     entry: Arc<Remembered>,
     /// Whether this hit is the one to note its variant's use (its URL's is noted on recall).
     note: bool,
+    /// When it was recalled (ms since the epoch).
+    now_ms: u64,
 }
+
+/// How often a remembered hit answered through its weak link also reads its row through the
+/// hot cache itself: the cache orders eviction by its own reads, and hits that never reach it
+/// would make the most-served rows look unused.
+const TOUCH_EVERY_MS: u64 = 1000;
 
 impl Recalled {
     /// The variant the request resolved to.
@@ -141,7 +152,11 @@ impl Pipeline {
                 self.note_url_requested(url);
             }
         }
-        Some(Recalled { entry, note })
+        Some(Recalled {
+            entry,
+            note,
+            now_ms: now,
+        })
     }
 
     /// The image of a remembered request when the hot cache holds it (`None`: anything else,
@@ -150,11 +165,30 @@ impl Pipeline {
     pub fn hot_answer(&self, recalled: &Recalled, request: &[u8]) -> Option<(Bytes, OutputFormat)> {
         let s = &self.shared;
         let entry = &recalled.entry;
-        let row = match entry.hot.get().and_then(Weak::upgrade) {
+        let touched = entry.touched_ms.load(Ordering::Relaxed);
+        let touch = recalled.now_ms.saturating_sub(touched) >= TOUCH_EVERY_MS
+            && entry
+                .touched_ms
+                .compare_exchange(
+                    touched,
+                    recalled.now_ms,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        let linked = match touch {
+            true => None,
+            false => entry.hot.get().and_then(Weak::upgrade),
+        };
+        let row = match linked {
             Some(row) => row,
             None => {
                 let row = s.hot.get_shared(&entry.target.key)?;
-                if entry.hot.set(Arc::downgrade(&row)).is_err() {
+                let current = entry
+                    .hot
+                    .get()
+                    .is_some_and(|w| w.as_ptr() == Arc::as_ptr(&row));
+                if !current && entry.hot.set(Arc::downgrade(&row)).is_err() {
                     // The link lapsed (the hot cache let the row go and took it back): a
                     // fresh entry carries the new one.
                     let relinked =
