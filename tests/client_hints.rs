@@ -20,7 +20,7 @@ async fn get_with(app: &TestApp, path: &str, hints: &[(&str, &str)]) -> reqwest:
 
 async fn stored(app: &TestApp, w: u32, h: u32) -> String {
     let r = app.upload(jpeg(w, h, 7)).await;
-    let body: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    let body = json(r).await;
     body["hash"].as_str().unwrap().to_string()
 }
 
@@ -137,7 +137,7 @@ async fn image_routes_advertise_the_hints_on_errors_too_and_refuse_bad_values() 
     let bad = get_with(&app, &format!("/v1/image/{hash}?w=wide"), &[]).await;
     assert_eq!(bad.status(), 400);
     assert_eq!(header(&bad, "accept-ch"), Some(ACCEPT_CH));
-    let body: serde_json::Value = serde_json::from_slice(&bad.bytes().await.unwrap()).unwrap();
+    let body = json(bad).await;
     assert_eq!(body["error"]["code"], "invalid_option");
     let auto_h = get_with(&app, &format!("/v1/image/{hash}?h=auto"), &[]).await;
     assert_eq!(auto_h.status(), 400);

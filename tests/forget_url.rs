@@ -19,10 +19,6 @@ async fn forget(app: &TestApp, source: &str, token: Option<&str>) -> reqwest::Re
     request.send().await.unwrap()
 }
 
-async fn json_of(r: reqwest::Response) -> serde_json::Value {
-    serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
-}
-
 #[tokio::test]
 async fn without_an_admin_token_the_route_is_closed_and_nothing_is_forgotten() {
     let origin = Origin::start().await;
@@ -32,7 +28,7 @@ async fn without_an_admin_token_the_route_is_closed_and_nothing_is_forgotten() {
     assert_eq!(app.image_by_url(&source, "w=40").await.status(), 200);
     let refused = forget(&app, &source, None).await;
     assert_eq!(refused.status(), 403);
-    assert_eq!(json_of(refused).await["error"]["code"], "admin_disabled");
+    assert_eq!(json(refused).await["error"]["code"], "admin_disabled");
     let again = app.image_by_url(&source, "w=40").await;
     assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
     assert_eq!(origin.full(), 1);
@@ -58,7 +54,7 @@ async fn a_forgotten_url_is_downloaded_again_on_its_next_request() {
     assert_eq!(forget(&app, &source, Some("wrong")).await.status(), 401);
     let forgotten = forget(&app, &source, Some(TOKEN)).await;
     assert_eq!(forgotten.status(), 200);
-    let body = json_of(forgotten).await;
+    let body = json(forgotten).await;
     assert_eq!(body["url"], source.as_str());
     assert_eq!(body["forgotten"], true);
     assert_eq!(body["hash"], hash.as_str());
@@ -74,7 +70,7 @@ async fn a_forgotten_url_is_downloaded_again_on_its_next_request() {
 
     // Forgetting an unknown URL says so; a missing or bad URL is a 400.
     let unknown = forget(&app, &origin.url("/never.jpg"), Some(TOKEN)).await;
-    let body = json_of(unknown).await;
+    let body = json(unknown).await;
     assert_eq!(
         (body["forgotten"].clone(), body["hash"].clone()),
         (false.into(), serde_json::Value::Null)
@@ -87,7 +83,7 @@ async fn a_forgotten_url_is_downloaded_again_on_its_next_request() {
         .await
         .unwrap();
     assert_eq!(missing.status(), 400);
-    assert_eq!(json_of(missing).await["error"]["code"], "invalid_option");
+    assert_eq!(json(missing).await["error"]["code"], "invalid_option");
     let bad = forget(&app, "ftp://example.test/x.jpg", Some(TOKEN)).await;
     assert_eq!(bad.status(), 400);
 }

@@ -5,11 +5,13 @@
 //! router unchanged.
 //!
 //! Skipping the router's checks is sound because the request cache only holds requests that
-//! passed them: its key is the path, the whole query (`sig` included) and the `Accept` class,
-//! and a request is remembered after its signature, preset and option checks, all of which
-//! depend on nothing else (the settings do not change while the process runs). Answers are the
-//! router's to the byte (headers included, `image.rs`'s `decorate`) and are counted and logged
-//! as routed ones are (`observe.rs`).
+//! passed them: its key is the path, the whole query (`sig` included), the `Accept` class and
+//! the client hints the query may read, and a request is remembered after its signature,
+//! preset and option checks, all of which depend on nothing else (the settings do not change
+//! while the process runs). Answers are the router's to the byte: their headers are made once
+//! per remembered request by `image.rs`'s `decorate_headers`, plus the `Accept-CH` the image
+//! routes' layer adds, and kept with it. They are counted and logged as routed ones are
+//! (`observe.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;

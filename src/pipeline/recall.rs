@@ -87,11 +87,6 @@ pub struct Recalled {
 const TOUCH_EVERY_MS: u64 = 1000;
 
 impl Recalled {
-    /// The variant the request resolved to.
-    pub fn target(&self) -> &Arc<Target> {
-        &self.entry.target
-    }
-
     /// What `make` derives from the target, made by the first caller and kept with the entry
     /// (`None` if the entry holds a memo of another type).
     pub fn memo<T: Any + Send + Sync>(&self, make: impl FnOnce(&Target) -> T) -> Option<&T> {
