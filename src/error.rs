@@ -47,6 +47,9 @@ pub enum Error {
     /// routes are never open.
     #[error("{0}")]
     AdminDisabled(String),
+    /// The content is on the takedown list (`DELETE /v1/originals/<hash>`).
+    #[error("{0}")]
+    TakenDown(String),
     /// A request carrying more work than one call may (an ingest batch over its limits).
     #[error("{0}")]
     BatchTooLarge(String),
@@ -86,6 +89,7 @@ impl Error {
             Error::AdminDisabled(_) => "admin_disabled",
             Error::TooSlow(_) => "request_timeout",
             Error::BatchTooLarge(_) => "batch_too_large",
+            Error::TakenDown(_) => "taken_down",
             Error::Overloaded { .. } => "overloaded",
             Error::Internal(_) => "internal",
         }

@@ -51,6 +51,13 @@ impl HotVariants {
         }
     }
 
+    /// Drops every row (a removal may have made some of them wrong to serve).
+    pub fn clear(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_all();
+        }
+    }
+
     /// Bytes held now (approximate: moka applies writes in batches).
     pub fn weighted_size(&self) -> u64 {
         self.cache.as_ref().map_or(0, |c| {

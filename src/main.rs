@@ -71,6 +71,11 @@ enum Command {
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
     /// failed.
     Ingest(cli::ingest::IngestOptions),
+    /// Take content down everywhere (a hash, or the content a URL is served from): its
+    /// bytes, variants and URL entries go, and it is refused (451) until lifted. On the local
+    /// data dir (stop the server first on the embedded maps) or a server (`--server`).
+    /// Exit 1 when refused (a URL with no entry, a bad token).
+    Purge(cli::purge::PurgeOptions),
     /// Find blobs and variants nothing references (on the embedded maps, run while the
     /// server is stopped; on PostgreSQL, while nodes serve).
     Gc {
@@ -259,6 +264,28 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             } else {
                 Outcome::Trouble
             })
+        }
+        Command::Purge(options) => {
+            let flags = Flags {
+                listen: None,
+                data_dir: options.data_dir.clone(),
+                allow_private_networks: false,
+            };
+            let config = configure(config_path, &flags)?;
+            let runtime = runtime(&mut tokio::runtime::Builder::new_current_thread())?;
+            match runtime
+                .block_on(cli::purge::run(config, &options))
+                .map_err(Outcome::Refused)?
+            {
+                Ok(done) => {
+                    println!("{}", done.describe(options.json));
+                    Ok(Outcome::Done)
+                }
+                Err(e) => {
+                    eprintln!("{}: {}", e.code, e.message);
+                    Ok(Outcome::Trouble)
+                }
+            }
         }
         Command::Stats => {
             let config = configure(config_path, &Flags::default())?;

@@ -77,6 +77,42 @@ pub struct ForgottenUrlAnswer {
     pub hash: Option<String>,
 }
 
+/// `DELETE /v1/originals/<hash>`: what the takedown removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakedownAnswer {
+    pub hash: String,
+    /// The hash was not on the takedown list before (a repeated takedown finishes one a
+    /// crash interrupted, and removes what a lagging node stored meanwhile).
+    pub newly_listed: bool,
+    pub variants_removed: u64,
+    pub urls_forgotten: u64,
+    pub bytes_freed: u64,
+}
+
+/// `DELETE /v1/takedowns/<hash>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiftedAnswer {
+    pub hash: String,
+    /// The hash was on the takedown list.
+    pub lifted: bool,
+    /// URL entries that remembered the hash as taken down, forgotten so they download again.
+    pub urls_forgotten: u64,
+}
+
+/// One entry of `GET /v1/takedowns`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakedownEntry {
+    pub hash: String,
+    /// When it was taken down, ms since the Unix epoch.
+    pub taken_down_ms: u64,
+}
+
+/// `GET /v1/takedowns`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakedownsAnswer {
+    pub takedowns: Vec<TakedownEntry>,
+}
+
 /// `GET /v1/originals/<hash>/info`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InfoAnswer {

@@ -59,6 +59,11 @@ impl Cluster {
             .expect("request")
     }
 
+    async fn by_hash(&self, node: usize, hash: &str, query: &str) -> reqwest::Response {
+        let url = format!("{}/v1/image/{hash}?{query}", self.nodes[node].base);
+        self.client.get(url).send().await.expect("request")
+    }
+
     /// A counter of one node's `/metrics`.
     async fn counter(&self, node: usize, name: &str) -> f64 {
         let scrape = scrape(&self.client, &self.nodes[node].base).await;
@@ -565,4 +570,110 @@ async fn nginx_sends_one_uri_to_one_node_and_steps_over_a_dead_one() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "shared maps");
+}
+
+/// (g) A takedown on node A (through `imgcas purge --server`) holds on every node within 2 s:
+/// B and C, which had the content in their hot caches and remembered its requests, answer
+/// 451 by hash and by URL, and nothing of it is left in the shared maps or the bucket.
+/// Lifting it on B restores the URL on C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    const TOKEN: &str = "cluster-admin-token-0123456789";
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let maps_url = pg.database("cluster_takedown");
+    let cluster = Cluster::start(
+        &maps_url,
+        &bucket,
+        &[("IMGCAS_ADMIN_TOKEN", TOKEN.to_string())],
+    );
+    origin.put("/t.jpg", jpeg(320, 240, 21));
+    let source = origin.url("/t.jpg");
+    let mut hash = String::new();
+    for node in 0..3 {
+        for _ in 0..2 {
+            let r = cluster.image(node, &source, "w=100&format=webp").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            hash = header(&r, "x-imgcas-source-hash").unwrap().to_string();
+        }
+        assert_eq!(cluster.by_hash(node, &hash, "w=80").await.status(), 200);
+    }
+
+    let offline = tempfile::tempdir().unwrap();
+    let base_a = cluster.nodes[0].base.clone();
+    let args = ["purge", &hash, "--server", &base_a, "--admin-token", TOKEN];
+    let (code, out) = binary::run(offline.path(), &[], &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "taken down {hash}: 2 variants removed, 1 URL entries forgotten"
+        )),
+        "{out}"
+    );
+    let purged = Instant::now();
+
+    // Every node refuses it, by hash and by URL, within 2 s.
+    let mut pending: Vec<usize> = vec![0, 1, 2];
+    while !pending.is_empty() {
+        assert!(
+            purged.elapsed() < Duration::from_secs(2),
+            "nodes {pending:?} still serve the content 2 s after the takedown"
+        );
+        let mut still = Vec::new();
+        for &node in &pending {
+            let by_url = cluster.image(node, &source, "w=100&format=webp").await;
+            let by_hash = cluster.by_hash(node, &hash, "w=80").await;
+            match (by_url.status().as_u16(), by_hash.status().as_u16()) {
+                (451, 451) => {}
+                (200, _) | (_, 200) => still.push(node),
+                other => panic!("node {node} answered {other:?}"),
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let count = |table: &str| {
+        pg.psql(
+            "cluster_takedown",
+            &format!("SELECT count(*) FROM {table} WHERE hash = decode('{hash}', 'hex')"),
+        )
+        .unwrap()
+    };
+    assert_eq!(count("imgcas_variants"), "0");
+    assert_eq!(count("imgcas_originals"), "0");
+    assert_eq!(count("imgcas_takedowns"), "1");
+    let keys = bucket.keys().await;
+    assert!(!keys.iter().any(|k| k.contains(&hash)), "{keys:?}");
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    let (code, out) = binary::run(offline.path(), &env, &["verify"]);
+    assert_eq!(code, 0, "verify is clean: {out}");
+
+    // Lifted on B: C downloads the URL again on its next request (within 2 s) and serves it.
+    let base_b = cluster.nodes[1].base.clone();
+    let args = [
+        "purge",
+        "--lift",
+        &hash,
+        "--server",
+        &base_b,
+        "--admin-token",
+        TOKEN,
+    ];
+    let (code, out) = binary::run(offline.path(), &[], &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("lifted"), "{out}");
+    let lifted = Instant::now();
+    loop {
+        let r = cluster.image(2, &source, "w=100&format=webp").await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 451);
+        assert!(lifted.elapsed() < Duration::from_secs(2), "C still refuses");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

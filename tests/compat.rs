@@ -270,3 +270,37 @@ async fn the_server_backfills_fingerprints_at_start() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("0 originals fingerprinted"), "{out}");
 }
+
+/// A takedown on a data dir of the previous release (offline, with `imgcas purge`) finds the
+/// URL entries that release wrote, through the hash → URLs index this release builds at its
+/// first open; verify is clean after, and a server on the data dir refuses the content and
+/// serves the rest.
+#[tokio::test]
+async fn a_takedown_finds_the_url_entries_the_previous_release_wrote() {
+    let (data, manifest) = fixture_copy();
+    let url_hash = manifest["url_hash"].as_str().unwrap().to_string();
+    let (code, out) = common::binary::run(data.path(), &[], &["purge", &url_hash]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "taken down {url_hash}: 1 variants removed, 1 URL entries forgotten"
+        )),
+        "{out}"
+    );
+    let (code, out) = common::binary::run(data.path(), &[], &["verify"]);
+    assert_eq!(code, 0, "{out}");
+
+    let dir = data.path().to_path_buf();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        c.storage.backend = StorageBackend::Fs;
+    })
+    .await;
+    let query = manifest["url_variant"]["query"].as_str().unwrap();
+    let r = app.get(&format!("/v1/image/{url_hash}?{query}")).await;
+    assert_eq!(r.status(), 451);
+    let upload = manifest["upload_hash"].as_str().unwrap();
+    let query = manifest["upload_variant"]["query"].as_str().unwrap();
+    let r = app.get(&format!("/v1/image/{upload}?{query}")).await;
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+}

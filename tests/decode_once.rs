@@ -128,6 +128,11 @@ async fn one_at_a_time_in_another_order_and_after_eviction_the_bytes_are_the_sam
     .await;
     let hash = upload_hash(&app, &original).await;
     let first = variant(&app, &hash, 640).await;
+    // The mezzanine is stored behind the answer (on shared maps, possibly after the
+    // variant's own eviction pass): once it is, hold the store to the budget again, as the
+    // next upkeep would, so the second request finds neither.
+    app.pipeline.settle().await;
+    app.pipeline.keep_variants_within_budget().await.unwrap();
     let again = variant(&app, &hash, 640).await;
     assert!(first == again && first == offline(&original, 640));
     assert!(

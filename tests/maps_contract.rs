@@ -433,6 +433,124 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
     assert_eq!(found, vec![hashes[0]], "the index is rebuilt at open");
 }
 
+/// Takedowns: the hash → URLs index follows every write of the URL map (own bytes and
+/// canonical original, replaced, removed, forgotten), a hash's variants are found by hash,
+/// aliases naming a hash go, the takedown list survives a reopen, and the purge generation
+/// only moves forward.
+async fn takedowns(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    let (x, y, z) = (
+        ContentHash::of(b"td-x"),
+        ContentHash::of(b"td-y"),
+        ContentHash::of(b"td-z"),
+    );
+    let sorted = |mut v: Vec<(String, UrlEntry)>| {
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().map(|(u, _)| u).collect::<Vec<_>>()
+    };
+    maps.put_url("http://o/1", &url_entry(x)).await.unwrap();
+    maps.record_download("http://o/2", &url_entry(x), &info(5))
+        .await
+        .unwrap();
+    let near = UrlEntry {
+        canonical: Some(x),
+        ..url_entry(y)
+    };
+    maps.put_url("http://o/3", &near).await.unwrap();
+    maps.put_url("http://o/4", &url_entry(z)).await.unwrap();
+    assert_eq!(
+        sorted(maps.urls_of(&x).await.unwrap()),
+        ["http://o/1", "http://o/2", "http://o/3"]
+    );
+    assert_eq!(sorted(maps.urls_of(&y).await.unwrap()), ["http://o/3"]);
+    // Replaced: the index follows the new entry.
+    maps.put_url("http://o/1", &url_entry(z)).await.unwrap();
+    maps.remove_url("http://o/2").await.unwrap();
+    assert_eq!(sorted(maps.urls_of(&x).await.unwrap()), ["http://o/3"]);
+    assert_eq!(
+        sorted(maps.urls_of(&z).await.unwrap()),
+        ["http://o/1", "http://o/4"]
+    );
+    // Forgotten for disuse: out of the index too.
+    maps.forget_urls(now_ms() + 1).await.unwrap();
+    assert!(maps.urls_of(&x).await.unwrap().is_empty());
+    assert!(maps.urls_of(&z).await.unwrap().is_empty());
+
+    // Variants by hash, with what they count for.
+    for spec in ["w=1", "w=2"] {
+        let row = VariantRow::Failed {
+            kind: ProcessFailure::Undecodable,
+            message: format!("bad {spec}"),
+        };
+        maps.put_variant(&key(x, spec), &row).await.unwrap();
+    }
+    let row = VariantRow::Failed {
+        kind: ProcessFailure::Undecodable,
+        message: "other".into(),
+    };
+    maps.put_variant(&key(z, "w=1"), &row).await.unwrap();
+    let mut of_x = maps.variants_of(&x).await.unwrap();
+    of_x.sort_by(|a, b| a.0.canonical_spec.cmp(&b.0.canonical_spec));
+    assert_eq!(
+        of_x.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        [key(x, "w=1"), key(x, "w=2")]
+    );
+    assert!(of_x.iter().all(|(_, n)| *n > 0));
+
+    // Aliases naming a hash, either way.
+    maps.put_alias(&y, &x).await.unwrap();
+    maps.put_alias(&x, &z).await.unwrap();
+    maps.put_alias(&z, &y).await.unwrap();
+    assert_eq!(maps.remove_aliases(&x).await.unwrap(), 2);
+    assert_eq!(maps.alias(&y).await.unwrap(), None);
+    assert_eq!(maps.alias(&z).await.unwrap(), Some(y));
+
+    // The list, durable; the generation moves forward only.
+    let generation = maps.purge_generation().await.unwrap();
+    assert!(maps.take_down(&x, 7).await.unwrap());
+    assert!(!maps.take_down(&x, 8).await.unwrap(), "listed once");
+    assert!(maps.is_taken_down(&x).await.unwrap());
+    assert!(!maps.is_taken_down(&y).await.unwrap());
+    assert_eq!(maps.bump_purge_generation().await.unwrap(), generation + 1);
+    drop(maps);
+    let maps = open().await;
+    assert_eq!(maps.takedowns().await.unwrap(), vec![(x, 7)]);
+    assert_eq!(maps.purge_generation().await.unwrap(), generation + 1);
+    assert!(maps.lift_takedown(&x).await.unwrap());
+    assert!(!maps.lift_takedown(&x).await.unwrap());
+    assert!(maps.takedowns().await.unwrap().is_empty());
+}
+
+/// A redb file written before the hash → URLs index existed gets it built at its first open
+/// by this release: its URL table, as that release wrote it, is found by hash.
+#[tokio::test]
+async fn redb_builds_the_url_index_of_an_older_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = ContentHash::of(b"older");
+    {
+        let db = redb::Database::create(dir.path().join("imgcas.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let table: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("urls");
+            let mut urls = txn.open_table(table).unwrap();
+            let entry = serde_json::to_vec(&url_entry(hash)).unwrap();
+            urls.insert("http://old/1", entry.as_slice()).unwrap();
+            urls.insert("http://old/2", entry.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let maps = RedbMaps::open(dir.path().to_path_buf()).await.unwrap();
+    let mut found: Vec<String> = maps
+        .urls_of(&hash)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, _)| u)
+        .collect();
+    found.sort();
+    assert_eq!(found, ["http://old/1", "http://old/2"]);
+}
+
 /// Opens the redb maps in `dir` afresh at each call.
 fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
     move || -> Opened {
@@ -449,6 +567,7 @@ async fn redb_keeps_the_contract() {
     concurrent_durable_inserts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    takedowns(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]
@@ -483,6 +602,7 @@ async fn postgres_keeps_the_contract() {
     concurrent_durable_inserts(postgres_at(server.database("durable_inserts"))).await;
     bounded_growth(postgres_at(server.database("bounded_growth"))).await;
     near_duplicates(postgres_at(server.database("near_duplicates"))).await;
+    takedowns(postgres_at(server.database("takedowns"))).await;
 }
 
 /// Nodes starting together on an empty database all come up (the migrations serialise on a

@@ -103,6 +103,11 @@ pub fn describe_verify(r: &VerifyReport) -> String {
     for u in &r.dangling_urls {
         out.push_str(&format!("\ndangling URL entry: {u}"));
     }
+    for h in &r.taken_down_stored {
+        out.push_str(&format!(
+            "\ntaken down but still stored (an unfinished takedown; repair finishes it): {h}"
+        ));
+    }
     if r.repaired && !r.is_clean() {
         out.push_str("\nrepaired: dangling entries dropped; they are downloaded afresh on request");
     } else if !r.is_clean() {

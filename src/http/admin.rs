@@ -1,8 +1,9 @@
-//! Routes that remove stored data: `DELETE /v1/urls?url=<url>`. They are never open: with no
-//! admin token configured they answer 403 `admin_disabled`, and with one they need it
-//! (`Service::check_removal`).
+//! Routes that remove stored data: `DELETE /v1/urls?url=<url>`, `DELETE /v1/originals/<hash>`
+//! (a takedown) and `DELETE /v1/takedowns/<hash>` (lifting it), with `GET /v1/takedowns`
+//! listing what is taken down. They are never open: with no admin token configured they
+//! answer 403 `admin_disabled`, and with one they need it (`Service::check_removal`).
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,7 +12,11 @@ use serde::Deserialize;
 use super::Service;
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
-use crate::wire::ForgottenUrlAnswer;
+use crate::hash::ContentHash;
+use crate::pipeline::TakenDown;
+use crate::wire::{
+    ForgottenUrlAnswer, LiftedAnswer, TakedownAnswer, TakedownEntry, TakedownsAnswer,
+};
 
 #[derive(Deserialize)]
 pub struct UrlQuery {
@@ -24,23 +29,122 @@ pub async fn forget_url(
     headers: HeaderMap,
     Query(query): Query<UrlQuery>,
 ) -> Response {
-    if let Err(e) = service.check_removal(&headers) {
-        return e.into_response();
-    }
-    let Some(raw) = query.url else {
-        return Error::invalid_option("url", "the URL to forget is required").into_response();
-    };
-    let url = match canonical_url(&raw) {
-        Ok(url) => url,
-        Err(e) => return Error::from(e).into_response(),
-    };
-    match service.pipeline().forget_url(&url).await {
-        Ok(hash) => Json(ForgottenUrlAnswer {
+    removal(&service, &headers, || async {
+        let raw = query
+            .url
+            .ok_or_else(|| Error::invalid_option("url", "the URL to forget is required"))?;
+        let url = canonical_url(&raw).map_err(Error::from)?;
+        let hash = service.pipeline().forget_url(&url).await?;
+        Ok(ForgottenUrlAnswer {
             url: url.to_string(),
             forgotten: hash.is_some(),
             hash,
         })
-        .into_response(),
+    })
+    .await
+}
+
+/// A hash named in a removal's path: a malformed one is a bad request (not a 404: nothing by
+/// that name can ever be stored, so the caller has the wrong name).
+fn path_hash(raw: &str) -> Result<ContentHash, Error> {
+    raw.parse()
+        .map_err(|()| Error::invalid_option("hash", "must be 64 hexadecimal digits (SHA-256)"))
+}
+
+/// Runs a removal route's work once the admin token is checked, and answers its result as
+/// JSON (or its error in SPEC's shape).
+async fn removal<T, F>(service: &Service, headers: &HeaderMap, work: impl FnOnce() -> F) -> Response
+where
+    T: serde::Serialize,
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let done = async {
+        service.check_removal(headers)?;
+        work().await
+    };
+    match done.await {
+        Ok(answer) => Json(answer).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+fn taken_down_answer(r: TakenDown) -> TakedownAnswer {
+    TakedownAnswer {
+        hash: r.hash.to_hex(),
+        newly_listed: r.newly_listed,
+        variants_removed: r.variants_removed,
+        urls_forgotten: r.urls_forgotten,
+        bytes_freed: r.bytes_freed,
+    }
+}
+
+/// `DELETE /v1/originals/<hash>`: takes the content down everywhere (see
+/// `pipeline/removal.rs`).
+pub async fn take_down(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Response {
+    removal(&service, &headers, || async {
+        let hash = path_hash(&raw)?;
+        Ok(taken_down_answer(
+            service.pipeline().take_down(&hash).await?,
+        ))
+    })
+    .await
+}
+
+/// `DELETE /v1/originals?url=<url>`: takes down the content a URL is served from (404 when
+/// the URL has no entry).
+pub async fn take_down_url(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Query(query): Query<UrlQuery>,
+) -> Response {
+    removal(&service, &headers, || async {
+        let raw = query.url.ok_or_else(|| {
+            Error::invalid_option("url", "the URL whose content to take down is required")
+        })?;
+        let url = canonical_url(&raw).map_err(Error::from)?;
+        let done = service.pipeline().take_down_url(&url).await?;
+        let done = done
+            .ok_or_else(|| Error::NotFound(format!("no entry for {url}: take it down by hash")))?;
+        Ok(taken_down_answer(done))
+    })
+    .await
+}
+
+/// `DELETE /v1/takedowns/<hash>`: lifts a takedown.
+pub async fn lift_takedown(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Response {
+    removal(&service, &headers, || async {
+        let hash = path_hash(&raw)?;
+        let r = service.pipeline().lift_takedown(&hash).await?;
+        Ok(LiftedAnswer {
+            hash: r.hash.to_hex(),
+            lifted: r.lifted,
+            urls_forgotten: r.urls_forgotten,
+        })
+    })
+    .await
+}
+
+/// `GET /v1/takedowns`: every hash taken down.
+pub async fn takedowns(State(service): State<Service>, headers: HeaderMap) -> Response {
+    removal(&service, &headers, || async {
+        let list = service.pipeline().takedowns().await?;
+        Ok(TakedownsAnswer {
+            takedowns: list
+                .into_iter()
+                .map(|(hash, at)| TakedownEntry {
+                    hash: hash.to_hex(),
+                    taken_down_ms: at,
+                })
+                .collect(),
+        })
+    })
+    .await
 }

@@ -27,6 +27,8 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::AdminDisabled(_) => (StatusCode::FORBIDDEN, NO_STORE),
         Error::TooSlow(_) => (StatusCode::REQUEST_TIMEOUT, NO_STORE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
+        // Lifting a takedown must take effect on the next request, downstream too.
+        Error::TakenDown(_) => (StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS, NO_STORE),
         Error::SourceTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, FIVE_MINUTES),
         Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, NO_STORE),
         Error::Process { kind, .. } => match kind {

@@ -209,7 +209,10 @@ pub fn router(service: Service) -> Router {
     let timed = || middleware::from_fn_with_state(service.clone(), limit_time);
     // Routes that write or reveal the whole store: the admin token guards them when set.
     let admin = Router::new()
-        .route("/v1/originals", post(originals::upload))
+        .route(
+            "/v1/originals",
+            post(originals::upload).delete(admin::take_down_url),
+        )
         .route("/metrics", get(ops::metrics))
         .route_layer(guarded());
     // Ingest batches may take minutes: no request timeout.
@@ -226,7 +229,12 @@ pub fn router(service: Service) -> Router {
             get(image::by_hash).layer(middleware::map_response(image::advertise_hints)),
         )
         .route("/v1/urls", delete(admin::forget_url))
-        .route("/v1/originals/{hash}", get(originals::original))
+        .route("/v1/takedowns", get(admin::takedowns))
+        .route("/v1/takedowns/{hash}", delete(admin::lift_takedown))
+        .route(
+            "/v1/originals/{hash}",
+            get(originals::original).delete(admin::take_down),
+        )
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/v1/originals/{hash}/similar", get(originals::similar))
         .route("/healthz", get(ops::healthz))

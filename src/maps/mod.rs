@@ -293,6 +293,11 @@ pub trait MapStore: Send + Sync + 'static {
     /// Every URL entry (for `verify`, `gc` and `stats`).
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError>;
 
+    /// The URL entries whose bytes hash to `hash` or that are served from it (canonical
+    /// mode): the hash → URLs index, which every backend keeps with its URL map (and builds
+    /// for URLs written before it existed) so that a takedown finds them without a scan.
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError>;
+
     /// Records when URLs were last requested (ms since the epoch; the caller batches). A
     /// stamp only moves forward; URLs without an entry are skipped.
     async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError>;
@@ -379,6 +384,41 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Drops these variants; returns how many were stored.
     async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError>;
+
+    /// Every variant of one original (any processor version, its mezzanine too), each with
+    /// the bytes it counts for against the budget ([`MapStore::variant_bytes`]).
+    async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError>;
+
+    /// Drops the aliases that name `hash`, as a near-duplicate's own hash or as the canonical
+    /// original; returns how many.
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError>;
+
+    // Takedowns: hashes that must not be served, stored or downloaded into the store, kept
+    // durably; and the purge generation, a counter every removal an administrator asks for
+    // moves forward, so that nodes sharing the maps drop what they hold in memory.
+
+    /// Puts `hash` on the takedown list (stamped `at_ms`), durably before returning.
+    /// Returns whether it was not listed before.
+    async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError>;
+
+    /// Takes `hash` off the takedown list, durably; returns whether it was listed.
+    async fn lift_takedown(&self, hash: &ContentHash) -> Result<bool, MapError>;
+
+    /// Every listed hash, with when it was taken down.
+    async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, MapError>;
+
+    /// Whether `hash` is listed, as the store holds it this instant.
+    async fn is_taken_down(&self, hash: &ContentHash) -> Result<bool, MapError>;
+
+    /// The purge generation now.
+    async fn purge_generation(&self) -> Result<u64, MapError>;
+
+    /// Moves the purge generation forward, durably; returns the new one.
+    async fn bump_purge_generation(&self) -> Result<u64, MapError>;
+
+    /// Drops what the store keeps in memory of entries another process may have removed
+    /// (called when the purge generation moves).
+    fn drop_memory(&self) {}
 
     /// Stored images, their bytes, and cached errors (`imgcas stats`).
     async fn variant_totals(&self) -> Result<VariantTotals, MapError>;

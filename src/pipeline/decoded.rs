@@ -82,6 +82,13 @@ impl DecodeCache {
         }
     }
 
+    /// Drops every decode kept (a removal may have taken their original down).
+    pub(super) fn clear(&self) {
+        if let Some(cache) = &self.decodes {
+            cache.invalidate_all();
+        }
+    }
+
     /// Declares a run of original `hash` under way until the returned value is dropped: its
     /// decodes are kept for other runs of that original meanwhile, and dropped after the
     /// last.

@@ -3,10 +3,12 @@
 //! state it owns; the commands only print what these return.
 //!
 //! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors.
-//! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, and every URL
-//!   map entry points at an indexed original. With repair, what dangles is dropped (the index
-//!   entry and a corrupt blob, the URL entries pointing at it, its variants): the next request
-//!   downloads afresh instead of failing.
+//! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, every URL
+//!   map entry points at an indexed original (or at taken-down content: such an entry is how
+//!   a URL is remembered as taken down), and nothing of taken-down content is stored. With
+//!   repair, what dangles is dropped (the index entry and a corrupt blob, the URL entries
+//!   pointing at it, its variants), and the takedown of what is still stored is finished:
+//!   the next request downloads afresh instead of failing.
 //! - `gc`: blobs the index does not know (left by a crash between blob write and index write)
 //!   and variants of unindexed originals, and (with shared maps) variant objects no row names —
 //!   never bytes younger than `maintenance.gc_grace`, so it may run while nodes write; URL entries unused for `fetch.forget_after`;
@@ -53,12 +55,18 @@ pub struct VerifyReport {
     pub corrupt: Vec<ContentHash>,
     /// URL map entries pointing at an original the index does not hold.
     pub dangling_urls: Vec<String>,
+    /// Taken-down hashes of which something is still stored (the index entry, bytes, or
+    /// variants: a takedown a crash interrupted, or a run another node finished during it).
+    pub taken_down_stored: Vec<ContentHash>,
     pub repaired: bool,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.missing.is_empty() && self.corrupt.is_empty() && self.dangling_urls.is_empty()
+        self.missing.is_empty()
+            && self.corrupt.is_empty()
+            && self.dangling_urls.is_empty()
+            && self.taken_down_stored.is_empty()
     }
 }
 
@@ -132,7 +140,25 @@ impl Pipeline {
             .chain(&report.corrupt)
             .copied()
             .collect();
+        let listed: HashSet<ContentHash> = maps
+            .takedowns()
+            .await?
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect();
+        for hash in &listed {
+            let stored = maps.original(hash).await?.is_some()
+                || blobs.size(hash).await?.is_some()
+                || !maps.variants_of(hash).await?.is_empty();
+            if stored {
+                report.taken_down_stored.push(*hash);
+            }
+        }
         for (url, entry) in maps.urls().await? {
+            if listed.contains(&entry.hash) || listed.contains(&entry.serving()) {
+                // A URL remembered as taken down.
+                continue;
+            }
             // A canonical mapping is served from its canonical original (its own bytes
             // were never stored).
             let serving = entry.serving();
@@ -154,6 +180,9 @@ impl Pipeline {
             let doomed = self.variants_where(|h| bad.contains(h)).await?;
             maps.remove_variants(&doomed).await?;
             self.drop_variant_bytes(&doomed).await?;
+            for hash in &report.taken_down_stored {
+                self.take_down(hash).await?;
+            }
             maps.flush().await?;
             // Remembered requests may name what was just removed.
             self.forget_requests();

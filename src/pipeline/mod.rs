@@ -18,7 +18,8 @@
 //!   just each node, downloads and processes once;
 //! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
 //!   the coarse use records both need;
-//! - `removal.rs`: removals an administrator asks for (a URL's entry forgotten).
+//! - `removal.rs`: removals an administrator asks for (a URL's entry forgotten, an original
+//!   taken down and the takedown lifted), and following those made on other nodes.
 //!
 //! Writes keep one order: blob first, then the map entry that points at it. Work that many
 //! requests may want at once runs once, through the single-flight maps.
@@ -59,6 +60,7 @@ pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;
 pub use recall::Recalled;
+pub use removal::{taken_down, Lifted, TakenDown};
 pub use resolve::{Resolved, UrlState};
 pub use upload::Uploaded;
 pub use variant::{Provenance, Served, Source, Target};
@@ -108,6 +110,8 @@ struct Shared {
     decodes: decoded::DecodeCache,
     /// What repeated requests resolved to (`recall.rs`).
     requests: recall::RequestCache,
+    /// The takedown list as this node holds it (`removal.rs`).
+    takedowns: removal::Takedowns,
     /// One fingerprint computation per original at a time.
     fingerprint_flights:
         SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
@@ -157,6 +161,9 @@ impl Pipeline {
             .await
             .map_err(|e| OpenError(e.to_string()))?;
         let fetcher = Fetcher::new(&config.fetch).map_err(OpenError)?;
+        let takedowns = removal::Takedowns::load(maps.as_ref())
+            .await
+            .map_err(|e| OpenError(format!("cannot read the takedown list: {e}")))?;
         let admission = Admission::new(
             config.limits.process_concurrency,
             config.limits.queue_target,
@@ -169,6 +176,7 @@ impl Pipeline {
                 fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
+                takedowns,
                 requests: Default::default(),
                 decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),
                 config,

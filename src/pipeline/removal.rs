@@ -1,13 +1,128 @@
 //! Removals an administrator asks for: what the service must stop serving or knowing on
-//! request, rather than by its own bounded-growth rules (`upkeep.rs`). Every removal also ends
-//! the remembered requests (`recall.rs`), so no answer from memory outlives it on this node.
+//! request, rather than by its own bounded-growth rules (`upkeep.rs`).
+//!
+//! - Forgetting a URL's entry (`DELETE /v1/urls`): its next request downloads it again.
+//! - A takedown (`DELETE /v1/originals/<hash>`): the hash goes on the takedown list first,
+//!   durably, so that from then on nothing of it is served (451 `taken_down`), stored or
+//!   processed; then everything of it is removed — the URL entries naming it (found through
+//!   the maps' hash → URLs index), its variants (the mezzanine is one) and their bytes, the
+//!   aliases naming it, its fingerprint, its index entry and its bytes. A takedown that a
+//!   crash interrupted is finished by asking again: every step is idempotent.
+//! - Lifting a takedown (`DELETE /v1/takedowns/<hash>`): the hash is off the list, and the
+//!   URL entries that remembered it as taken down are forgotten, so they download again.
+//!
+//! Every removal ends the remembered requests and what this node holds in memory at once,
+//! and moves the maps' purge generation forward: every other node sharing the maps sees it
+//! within its next upkeep (a second) and drops its memory too ([`Pipeline::follow_purges`]).
+//! The takedown list itself is held in memory on every node (it is checked by every request
+//! that locates a variant, so it must cost no round trip), reloaded whenever the generation
+//! moves.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 
 use url::Url;
 
 use super::Pipeline;
 use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{now_ms, MapStore};
+
+/// The takedown list as this node last loaded it, and the purge generation it was loaded at.
+#[derive(Default)]
+pub(super) struct Takedowns {
+    listed: RwLock<HashSet<ContentHash>>,
+    generation: AtomicU64,
+}
+
+impl Takedowns {
+    /// Loads the list and the generation from the maps (at open).
+    pub(super) async fn load(maps: &dyn MapStore) -> Result<Takedowns, Error> {
+        let generation = maps.purge_generation().await?;
+        let listed = maps
+            .takedowns()
+            .await?
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect();
+        Ok(Takedowns {
+            listed: RwLock::new(listed),
+            generation: AtomicU64::new(generation),
+        })
+    }
+
+    fn contains(&self, hash: &ContentHash) -> bool {
+        self.listed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(hash)
+    }
+
+    fn set(&self, hash: ContentHash, listed: bool) {
+        let mut set = self.listed.write().unwrap_or_else(|p| p.into_inner());
+        if listed {
+            set.insert(hash);
+        } else {
+            set.remove(&hash);
+        }
+    }
+}
+
+/// What a takedown removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenDown {
+    pub hash: ContentHash,
+    /// The hash was not on the list before.
+    pub newly_listed: bool,
+    pub variants_removed: u64,
+    pub urls_forgotten: u64,
+    /// The original's bytes and the bytes its variants counted for.
+    pub bytes_freed: u64,
+}
+
+/// What lifting a takedown did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifted {
+    pub hash: ContentHash,
+    /// The hash was on the list.
+    pub lifted: bool,
+    /// URL entries that remembered the hash as taken down, now forgotten.
+    pub urls_forgotten: u64,
+}
+
+/// The error every route answers for a listed hash.
+pub fn taken_down(hash: &ContentHash) -> Error {
+    Error::TakenDown(format!(
+        "original {hash} has been taken down and cannot be served"
+    ))
+}
 
 impl Pipeline {
+    /// Whether this node holds `hash` as taken down.
+    pub fn is_taken_down(&self, hash: &ContentHash) -> bool {
+        self.shared.takedowns.contains(hash)
+    }
+
+    /// `Err(taken_down)` for a listed hash.
+    pub fn refuse_taken_down(&self, hash: &ContentHash) -> Result<(), Error> {
+        match self.is_taken_down(hash) {
+            true => Err(taken_down(hash)),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether `hash` is listed as the maps hold it this instant (bytes about to be stored
+    /// ask this, not this node's memory, which may lag another node's takedown by a
+    /// second); a listed hash is added to this node's memory at once.
+    pub(super) async fn listed_now(&self, hash: &ContentHash) -> Result<bool, Error> {
+        let listed = self.shared.maps.is_taken_down(hash).await?;
+        if listed {
+            self.shared.takedowns.set(*hash, true);
+        }
+        Ok(listed)
+    }
+
     /// Forgets the URL map's entry of `url` (and any origin failure held for it): its next
     /// request downloads it again, without validators. Returns the hash it mapped to, or
     /// `None` when it had no entry. The original and its variants stay: other URLs may share
@@ -19,7 +134,131 @@ impl Pipeline {
             s.maps.remove_url(url.as_str()).await?;
         }
         s.origin_failures.clear(url.as_str());
-        self.forget_requests();
+        self.removed();
+        s.maps.bump_purge_generation().await?;
         Ok(entry.map(|e| e.hash.to_hex()))
+    }
+
+    /// Takes `hash` down: lists it, then removes everything stored of it (see the module
+    /// doc). A hash never stored may be taken down too: nothing is removed, and it is
+    /// refused from then on.
+    pub async fn take_down(&self, hash: &ContentHash) -> Result<TakenDown, Error> {
+        let s = &self.shared;
+        let newly_listed = s.maps.take_down(hash, now_ms()).await?;
+        s.takedowns.set(*hash, true);
+        self.removed();
+        let mut report = TakenDown {
+            hash: *hash,
+            newly_listed,
+            variants_removed: 0,
+            urls_forgotten: 0,
+            bytes_freed: 0,
+        };
+        for (url, _) in s.maps.urls_of(hash).await? {
+            s.maps.remove_url(&url).await?;
+            s.origin_failures.clear(&url);
+            report.urls_forgotten += 1;
+        }
+        let variants = s.maps.variants_of(hash).await?;
+        let keys: Vec<_> = variants.iter().map(|(k, _)| k.clone()).collect();
+        report.variants_removed = s.maps.remove_variants(&keys).await?;
+        self.drop_variant_bytes(&keys).await?;
+        report.bytes_freed += variants.iter().map(|(_, n)| n).sum::<u64>();
+        s.maps.remove_aliases(hash).await?;
+        // The index entry before the bytes (the reverse of storing): a reader never finds an
+        // entry whose bytes are gone because of this.
+        let indexed = s.maps.original(hash).await?;
+        if indexed.is_some() {
+            s.maps.remove_original(hash).await?;
+        }
+        if let Some(size) = s.blobs.size(hash).await? {
+            s.blobs.delete(hash).await?;
+            report.bytes_freed += size;
+        }
+        s.maps.flush().await?;
+        s.maps.bump_purge_generation().await?;
+        // A request that located the content while the removal ran remembers nothing (the
+        // epoch moved), but its processing run may have filled the hot cache since.
+        self.removed();
+        tracing::info!(
+            %hash,
+            variants = report.variants_removed,
+            urls = report.urls_forgotten,
+            bytes = report.bytes_freed,
+            "original taken down"
+        );
+        Ok(report)
+    }
+
+    /// Takes down the content `url` is served from (its canonical original in canonical
+    /// mode, else its bytes). `None` when the URL has no entry: there is nothing to name.
+    pub async fn take_down_url(&self, url: &Url) -> Result<Option<TakenDown>, Error> {
+        match self.shared.maps.url_now(url.as_str()).await? {
+            Some(entry) => Ok(Some(self.take_down(&entry.serving()).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Lifts the takedown of `hash`; the URLs that remembered it as taken down download
+    /// again on their next request.
+    pub async fn lift_takedown(&self, hash: &ContentHash) -> Result<Lifted, Error> {
+        let s = &self.shared;
+        let lifted = s.maps.lift_takedown(hash).await?;
+        s.takedowns.set(*hash, false);
+        let mut urls_forgotten = 0;
+        for (url, _) in s.maps.urls_of(hash).await? {
+            s.maps.remove_url(&url).await?;
+            urls_forgotten += 1;
+        }
+        self.removed();
+        s.maps.bump_purge_generation().await?;
+        if lifted {
+            tracing::info!(%hash, urls = urls_forgotten, "takedown lifted");
+        }
+        Ok(Lifted {
+            hash: *hash,
+            lifted,
+            urls_forgotten,
+        })
+    }
+
+    /// Every listed hash, with when it was taken down.
+    pub async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, Error> {
+        Ok(self.shared.maps.takedowns().await?)
+    }
+
+    /// Drops what this node holds in memory that a removal may have made wrong.
+    fn removed(&self) {
+        let s = &self.shared;
+        self.forget_requests();
+        s.hot.clear();
+        s.decodes.clear();
+    }
+
+    /// Follows removals made on other nodes: when the maps' purge generation has moved
+    /// since this node last looked, reloads the takedown list and drops its memory (the
+    /// upkeep calls this every second).
+    pub(super) async fn follow_purges(&self) -> Result<(), Error> {
+        let s = &self.shared;
+        let now = s.maps.purge_generation().await?;
+        if now == s.takedowns.generation.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let listed: HashSet<ContentHash> = s
+            .maps
+            .takedowns()
+            .await?
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect();
+        *s.takedowns
+            .listed
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = listed;
+        s.maps.drop_memory();
+        self.removed();
+        s.takedowns.generation.store(now, Ordering::Release);
+        tracing::debug!(generation = now, "removals on another node followed");
+        Ok(())
     }
 }

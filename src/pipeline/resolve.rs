@@ -328,6 +328,14 @@ impl Pipeline {
             requested_at_ms: now,
             canonical: None,
         };
+        // Taken-down bytes are not stored: the URL is remembered as naming them (so that its
+        // requests answer `taken_down` without a download each), and `locate` refuses it.
+        if self.listed_now(&hash).await? {
+            if publish_url {
+                s.maps.put_url(url.as_str(), &entry).await?;
+            }
+            return Ok((hash, hash, false));
+        }
         // Indexed bytes are in the blob store already (the blob is written before the index
         // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
         let indexed = s.maps.original(&hash).await?.is_some();

@@ -34,6 +34,9 @@ impl Pipeline {
             Ok(describe(&b, &limits))
         })
         .await?;
+        if self.listed_now(&hash).await? {
+            return Err(super::taken_down(&hash));
+        }
         if let Some(existing) = s.maps.original(&hash).await? {
             // The entry may come from a download, committed without fsync: the answer
             // promises the original is kept, so make it durable first (a no-op when nothing

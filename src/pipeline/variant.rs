@@ -231,6 +231,11 @@ impl Pipeline {
             held_for: None,
         };
         let maps = &self.shared.maps;
+        for listed in [Some(hash), own].into_iter().flatten() {
+            if self.is_taken_down(&listed) {
+                return Err(with_hash(listed, super::taken_down(&listed)));
+            }
+        }
         let mut info = maps
             .original(&hash)
             .await
@@ -243,6 +248,9 @@ impl Pipeline {
                 .map_err(|e| with_hash(hash, e.into()))?
             {
                 (own, hash) = (Some(hash), canonical);
+                if self.is_taken_down(&hash) {
+                    return Err(with_hash(hash, super::taken_down(&hash)));
+                }
                 info = maps
                     .original(&hash)
                     .await
@@ -468,6 +476,12 @@ impl Pipeline {
                 return Err(e);
             }
         };
+        // Taken down while it ran: nothing of it may be stored (the takedown has removed
+        // what was, and would not see this).
+        if self.is_taken_down(&key.hash) {
+            lease.release().await;
+            return Err(super::taken_down(&key.hash));
+        }
         self.shared.hot.insert(key.clone(), row.clone());
         let this = self.clone();
         let publish = {

@@ -14,8 +14,7 @@ use imgcas::ingest::{self, WarmSpec};
 use imgcas::metrics::Metrics;
 use imgcas::pipeline::Pipeline;
 use imgcas::wire::{
-    ErrorAnswer, ErrorBody, IngestAnswer, IngestRequest, ItemResult, OriginalAnswer, UploadAnswer,
-    WarmResult,
+    ErrorBody, IngestAnswer, IngestRequest, ItemResult, OriginalAnswer, UploadAnswer, WarmResult,
 };
 
 /// A stored upload: what the original is, and whether it was stored already.
@@ -114,22 +113,9 @@ impl Remote {
         config: &Config,
         admin_token: Option<&str>,
     ) -> Result<Remote, String> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = admin_token {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| "the admin token has characters a header cannot carry".to_string())?;
-            value.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .user_agent(concat!("imgcas-ingest/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(10))
-            // A batch of 1000 URLs, each a download and warm runs, can take minutes.
-            .timeout(Duration::from_secs(600))
-            .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        // A batch of 1000 URLs, each a download and warm runs, can take minutes.
+        let client =
+            crate::cli::server_client("imgcas-ingest", admin_token, Duration::from_secs(600))?;
         let remote = Remote {
             client,
             base: base.clone(),
@@ -286,12 +272,4 @@ impl Target for Remote {
     }
 }
 
-/// The error a server answered, or one naming its status when the body is not SPEC's.
-fn error_of(status: reqwest::StatusCode, body: &[u8]) -> ErrorBody {
-    serde_json::from_slice::<ErrorAnswer>(body)
-        .map(|a| a.error)
-        .unwrap_or_else(|_| ErrorBody {
-            code: "internal".into(),
-            message: format!("the server answered {status}"),
-        })
-}
+use crate::cli::server_error as error_of;

@@ -466,6 +466,28 @@ impl MapStore for PostgresMaps {
             .collect()
     }
 
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_urls WHERE hash = $1
+                 UNION
+                 SELECT * FROM imgcas_urls
+                  WHERE canonical IS NOT NULL AND substring(canonical from 33) = $1",
+                &[&raw],
+            )
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let entry = url_entry(row)?;
+            // A canonical half left by an older node's rewrite names nothing (`url_entry`).
+            if entry.hash == *hash || entry.canonical == Some(*hash) {
+                found.push((row.try_get("url").map_err(store_error)?, entry));
+            }
+        }
+        Ok(found)
+    }
+
     async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
         if requested.is_empty() {
             return Ok(());
@@ -900,6 +922,98 @@ impl MapStore for PostgresMaps {
             image_bytes: unsigned(row.get(1)),
             errors: unsigned(row.get(2)),
         })
+    }
+
+    async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
+                  WHERE hash = $1",
+                &[&raw],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let counted: i64 = row.try_get("counted_bytes").map_err(store_error)?;
+                Ok((variant_key(row)?, unsigned(counted)))
+            })
+            .collect()
+    }
+
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        self.execute(
+            "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
+            &[&raw],
+        )
+        .await
+    }
+
+    async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let n = self
+            .execute(
+                "INSERT INTO imgcas_takedowns (hash, taken_down_ms) VALUES ($1, $2)
+                 ON CONFLICT (hash) DO NOTHING",
+                &[&raw, &ms(at_ms)],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn lift_takedown(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let n = self
+            .execute("DELETE FROM imgcas_takedowns WHERE hash = $1", &[&raw])
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, MapError> {
+        let rows = self
+            .query("SELECT hash, taken_down_ms FROM imgcas_takedowns", &[])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let at: i64 = row.try_get("taken_down_ms").map_err(store_error)?;
+                Ok((hash_of(row, "hash")?, unsigned(at)))
+            })
+            .collect()
+    }
+
+    async fn is_taken_down(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query("SELECT 1 FROM imgcas_takedowns WHERE hash = $1", &[&raw])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn purge_generation(&self) -> Result<u64, MapError> {
+        let rows = self
+            .query("SELECT generation FROM imgcas_purge WHERE id = 1", &[])
+            .await?;
+        Ok(rows.first().map_or(0, |row| unsigned(row.get(0))))
+    }
+
+    async fn bump_purge_generation(&self) -> Result<u64, MapError> {
+        let rows = self
+            .query(
+                "UPDATE imgcas_purge SET generation = generation + 1 WHERE id = 1
+                 RETURNING generation",
+                &[],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |row| unsigned(row.get(0))))
+    }
+
+    fn drop_memory(&self) {
+        // Originals are content-addressed, but a takedown removes them: another node's
+        // removal must not be answered from here. URL entries it removed likewise.
+        self.recent.invalidate_all();
+        self.recent_urls.invalidate_all();
+        self.last_seen_urls.invalidate_all();
     }
 
     async fn flush(&self) -> Result<(), MapError> {

@@ -103,6 +103,22 @@ const MIGRATIONS: &[&str] = &[
     );
     -- own hash ‖ canonical hash (64 bytes): valid only while `hash` is that own hash
     ALTER TABLE imgcas_urls ADD COLUMN canonical bytea;",
+    // 4: takedowns — the URLs of a hash found by index (built over existing rows by the
+    // CREATE INDEX itself), the takedown list, and the purge generation nodes poll to drop
+    // what they hold in memory.
+    "CREATE INDEX imgcas_urls_by_hash ON imgcas_urls (hash);
+    -- (`canonical` holds own hash ‖ canonical hash: the index is on the canonical half)
+    CREATE INDEX imgcas_urls_by_canonical ON imgcas_urls (substring(canonical from 33))
+        WHERE canonical IS NOT NULL;
+    CREATE TABLE imgcas_takedowns (
+        hash bytea PRIMARY KEY,
+        taken_down_ms bigint NOT NULL
+    );
+    CREATE TABLE imgcas_purge (
+        id integer PRIMARY KEY,
+        generation bigint NOT NULL
+    );
+    INSERT INTO imgcas_purge (id, generation) VALUES (1, 0);",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

@@ -157,3 +157,19 @@ pub(super) fn put_alias(
         .insert(own.as_bytes().as_slice(), canonical.as_bytes().as_slice())?;
     Ok(())
 }
+
+/// Drops the aliases that name `hash`, as own hash or as canonical; returns how many.
+pub(super) fn remove_aliases(txn: &WriteTransaction, hash: &ContentHash) -> Result<u64, MapError> {
+    let mut table = txn.open_table(ALIASES)?;
+    let mut doomed = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        if k.value() == hash.as_bytes().as_slice() || v.value() == hash.as_bytes().as_slice() {
+            doomed.push(k.value().to_vec());
+        }
+    }
+    for k in &doomed {
+        table.remove(k.as_slice())?;
+    }
+    Ok(doomed.len() as u64)
+}

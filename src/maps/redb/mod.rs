@@ -1,6 +1,8 @@
 //! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps.
-//! `url_map.rs` and `originals.rs` own a table each, `variants.rs` the variants' rows, the
-//! pieces of large images and the budget's bookkeeping; each owns its encoding.
+//! `url_map.rs` owns the URL map and its index by hash, `originals.rs` a table, `variants.rs`
+//! the variants' rows, the pieces of large images and the budget's bookkeeping,
+//! `fingerprints.rs` the near-duplicate tables and `takedowns.rs` the takedown list; each
+//! owns its encoding.
 //! Nothing outside this folder touches redb.
 //!
 //! redb is a blocking library, so every operation that touches the file runs on tokio's
@@ -38,6 +40,7 @@ use crate::hash::ContentHash;
 
 mod fingerprints;
 mod originals;
+mod takedowns;
 mod url_map;
 mod variants;
 
@@ -201,6 +204,7 @@ impl RedbMaps {
             originals::create(txn)?;
             variants::create(txn, now_ms())?;
             fingerprints::create(txn)?;
+            takedowns::create(txn)?;
             Ok(())
         })?;
         let near = fingerprints::index(&db.read()?)?;
@@ -264,6 +268,13 @@ impl MapStore for RedbMaps {
 
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
         self.db.run(|db| url_map::all(&db.read()?)).await
+    }
+
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| url_map::by_hash(&db.read()?, &hash))
+            .await
     }
 
     async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
@@ -539,6 +550,56 @@ impl MapStore for RedbMaps {
 
     async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
         self.db.run(|db| variants::totals(&db.read()?)).await
+    }
+
+    async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| variants::of_hash(&db.read()?, &hash))
+            .await
+    }
+
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| {
+                db.write(|txn| fingerprints::remove_aliases(txn, &hash))
+                    .map(|(n, _)| n)
+            })
+            .await
+    }
+
+    async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| db.write_durable(|txn| takedowns::put(txn, &hash, at_ms)))
+            .await
+    }
+
+    async fn lift_takedown(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| db.write_durable(|txn| takedowns::remove(txn, &hash)))
+            .await
+    }
+
+    async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, MapError> {
+        self.db.run(|db| takedowns::all(&db.read()?)).await
+    }
+
+    async fn is_taken_down(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| takedowns::get(&db.read()?, &hash))
+            .await
+    }
+
+    async fn purge_generation(&self) -> Result<u64, MapError> {
+        self.db.run(|db| takedowns::generation(&db.read()?)).await
+    }
+
+    async fn bump_purge_generation(&self) -> Result<u64, MapError> {
+        self.db.run(|db| db.write_durable(takedowns::bump)).await
     }
 
     async fn flush(&self) -> Result<(), MapError> {

@@ -1,15 +1,100 @@
 //! The URL map's table: canonical URL → its [`UrlEntry`], as JSON (the encoding every
-//! release so far has written).
+//! release so far has written); and its index by hash, `urls_by_hash`: a key per URL and hash
+//! it names (its own bytes' and, in canonical mode, the original it is served from), written
+//! in the same transaction as the entry. Files written before the index existed get it built
+//! at their first open by this release.
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::super::{MapError, UrlEntry};
+use crate::hash::ContentHash;
 
 const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("urls");
+/// Hash (32 bytes) ‖ URL → nothing.
+const BY_HASH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("urls_by_hash");
+/// `url_meta` key: present once `urls_by_hash` covers every entry.
+const META: TableDefinition<&str, u64> = TableDefinition::new("url_meta");
+const INDEX_BUILT: &str = "by_hash_index_version";
 
+/// Opens the tables; on a file written before the index, builds it from every entry.
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
-    txn.open_table(TABLE)?;
+    let table = txn.open_table(TABLE)?;
+    let mut index = txn.open_table(BY_HASH)?;
+    let mut meta = txn.open_table(META)?;
+    if meta.get(INDEX_BUILT)?.is_some() {
+        return Ok(());
+    }
+    let mut built = 0u64;
+    for row in table.iter()? {
+        let (k, v) = row?;
+        index_entry(&mut index, k.value(), &decode(k.value(), v.value())?)?;
+        built += 1;
+    }
+    meta.insert(INDEX_BUILT, 1)?;
+    if built > 0 {
+        tracing::info!(urls = built, "URL map indexed by hash");
+    }
     Ok(())
+}
+
+/// The index keys of one entry: one per hash it names.
+fn index_keys(url: &str, entry: &UrlEntry) -> Vec<Vec<u8>> {
+    let key = |hash: &ContentHash| {
+        let mut k = Vec::with_capacity(32 + url.len());
+        k.extend_from_slice(hash.as_bytes());
+        k.extend_from_slice(url.as_bytes());
+        k
+    };
+    let mut keys = vec![key(&entry.hash)];
+    if let Some(c) = entry.canonical.filter(|c| *c != entry.hash) {
+        keys.push(key(&c));
+    }
+    keys
+}
+
+fn index_entry(
+    index: &mut Table<&[u8], &[u8]>,
+    url: &str,
+    entry: &UrlEntry,
+) -> Result<(), MapError> {
+    for k in index_keys(url, entry) {
+        index.insert(k.as_slice(), [].as_slice())?;
+    }
+    Ok(())
+}
+
+fn unindex_entry(
+    index: &mut Table<&[u8], &[u8]>,
+    url: &str,
+    entry: &UrlEntry,
+) -> Result<(), MapError> {
+    for k in index_keys(url, entry) {
+        index.remove(k.as_slice())?;
+    }
+    Ok(())
+}
+
+/// The entries that name `hash` (their own bytes' or their canonical original's).
+pub(super) fn by_hash(
+    txn: &ReadTransaction,
+    hash: &ContentHash,
+) -> Result<Vec<(String, UrlEntry)>, MapError> {
+    let index = txn.open_table(BY_HASH)?;
+    let table = txn.open_table(TABLE)?;
+    let mut out = Vec::new();
+    for row in index.range(hash.as_bytes().as_slice()..)? {
+        let (k, _) = row?;
+        let Some(url) = k.value().strip_prefix(hash.as_bytes().as_slice()) else {
+            break;
+        };
+        let url =
+            std::str::from_utf8(url).map_err(|_| MapError::Corrupt("urls_by_hash key".into()))?;
+        // The index is written with the entries, so it names only entries that name the hash.
+        if let Some(entry) = lookup(&table, url)? {
+            out.push((url.to_string(), entry));
+        }
+    }
+    Ok(out)
 }
 
 fn decode(url: &str, raw: &[u8]) -> Result<UrlEntry, MapError> {
@@ -34,13 +119,21 @@ fn encode(entry: &UrlEntry) -> Result<Vec<u8>, MapError> {
 }
 
 pub(super) fn put(txn: &WriteTransaction, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-    txn.open_table(TABLE)?
-        .insert(url, encode(entry)?.as_slice())?;
-    Ok(())
+    let mut table = txn.open_table(TABLE)?;
+    let mut index = txn.open_table(BY_HASH)?;
+    if let Some(old) = lookup(&table, url)? {
+        unindex_entry(&mut index, url, &old)?;
+    }
+    table.insert(url, encode(entry)?.as_slice())?;
+    index_entry(&mut index, url, entry)
 }
 
 pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> {
-    txn.open_table(TABLE)?.remove(url)?;
+    let mut table = txn.open_table(TABLE)?;
+    if let Some(old) = lookup(&table, url)? {
+        unindex_entry(&mut txn.open_table(BY_HASH)?, url, &old)?;
+    }
+    table.remove(url)?;
     Ok(())
 }
 
@@ -80,15 +173,18 @@ pub(super) fn forget(
     unused_since_ms: u64,
 ) -> Result<Vec<String>, MapError> {
     let mut table = txn.open_table(TABLE)?;
+    let mut index = txn.open_table(BY_HASH)?;
     let mut doomed = Vec::new();
     for row in table.iter()? {
         let (k, v) = row?;
-        if decode(k.value(), v.value())?.last_used_ms() < unused_since_ms {
-            doomed.push(k.value().to_string());
+        let entry = decode(k.value(), v.value())?;
+        if entry.last_used_ms() < unused_since_ms {
+            doomed.push((k.value().to_string(), entry));
         }
     }
-    for url in &doomed {
+    for (url, entry) in &doomed {
         table.remove(url.as_str())?;
+        unindex_entry(&mut index, url, entry)?;
     }
-    Ok(doomed)
+    Ok(doomed.into_iter().map(|(url, _)| url).collect())
 }

@@ -274,6 +274,25 @@ pub(super) fn keys(txn: &ReadTransaction) -> Result<Vec<VariantKey>, MapError> {
     super::keys_of(txn, TABLE, "variants", VariantKey::from_bytes)
 }
 
+/// Every variant of one original (keys start with its hash), with its counted bytes.
+pub(super) fn of_hash(
+    txn: &ReadTransaction,
+    hash: &crate::hash::ContentHash,
+) -> Result<Vec<(VariantKey, u64)>, MapError> {
+    let served = txn.open_table(SERVED)?;
+    let mut out = Vec::new();
+    for row in served.range(hash.as_bytes().as_slice()..)? {
+        let (k, v) = row?;
+        if !k.value().starts_with(hash.as_bytes()) {
+            break;
+        }
+        let key = VariantKey::from_bytes(k.value())
+            .ok_or_else(|| MapError::Corrupt("variant key".into()))?;
+        out.push((key, v.value().1));
+    }
+    Ok(out)
+}
+
 pub(super) fn remove(txn: &WriteTransaction, keys: &[VariantKey]) -> Result<u64, MapError> {
     let mut rows = Rows::open(txn)?;
     let mut removed = 0;
