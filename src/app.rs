@@ -88,8 +88,10 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);
     let backfill = spawn_backfill(pipeline.clone());
+    let follower = spawn_purge_follower(pipeline.clone());
     let task = tokio::spawn(async move {
         serve(listener, front, &server, rx).await;
+        follower.abort();
         flusher.abort();
         backfill.abort();
         let _ = backfill.await;
@@ -176,6 +178,24 @@ fn spawn_backfill(pipeline: Pipeline) -> JoinHandle<()> {
             Ok(n) => tracing::info!(originals = n, "fingerprints backfilled"),
             Err(e) => {
                 tracing::warn!(error = %e, "fingerprint backfill stopped; it resumes at the next start")
+            }
+        }
+    })
+}
+
+/// How often a node sharing its maps looks at their purge generation: a takedown or a
+/// forgotten URL on another node holds here at most about this late (the issue allows 2 s).
+const PURGE_POLL: Duration = Duration::from_millis(250);
+
+/// Follows removals made on other nodes (`Pipeline::follow_purges`: one small read per poll,
+/// and nothing at all on maps no other node shares).
+fn spawn_purge_follower(pipeline: Pipeline) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PURGE_POLL);
+        loop {
+            tick.tick().await;
+            if let Err(e) = pipeline.follow_purges().await {
+                tracing::warn!(error = %e, "reading the purge generation failed");
             }
         }
     })

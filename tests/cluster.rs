@@ -635,6 +635,10 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
         pending = still;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!(
+        "every node refused the content {:?} after the takedown",
+        purged.elapsed()
+    );
     let count = |table: &str| {
         pg.psql(
             "cluster_takedown",

@@ -13,7 +13,7 @@
 //!
 //! Every removal ends the remembered requests and what this node holds in memory at once,
 //! and moves the maps' purge generation forward: every other node sharing the maps sees it
-//! within its next upkeep (a second) and drops its memory too ([`Pipeline::follow_purges`]).
+//! within a quarter of a second and drops its memory too ([`Pipeline::follow_purges`]).
 //! The takedown list itself is held in memory on every node (it is checked by every request
 //! that locates a variant, so it must cost no round trip), reloaded whenever the generation
 //! moves.
@@ -236,10 +236,14 @@ impl Pipeline {
     }
 
     /// Follows removals made on other nodes: when the maps' purge generation has moved
-    /// since this node last looked, reloads the takedown list and drops its memory (the
-    /// upkeep calls this every second).
-    pub(super) async fn follow_purges(&self) -> Result<(), Error> {
+    /// since this node last looked, reloads the takedown list and drops its memory (the app
+    /// calls this four times a second). Maps no other process shares have no other nodes:
+    /// nothing to follow.
+    pub async fn follow_purges(&self) -> Result<(), Error> {
         let s = &self.shared;
+        if !s.maps.shared() {
+            return Ok(());
+        }
         let now = s.maps.purge_generation().await?;
         if now == s.takedowns.generation.load(Ordering::Acquire) {
             return Ok(());

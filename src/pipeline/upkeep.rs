@@ -246,7 +246,6 @@ impl Pipeline {
     /// a second of recomputable entries).
     pub async fn upkeep(&self) -> Result<(), Error> {
         let u = &self.shared.upkeep;
-        self.follow_purges().await?;
         self.write_use().await?;
         self.keep_variants_within_budget().await?;
         let sweep_due = {
