@@ -136,6 +136,11 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
         Ok(r) => r,
         Err(f) => return ItemResult::failed(raw, &f.error),
     };
+    for hash in [resolved.hash, resolved.source] {
+        if let Err(e) = pipeline.refuse_taken_down(&hash) {
+            return ItemResult::failed(raw, &e);
+        }
+    }
     let info = match pipeline.original(&resolved.hash).await {
         Ok(Some(info)) => info,
         Ok(None) => {

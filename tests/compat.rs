@@ -127,6 +127,25 @@ async fn serves_what_the_fixture_served(app: &TestApp, manifest: &Value) {
     assert_eq!(app.processing_runs(), 0, "nothing processed");
 }
 
+/// A node on the shared maps and bucket alone (an empty data dir of its own), whose origins
+/// are long gone: mappings are used as stored.
+async fn cluster_node(
+    bucket: &std::sync::Arc<common::s3::S3Target>,
+    maps_url: String,
+) -> (TestApp, tempfile::TempDir) {
+    let empty = tempfile::tempdir().unwrap();
+    let dir = empty.path().to_path_buf();
+    let shared = bucket.clone();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        shared.configure(c);
+        c.maps.url = Some(maps_url);
+        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
+    })
+    .await;
+    (app, empty)
+}
+
 /// `imgcas maps copy --to postgres://…` moves the fixture's node into a cluster: its maps
 /// into PostgreSQL, its originals and variant bytes into the bucket. A second run copies
 /// nothing again; a node on the shared maps and bucket alone (an empty data dir) then
@@ -174,16 +193,7 @@ async fn maps_copy_moves_a_node_into_a_cluster() {
         "{out}"
     );
 
-    let empty = tempfile::tempdir().unwrap();
-    let dir = empty.path().to_path_buf();
-    let shared = bucket.clone();
-    let app = spawn_app_with(move |c| {
-        c.data_dir = dir;
-        shared.configure(c);
-        c.maps.url = Some(maps_url);
-        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
-    })
-    .await;
+    let (app, _empty) = cluster_node(&bucket, maps_url).await;
     serves_what_the_fixture_served(&app, &manifest).await;
 }
 
@@ -303,4 +313,42 @@ async fn a_takedown_finds_the_url_entries_the_previous_release_wrote() {
     let query = manifest["upload_variant"]["query"].as_str().unwrap();
     let r = app.get(&format!("/v1/image/{upload}?{query}")).await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+}
+
+/// `maps copy` carries the node's takedowns into the cluster and copies nothing they name:
+/// the taken-down original, its variant and its bytes stay behind, and a cluster node
+/// refuses the content.
+#[tokio::test(flavor = "multi_thread")]
+async fn maps_copy_carries_takedowns_and_copies_nothing_taken_down() {
+    let Some(pg) = common::postgres::PgServer::or_skip("maps_copy_takedowns") else {
+        return;
+    };
+    let (data, manifest) = fixture_copy();
+    let url_hash = manifest["url_hash"].as_str().unwrap().to_string();
+    let (code, out) = common::binary::run(data.path(), &[], &["purge", &url_hash]);
+    assert_eq!(code, 0, "{out}");
+    let bucket = std::sync::Arc::new(common::s3::S3Target::new().await);
+    let maps_url = pg.database("maps_copy_takedowns");
+    let (code, out) = common::binary::run(
+        data.path(),
+        &bucket.env(),
+        &["maps", "copy", "--to", maps_url.as_str()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("originals  2 copied"), "{out}");
+    let keys = bucket.keys().await;
+    assert!(!keys.iter().any(|k| k.contains(&url_hash)), "{keys:?}");
+    let listed = pg
+        .psql(
+            "maps_copy_takedowns",
+            &format!(
+                "SELECT count(*) FROM imgcas_takedowns WHERE hash = decode('{url_hash}', 'hex')"
+            ),
+        )
+        .unwrap();
+    assert_eq!(listed, "1");
+
+    let (app, _empty) = cluster_node(&bucket, maps_url).await;
+    let r = app.get(&format!("/v1/image/{url_hash}?w=10")).await;
+    assert_eq!(r.status(), 451);
 }

@@ -122,6 +122,20 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
     // An upload of the same bytes is refused too.
     let refused = upload(&app, bytes.clone()).await;
     assert_eq!(refused.status(), 451);
+    // So is an ingest of its URLs, item by item.
+    let ingested = app
+        .client
+        .post(app.url("/v1/ingest"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(serde_json::json!({ "urls": [b.as_str()] }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ingested.status(), 200);
+    let answer = json(ingested).await;
+    assert_eq!(answer["summary"]["failed"], 1, "{answer}");
+    assert!(answer.to_string().contains("taken_down"), "{answer}");
     assert_eq!(stored_of(&app, &hash).await, Vec::<String>::new());
     // The other content still serves, as a stored hit.
     let r = app.image_by_url(&other, "w=50").await;
@@ -146,8 +160,8 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
         (false.into(), 0.into())
     );
     assert_eq!(
-        again["urls_forgotten"], 1,
-        "the URL remembered as taken down"
+        again["urls_forgotten"], 2,
+        "the URLs remembered as taken down (a by requests, b by the ingest)"
     );
 
     // Lifted: by hash the bytes are gone (404); a URL downloads again and serves.

@@ -7,6 +7,9 @@
 //! interruption, or to pick up what the node did since) skips every original and variant
 //! already copied: the copy is idempotent and resumable. URL entries are upserted each run
 //! (they may have changed since), after the originals they point at.
+//!
+//! Takedowns go first: the node's list is added to the cluster's, and nothing listed in
+//! either is copied, except the URL entries that remember a URL as taken down.
 
 use crate::blob::BlobStore;
 use crate::error::Error;
@@ -54,10 +57,24 @@ pub async fn copy_maps(
         progress(done, total);
     };
 
+    // Takedowns: the node's join the cluster's, before anything they name could be copied.
+    let node_takedowns = from.takedowns().await?;
+    for (hash, at) in &node_takedowns {
+        to.take_down(hash, *at).await?;
+    }
+    if !node_takedowns.is_empty() {
+        to.bump_purge_generation().await?;
+    }
+    let listed: std::collections::HashSet<_> =
+        to.takedowns().await?.into_iter().map(|(h, _)| h).collect();
+
     // Originals: bytes into the bucket, then the index entry.
     let mut copied = std::collections::HashSet::new();
     for hash in hashes {
         step();
+        if listed.contains(&hash) {
+            continue;
+        }
         if to.original(&hash).await?.is_some() {
             report.originals_present += 1;
             copied.insert(hash);
@@ -91,7 +108,11 @@ pub async fn copy_maps(
     // URL entries, where their original made it.
     for (url, entry) in urls {
         step();
-        if copied.contains(&entry.serving()) {
+        if listed.contains(&entry.hash) || listed.contains(&entry.serving()) {
+            // Remembered as taken down: the entry keeps the cluster from downloading it.
+            to.put_url(&url, &entry).await?;
+            report.urls_copied += 1;
+        } else if copied.contains(&entry.serving()) {
             // A canonical mapping brings its alias (the own hash keeps serving by hash).
             if let Some(canonical) = entry.canonical {
                 to.put_alias(&entry.hash, &canonical).await?;

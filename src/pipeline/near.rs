@@ -78,6 +78,9 @@ impl Pipeline {
     ) -> Result<(), Error> {
         let stored = computed.map_or(Fingerprinted::NotAPicture, Fingerprinted::Picture);
         self.shared.maps.put_fingerprint(hash, &stored).await?;
+        if self.undo_if_taken_down(hash).await? {
+            return Ok(());
+        }
         if let Some(fp) = computed {
             if self
                 .best_match(hash, &fp, &self.report_guards(), false)

@@ -4,10 +4,12 @@
 //! - Forgetting a URL's entry (`DELETE /v1/urls`): its next request downloads it again.
 //! - A takedown (`DELETE /v1/originals/<hash>`): the hash goes on the takedown list first,
 //!   durably, so that from then on nothing of it is served (451 `taken_down`), stored or
-//!   processed; then everything of it is removed — the URL entries naming it (found through
-//!   the maps' hash → URLs index), its variants (the mezzanine is one) and their bytes, the
-//!   aliases naming it, its fingerprint, its index entry and its bytes. A takedown that a
-//!   crash interrupted is finished by asking again: every step is idempotent.
+//!   processed; then everything of it is removed — its index entry, the URL entries naming
+//!   it (found through the maps' hash → URLs index), its variants (the mezzanine is one) and
+//!   their bytes, the aliases naming it, its fingerprint and its bytes. A takedown that a
+//!   crash interrupted is finished by asking again: every step is idempotent. Writers of an
+//!   original or a variant check the list again after writing
+//!   ([`Pipeline::undo_if_taken_down`]), so a write that raced a takedown is removed too.
 //! - Lifting a takedown (`DELETE /v1/takedowns/<hash>`): the hash is off the list, and the
 //!   URL entries that remembered it as taken down are forgotten, so they download again.
 //!
@@ -34,6 +36,10 @@ use crate::maps::{now_ms, MapStore};
 pub(super) struct Takedowns {
     listed: RwLock<HashSet<ContentHash>>,
     generation: AtomicU64,
+    /// Held from a change of the list in the maps to the same change here, and by a reload
+    /// from its read to its write: a reload cannot put back the list as it was before a
+    /// takedown on this node.
+    changing: tokio::sync::Mutex<()>,
 }
 
 impl Takedowns {
@@ -49,6 +55,7 @@ impl Takedowns {
         Ok(Takedowns {
             listed: RwLock::new(listed),
             generation: AtomicU64::new(generation),
+            changing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -141,12 +148,25 @@ impl Pipeline {
 
     /// Takes `hash` down: lists it, then removes everything stored of it (see the module
     /// doc). A hash never stored may be taken down too: nothing is removed, and it is
-    /// refused from then on.
+    /// refused from then on. The work runs as a task of its own: a caller that goes away
+    /// (a client hanging up, a request timeout) does not leave it half done.
     pub async fn take_down(&self, hash: &ContentHash) -> Result<TakenDown, Error> {
+        let (this, hash) = (self.clone(), *hash);
+        tokio::spawn(async move { this.take_down_now(&hash).await }).await?
+    }
+
+    async fn take_down_now(&self, hash: &ContentHash) -> Result<TakenDown, Error> {
         let s = &self.shared;
-        let newly_listed = s.maps.take_down(hash, now_ms()).await?;
-        s.takedowns.set(*hash, true);
+        let newly_listed = {
+            let _changing = s.takedowns.changing.lock().await;
+            let newly = s.maps.take_down(hash, now_ms()).await?;
+            s.takedowns.set(*hash, true);
+            newly
+        };
         self.removed();
+        // Other nodes refuse it from their next look at the generation, before the removal
+        // below is done (and even if it fails half way).
+        s.maps.bump_purge_generation().await?;
         let mut report = TakenDown {
             hash: *hash,
             newly_listed,
@@ -154,6 +174,10 @@ impl Pipeline {
             urls_forgotten: 0,
             bytes_freed: 0,
         };
+        // The index entry (and the fingerprint) first: a node that has not seen the
+        // generation yet then fails to locate the content rather than making variants of it.
+        // Removed even when not indexed: a fingerprint may outlive its entry.
+        s.maps.remove_original(hash).await?;
         for (url, _) in s.maps.urls_of(hash).await? {
             s.maps.remove_url(&url).await?;
             s.origin_failures.clear(&url);
@@ -165,12 +189,6 @@ impl Pipeline {
         self.drop_variant_bytes(&keys).await?;
         report.bytes_freed += variants.iter().map(|(_, n)| n).sum::<u64>();
         s.maps.remove_aliases(hash).await?;
-        // The index entry before the bytes (the reverse of storing): a reader never finds an
-        // entry whose bytes are gone because of this.
-        let indexed = s.maps.original(hash).await?;
-        if indexed.is_some() {
-            s.maps.remove_original(hash).await?;
-        }
         if let Some(size) = s.blobs.size(hash).await? {
             s.blobs.delete(hash).await?;
             report.bytes_freed += size;
@@ -178,7 +196,9 @@ impl Pipeline {
         s.maps.flush().await?;
         s.maps.bump_purge_generation().await?;
         // A request that located the content while the removal ran remembers nothing (the
-        // epoch moved), but its processing run may have filled the hot cache since.
+        // epoch moved), but its processing run may have filled the hot cache since, and a
+        // read in flight may have put the removed index entry back in the maps' memory.
+        s.maps.drop_memory();
         self.removed();
         tracing::info!(
             %hash,
@@ -190,21 +210,47 @@ impl Pipeline {
         Ok(report)
     }
 
+    /// Undoes a write of taken-down content that raced its takedown: a writer checks the
+    /// list before it stores, and again after; if the hash was listed in between, the
+    /// takedown may have run before the write landed, so it runs again. Returns whether the
+    /// hash is listed.
+    pub(super) async fn undo_if_taken_down(&self, hash: &ContentHash) -> Result<bool, Error> {
+        if !self.listed_now(hash).await? {
+            return Ok(false);
+        }
+        tracing::info!(%hash, "content stored while being taken down; removing it again");
+        self.take_down(hash).await?;
+        Ok(true)
+    }
+
     /// Takes down the content `url` is served from (its canonical original in canonical
     /// mode, else its bytes). `None` when the URL has no entry: there is nothing to name.
+    /// In canonical mode the URL's own bytes are taken down too: its next download would
+    /// otherwise store them and serve the same picture again.
     pub async fn take_down_url(&self, url: &Url) -> Result<Option<TakenDown>, Error> {
-        match self.shared.maps.url_now(url.as_str()).await? {
-            Some(entry) => Ok(Some(self.take_down(&entry.serving()).await?)),
-            None => Ok(None),
+        let Some(entry) = self.shared.maps.url_now(url.as_str()).await? else {
+            return Ok(None);
+        };
+        let mut report = self.take_down(&entry.serving()).await?;
+        if entry.hash != entry.serving() {
+            let own = self.take_down(&entry.hash).await?;
+            report.variants_removed += own.variants_removed;
+            report.urls_forgotten += own.urls_forgotten;
+            report.bytes_freed += own.bytes_freed;
         }
+        Ok(Some(report))
     }
 
     /// Lifts the takedown of `hash`; the URLs that remembered it as taken down download
     /// again on their next request.
     pub async fn lift_takedown(&self, hash: &ContentHash) -> Result<Lifted, Error> {
         let s = &self.shared;
-        let lifted = s.maps.lift_takedown(hash).await?;
-        s.takedowns.set(*hash, false);
+        let lifted = {
+            let _changing = s.takedowns.changing.lock().await;
+            let lifted = s.maps.lift_takedown(hash).await?;
+            s.takedowns.set(*hash, false);
+            lifted
+        };
         let mut urls_forgotten = 0;
         for (url, _) in s.maps.urls_of(hash).await? {
             s.maps.remove_url(&url).await?;

@@ -390,6 +390,10 @@ impl Pipeline {
         } else {
             s.maps.add_original(&hash, &info).await?
         };
+        if self.undo_if_taken_down(&hash).await? {
+            // Taken down while this download stored it: removed again, and refused.
+            return Ok((hash, hash, false));
+        }
         if new_original && self.near_dedup_on() {
             match computed {
                 Some(fp) => self.keep_fingerprint(&hash, fp).await?,

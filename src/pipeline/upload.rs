@@ -54,6 +54,9 @@ impl Pipeline {
             Stats::bump(&s.stats.originals_stored);
         }
         let inserted = s.maps.add_original(&hash, &info).await?;
+        if self.undo_if_taken_down(&hash).await? {
+            return Err(super::taken_down(&hash));
+        }
         if inserted {
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.

@@ -489,7 +489,11 @@ impl Pipeline {
             async move {
                 match lease.settle().await {
                     Ok(claim) => match this.store_variant(&key, &row, claim.as_ref()).await {
-                        Ok(()) => this.variant_stored(&key, &row).await,
+                        Ok(()) => match this.undo_if_taken_down(&key.hash).await {
+                            Ok(false) => this.variant_stored(&key, &row).await,
+                            Ok(true) => {}
+                            Err(e) => tracing::warn!(error = %e, "takedown list not read"),
+                        },
                         Err(e) => {
                             tracing::warn!(error = %e, "variant not stored; serving it anyway")
                         }

@@ -11,7 +11,8 @@
 //! URL entries are answered from memory for a second after they were read or written
 //! (another node may change them, so not longer), and the last one seen is kept to answer
 //! while the database does not (an outage then costs hot hits nothing). Originals are cached, since an index entry never changes once
-//! written (only `verify --repair` drops one, with the cluster's bytes already gone).
+//! written; only `verify --repair` and a takedown drop one, and a takedown moves the purge
+//! generation, on which every node drops this memory ([`MapStore::drop_memory`]).
 //!
 //! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed in the
 //! transaction that changes a variant, so the budget check is a sixteen-row read however many

@@ -624,4 +624,10 @@ impl MapStore for RedbMaps {
             .run(|db| originals::get(&db.read()?, &ContentHash([0; 32])).map(|_| ()))
             .await
     }
+
+    fn drop_memory(&self) {
+        // URL entries are exact here (every write goes through this handle); an originals
+        // entry read while a takedown removed it may have been put back.
+        self.recent.invalidate_all();
+    }
 }

@@ -1,7 +1,6 @@
 //! The takedown list (hash → when it was taken down, ms since the epoch) and the purge
-//! generation. One process owns the file, so the generation only tells this process's own
-//! memory that a removal happened; it is kept in the file anyway, so that both backends
-//! answer the same (and a copy into shared maps could carry it).
+//! generation. One process owns the file, so no other node follows the generation; it is
+//! kept anyway, so that both backends answer the same.
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
