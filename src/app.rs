@@ -170,6 +170,13 @@ async fn serve(
 /// once, in the background: until it gets to one, it is fingerprinted on demand.
 fn spawn_backfill(pipeline: Pipeline) -> JoinHandle<()> {
     tokio::spawn(async move {
+        match pipeline.backfill_facts().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(originals = n, "facts backfilled"),
+            Err(e) => {
+                tracing::warn!(error = %e, "facts backfill stopped; it resumes at the next start")
+            }
+        }
         if !pipeline.near_dedup_on() {
             return;
         }

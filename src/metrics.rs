@@ -164,6 +164,10 @@ fn describe() {
         "Perceptual fingerprints computed (one per original, at its first storing or backfill)"
     );
     describe_counter!(
+        "imgcas_facts_computed_total",
+        "Originals' facts computed (placeholders and frames: one per original, at its first storing or backfill)"
+    );
+    describe_counter!(
         "imgcas_source_decodes_total",
         "Decodes of source pixels, by what was decoded (an original or its mezzanine); runs that share a decode count it once"
     );
@@ -214,6 +218,7 @@ impl Metrics {
                     "imgcas_fingerprints_computed_total",
                     s.fingerprints_computed,
                 ),
+                ("imgcas_facts_computed_total", s.facts_computed),
                 ("imgcas_mezzanines_built_total", s.mezzanines_built),
             ];
             for (name, value) in counters {

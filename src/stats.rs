@@ -33,6 +33,8 @@ pub struct Stats {
     pub near_duplicates_found: AtomicU64,
     /// Fingerprints computed (each original's once, unless its bytes were lost).
     pub fingerprints_computed: AtomicU64,
+    /// Originals' facts computed (placeholders, frames: each original's once).
+    pub facts_computed: AtomicU64,
     /// Decodes of an original's bytes (at any DCT scale); a decode runs share counts once.
     pub decodes_original: AtomicU64,
     /// Decodes of a mezzanine's bytes.
@@ -71,6 +73,7 @@ impl Stats {
             claim_waits: Self::get(&self.claim_waits),
             near_duplicates_found: Self::get(&self.near_duplicates_found),
             fingerprints_computed: Self::get(&self.fingerprints_computed),
+            facts_computed: Self::get(&self.facts_computed),
             decodes_original: Self::get(&self.decodes_original),
             decodes_mezzanine: Self::get(&self.decodes_mezzanine),
             mezzanines_built: Self::get(&self.mezzanines_built),
@@ -95,6 +98,7 @@ pub struct StatsSnapshot {
     pub claim_waits: u64,
     pub near_duplicates_found: u64,
     pub fingerprints_computed: u64,
+    pub facts_computed: u64,
     pub decodes_original: u64,
     pub decodes_mezzanine: u64,
     pub mezzanines_built: u64,

@@ -124,6 +124,24 @@ pub struct InfoAnswer {
     pub fingerprint: Option<String>,
     /// Other originals within the report radius.
     pub near_duplicates: u64,
+    /// Placeholders and frames (null placeholders for bytes that are no picture).
+    #[serde(flatten)]
+    pub facts: FactsAnswer,
+}
+
+/// What a page may paint before the image loads, and whether it moves: part of `info` and
+/// of `format=json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FactsAnswer {
+    /// BlurHash, 4 × 3 components.
+    pub blurhash: Option<String>,
+    /// ThumbHash, base64.
+    pub thumbhash: Option<String>,
+    /// `#rrggbb`.
+    pub dominant_color: Option<String>,
+    pub has_alpha: bool,
+    pub animated: bool,
+    pub frames: u32,
 }
 
 /// `GET /v1/originals/<hash>/similar`.

@@ -352,3 +352,27 @@ async fn maps_copy_carries_takedowns_and_copies_nothing_taken_down() {
     let r = app.get(&format!("/v1/image/{url_hash}?w=10")).await;
     assert_eq!(r.status(), 451);
 }
+
+/// Originals stored by the previous release get their facts (backfilled at start, or
+/// computed on demand when asked first), once: asking again computes nothing.
+#[tokio::test]
+async fn originals_of_the_previous_release_get_their_facts_once() {
+    let (app, manifest, _data) = app_on_the_fixture(|_| {}).await;
+    let upload = manifest["upload_hash"].as_str().unwrap();
+    let info: Value = common::json(app.get(&format!("/v1/originals/{upload}/info")).await).await;
+    assert_eq!(info["blurhash"].as_str().map(str::len), Some(28), "{info}");
+    assert!(info["dominant_color"].as_str().is_some(), "{info}");
+    // The backfill gets to all three originals (the one asked for first is not done twice).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while app.stats().facts_computed < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backfill did not finish"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let again: Value = common::json(app.get(&format!("/v1/originals/{upload}/info")).await).await;
+    assert_eq!(again, info);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(app.stats().facts_computed, 3);
+}

@@ -15,8 +15,8 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, Fingerprint, Fingerprinted, MapStore, OriginalInfo, PostgresMaps, RedbMaps, UrlEntry,
-    VariantBody, VariantKey, VariantRow,
+    now_ms, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo, PictureFacts,
+    PostgresMaps, RedbMaps, UrlEntry, VariantBody, VariantKey, VariantRow,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -30,6 +30,7 @@ fn info(bytes: u64) -> OriginalInfo {
         has_alpha: true,
         bytes,
         first_seen_ms: now_ms(),
+        facts: None,
     }
 }
 
@@ -521,6 +522,41 @@ async fn takedowns(open: impl Fn() -> Opened) {
     assert!(maps.takedowns().await.unwrap().is_empty());
 }
 
+/// An original's facts are kept with its index entry, replaced by a later write, survive a
+/// reopen, and are not written for a hash not indexed.
+async fn original_facts(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    let hash = ContentHash::of(b"facts");
+    let facts = |frames: u32| OriginalFacts {
+        version: imgcas_processors::FACTS_VERSION,
+        picture: Some(PictureFacts {
+            blurhash: "K0000000000000000000000000".into(),
+            thumbhash: "AAAAAAAAAAAAAAAAAAAAAAAA".into(),
+            dominant_color: "#123456".into(),
+            has_alpha: false,
+            frames,
+        }),
+    };
+    maps.put_facts(&hash, &facts(1)).await.unwrap();
+    assert_eq!(
+        maps.original(&hash).await.unwrap(),
+        None,
+        "not indexed: nothing written"
+    );
+    maps.add_original(&hash, &info(9)).await.unwrap();
+    assert_eq!(maps.original(&hash).await.unwrap().unwrap().facts, None);
+    maps.put_facts(&hash, &facts(1)).await.unwrap();
+    maps.put_facts(&hash, &facts(4)).await.unwrap();
+    assert_eq!(
+        maps.original(&hash).await.unwrap().unwrap().facts,
+        Some(facts(4))
+    );
+    drop(maps);
+    let maps = open().await;
+    let kept = maps.original(&hash).await.unwrap().unwrap();
+    assert_eq!((kept.facts, kept.bytes), (Some(facts(4)), 9));
+}
+
 /// A redb file written before the hash → URLs index existed gets it built at its first open
 /// by this release: its URL table, as that release wrote it, is found by hash.
 #[tokio::test]
@@ -568,6 +604,7 @@ async fn redb_keeps_the_contract() {
     bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     takedowns(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    original_facts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]
@@ -603,6 +640,7 @@ async fn postgres_keeps_the_contract() {
     bounded_growth(postgres_at(server.database("bounded_growth"))).await;
     near_duplicates(postgres_at(server.database("near_duplicates"))).await;
     takedowns(postgres_at(server.database("takedowns"))).await;
+    original_facts(postgres_at(server.database("original_facts"))).await;
 }
 
 /// Nodes starting together on an empty database all come up (the migrations serialise on a

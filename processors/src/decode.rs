@@ -412,6 +412,27 @@ fn normalize(image: DynamicImage) -> DynamicImage {
     }
 }
 
+/// Decodes as small as keeps both sides at least `min_side` (JPEG shrinks on load; other
+/// formats decode at full size), upright; with the picture's full upright size. For the
+/// facts computed once per original (fingerprint, placeholders), which need few pixels.
+pub fn decode_small(
+    bytes: &[u8],
+    limits: &Limits,
+    min_side: u32,
+) -> Result<(DynamicImage, (u32, u32)), ProcessError> {
+    let source = open(bytes, limits)?;
+    let (width, height) = source.upright_size();
+    let denominator = if source.can_shrink_on_load() {
+        [8, 4, 2]
+            .into_iter()
+            .find(|d| width.min(height) / d >= min_side)
+            .unwrap_or(1)
+    } else {
+        1
+    };
+    Ok((source.decode(limits, denominator)?, (width, height)))
+}
+
 /// Decodes at full size, upright (EXIF orientation applied; first frame only).
 pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(SourceInfo, DynamicImage), ProcessError> {
     let source = open(bytes, limits)?;

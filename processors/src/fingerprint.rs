@@ -144,18 +144,8 @@ impl Fingerprint {
 /// The fingerprint of encoded bytes: opened and checked against `limits` like any source,
 /// decoded as small as suffices.
 pub fn fingerprint(bytes: &[u8], limits: &Limits) -> Result<Fingerprint, ProcessError> {
-    let source = decode::open(bytes, limits)?;
-    let (width, height) = source.upright_size();
-    let denominator = if source.can_shrink_on_load() {
-        [8, 4, 2]
-            .into_iter()
-            .find(|d| width.min(height) / d >= MIN_DECODED_SIDE)
-            .unwrap_or(1)
-    } else {
-        1
-    };
-    let image = source.decode(limits, denominator)?;
-    Ok(of_image(&image, (width, height)))
+    let (image, size) = decode::decode_small(bytes, limits, MIN_DECODED_SIDE)?;
+    Ok(of_image(&image, size))
 }
 
 /// The fingerprint of decoded, upright pixels; `size` is the picture's full upright size

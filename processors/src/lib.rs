@@ -21,6 +21,7 @@ pub mod compare;
 pub mod decode;
 pub mod encode;
 pub mod error;
+pub mod facts;
 pub mod fingerprint;
 pub mod geometry;
 pub mod gif;
@@ -35,6 +36,7 @@ pub mod tif;
 
 pub use decode::{probe, Limits, SourceInfo};
 pub use error::{ProcessError, ProcessFailure};
+pub use facts::{Facts, FACTS_VERSION};
 pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};
 pub use image::DynamicImage;
 pub use mezzanine::MEZZANINE_VERSION;

@@ -11,7 +11,7 @@ use super::{etag_matches, Service};
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
 use crate::hash::ContentHash;
-use crate::pipeline::{Provenance, Source, Target};
+use crate::pipeline::{Failure, Provenance, Source, Target};
 
 pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -47,14 +47,19 @@ pub(super) async fn advertise_hints(mut response: Response) -> Response {
     response
 }
 
+/// A query as [`parse_query`] splits it.
+struct Parsed {
+    url: Option<String>,
+    spec: Spec,
+    /// `format=json`: the original's facts are asked for, not pixels.
+    json: bool,
+}
+
 /// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
 /// `preset` into its options (explicit options override them, unless only presets are allowed).
-fn parse_query(
-    service: &Service,
-    query: Option<&str>,
-    url_param: bool,
-) -> Result<(Option<String>, Spec), Error> {
+fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Result<Parsed, Error> {
     let pairs = crate::config::option_pairs(query.unwrap_or(""));
+    let json = pairs.iter().any(|(k, v)| k == "format" && v == "json");
     let mut url = None;
     let mut preset = None;
     let mut explicit: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
@@ -72,6 +77,8 @@ fn parse_query(
             }
             // Checked before parsing, by `check_signature`.
             "sig" => {}
+            // Facts, not pixels: no output format to parse.
+            "format" if json => {}
             _ => explicit.push((k.as_str(), v.as_str())),
         }
     }
@@ -99,7 +106,46 @@ fn parse_query(
     };
     options.extend(explicit);
     let spec = Spec::from_pairs(options)?;
-    Ok((url, spec))
+    Ok(Parsed { url, spec, json })
+}
+
+/// `format=json`: the facts of the original a request names (as `info` answers them), so a
+/// page can fetch placeholder and dimensions before the image. Read from the index; a
+/// URL is resolved as for pixels (a first request downloads it).
+async fn facts_response(service: &Service, source: Source, cache_control: &str) -> Response {
+    let pipeline = service.pipeline();
+    let answer = async {
+        let hash = match &source {
+            Source::Hash(hash) => *hash,
+            Source::Url(url) => {
+                let resolved = pipeline.resolve_url(url, false).await?;
+                pipeline
+                    .refuse_taken_down(&resolved.source)
+                    .map_err(|e| Failure::from(e).with_hash(resolved.source))?;
+                resolved.hash
+            }
+        };
+        let failed = |e: Error| Failure::from(e).with_hash(hash);
+        pipeline.refuse_taken_down(&hash).map_err(failed)?;
+        let info = pipeline
+            .original(&hash)
+            .await
+            .map_err(failed)?
+            .ok_or_else(|| failed(Error::NotFound(format!("no original with hash {hash}"))))?;
+        super::originals::info_answer(service, hash, &info)
+            .await
+            .map_err(failed)
+    };
+    match answer.await {
+        Ok(answer) => {
+            let mut response = axum::Json(answer).into_response();
+            if let Ok(v) = HeaderValue::from_str(cache_control) {
+                response.headers_mut().insert(header::CACHE_CONTROL, v);
+            }
+            response
+        }
+        Err(f) => f.into_response(),
+    }
 }
 
 /// The `X-Imgcas-Cache` value of an answer (a cached error is `error-hit`, in `error.rs`).
@@ -139,6 +185,9 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     key
 }
 
+/// How long a `format=json` answer by hash may be kept.
+const FACTS_BY_HASH: &str = "public, max-age=3600";
+
 pub async fn by_url(
     State(service): State<Service>,
     uri: Uri,
@@ -153,22 +202,25 @@ pub async fn by_url(
     if let Some(target) = service.pipeline().recall(&request) {
         return respond(&service, &target, &headers, cache_control).await;
     }
-    let (raw, spec) = match parse_query(&service, query.as_deref(), true) {
+    let parsed = match parse_query(&service, query.as_deref(), true) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
     };
-    let Some(raw) = raw else {
+    let Some(raw) = parsed.url else {
         return Error::invalid_option("url", "the source URL is required").into_response();
     };
     let url = match canonical_url(&raw) {
         Ok(url) => url,
         Err(e) => return Error::from(e).into_response(),
     };
+    if parsed.json {
+        return facts_response(&service, Source::Url(url), cache_control).await;
+    }
     locate_and_respond(
         &service,
         request,
         Source::Url(url),
-        &spec,
+        &parsed.spec,
         &headers,
         cache_control,
     )
@@ -192,15 +244,19 @@ pub async fn by_hash(
     let Ok(hash) = hash.parse() else {
         return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
     };
-    let spec = match parse_query(&service, query.as_deref(), false) {
-        Ok((_, spec)) => spec,
+    let parsed = match parse_query(&service, query.as_deref(), false) {
+        Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
     };
+    if parsed.json {
+        // Facts of an original never change, but its near-duplicates may: not immutable.
+        return facts_response(&service, Source::Hash(hash), FACTS_BY_HASH).await;
+    }
     locate_and_respond(
         &service,
         request,
         Source::Hash(hash),
-        &spec,
+        &parsed.spec,
         &headers,
         IMMUTABLE,
     )

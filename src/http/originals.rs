@@ -18,7 +18,9 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
 use crate::pipeline::Uploaded;
-use crate::wire::{InfoAnswer, OriginalAnswer, SimilarAnswer, SimilarOriginal, UploadAnswer};
+use crate::wire::{
+    FactsAnswer, InfoAnswer, OriginalAnswer, SimilarAnswer, SimilarOriginal, UploadAnswer,
+};
 
 fn upload_answer(u: &Uploaded) -> UploadAnswer {
     UploadAnswer {
@@ -236,36 +238,65 @@ pub async fn info(State(service): State<Service>, Path(hash): Path<String>, uri:
     }
     let answer = async {
         let (hash, info) = lookup(&service, &hash).await?;
-        let pipeline = service.pipeline();
-        // What the original is answers even when its fingerprint cannot be had (its bytes
-        // missing from the blob store, say).
-        let near = if pipeline.near_dedup_on() {
-            pipeline
-                .similar(&hash, pipeline.report_radius(), usize::MAX)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(%hash, error = %e, "fingerprint unavailable");
-                    None
-                })
-        } else {
-            None
-        };
-        let (fingerprint, near_duplicates) = match near {
-            Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
-            None => (None, 0),
-        };
-        let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
-        Ok::<_, Error>(InfoAnswer {
-            original: OriginalAnswer::new(hash, &info),
-            first_seen: humantime::format_rfc3339_seconds(first_seen).to_string(),
-            fingerprint,
-            near_duplicates,
-        })
+        info_answer(&service, hash, &info).await
     };
     match answer.await {
         Ok(answer) => Json(answer).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// What `info` (and `format=json`) answer of an indexed original.
+pub(super) async fn info_answer(
+    service: &Service,
+    hash: ContentHash,
+    info: &OriginalInfo,
+) -> Result<InfoAnswer, Error> {
+    let pipeline = service.pipeline();
+    // What the original is answers even when its fingerprint cannot be had (its bytes
+    // missing from the blob store, say).
+    let near = if pipeline.near_dedup_on() {
+        pipeline
+            .similar(&hash, pipeline.report_radius(), usize::MAX)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(%hash, error = %e, "fingerprint unavailable");
+                None
+            })
+    } else {
+        None
+    };
+    let (fingerprint, near_duplicates) = match near {
+        Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
+        None => (None, 0),
+    };
+    // Kept with the entry (read, not decoded), unless not computed yet.
+    let facts = match pipeline.facts_of(&hash).await? {
+        Some(f) => FactsAnswer {
+            blurhash: Some(f.blurhash),
+            thumbhash: Some(f.thumbhash),
+            dominant_color: Some(f.dominant_color),
+            has_alpha: f.has_alpha,
+            animated: f.frames > 1,
+            frames: f.frames,
+        },
+        None => FactsAnswer {
+            blurhash: None,
+            thumbhash: None,
+            dominant_color: None,
+            has_alpha: info.has_alpha,
+            animated: false,
+            frames: 1,
+        },
+    };
+    let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
+    Ok(InfoAnswer {
+        original: OriginalAnswer::new(hash, info),
+        first_seen: humantime::format_rfc3339_seconds(first_seen).to_string(),
+        fingerprint,
+        near_duplicates,
+        facts,
+    })
 }
 
 /// The largest `max_distance` accepted: 16 of the hash's 64 bits (past it, unrelated

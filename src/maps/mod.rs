@@ -98,6 +98,40 @@ pub struct OriginalInfo {
     pub has_alpha: bool,
     pub bytes: u64,
     pub first_seen_ms: u64,
+    /// What its pixels tell, computed once (in the background after the original is
+    /// stored, or by the backfill for originals stored before); `None` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<OriginalFacts>,
+}
+
+/// Facts computed once from an original's pixels ([`imgcas_processors::facts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginalFacts {
+    /// The [`imgcas_processors::FACTS_VERSION`] they were computed with: others count as
+    /// absent, and are computed again.
+    pub version: u32,
+    /// `None`: the bytes decode to no picture (nothing to compute, nor to compute again).
+    pub picture: Option<PictureFacts>,
+}
+
+/// Placeholders and frame facts of a picture, as the API shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PictureFacts {
+    /// BlurHash, 4 × 3 components.
+    pub blurhash: String,
+    /// ThumbHash, base64.
+    pub thumbhash: String,
+    /// `#rrggbb`.
+    pub dominant_color: String,
+    pub has_alpha: bool,
+    pub frames: u32,
+}
+
+impl OriginalFacts {
+    /// Current facts only.
+    pub fn current(&self) -> Option<&OriginalFacts> {
+        (self.version == imgcas_processors::FACTS_VERSION).then_some(self)
+    }
 }
 
 /// What the fingerprints hold for an original (computed with
@@ -321,6 +355,9 @@ pub trait MapStore: Send + Sync + 'static {
         entry: &UrlEntry,
         info: &OriginalInfo,
     ) -> Result<bool, MapError>;
+
+    /// Stores an indexed original's facts, replacing any (nothing for an unindexed hash).
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError>;
 
     /// Drops an original's index entry, durably (`verify --repair`).
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError>;

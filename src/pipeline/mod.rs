@@ -11,6 +11,7 @@
 //! - `recall.rs`: the request cache, what a repeated request resolved to;
 //! - `decoded.rs`: decoded sources shared by the runs of one original under way together;
 //! - `near.rs`: perceptual fingerprints and near-duplicate lookups;
+//! - `facts.rs`: placeholders and frames of each original, computed once and kept;
 //! - `upload.rs`: bytes in → an indexed original;
 //! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
 //! - `copy.rs`: one node's embedded maps and bytes copied into shared ones (`maps copy`);
@@ -47,6 +48,7 @@ use crate::stats::{Stats, StatsSnapshot};
 mod claims;
 mod copy;
 mod decoded;
+mod facts;
 mod maintenance;
 mod near;
 mod recall;
@@ -110,6 +112,8 @@ struct Shared {
     decodes: decoded::DecodeCache,
     /// What repeated requests resolved to (`recall.rs`).
     requests: recall::RequestCache,
+    /// One facts computation per original at a time (`facts.rs`).
+    facts_flights: SingleFlight<ContentHash, Result<Option<crate::maps::PictureFacts>, Error>>,
     /// The takedown list as this node holds it (`removal.rs`).
     takedowns: removal::Takedowns,
     /// One fingerprint computation per original at a time.
@@ -132,6 +136,16 @@ pub struct Failure {
     /// How long the error is held for this URL: a client or cache should not ask again
     /// sooner, since the service would answer the same until then.
     pub held_for: Option<Duration>,
+}
+
+impl Failure {
+    /// The same failure, about the original `hash` (for the response headers).
+    pub fn with_hash(self, hash: ContentHash) -> Failure {
+        Failure {
+            source_hash: Some(hash),
+            ..self
+        }
+    }
 }
 
 impl From<Error> for Failure {
@@ -176,6 +190,7 @@ impl Pipeline {
                 fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
+                facts_flights: SingleFlight::default(),
                 takedowns,
                 requests: Default::default(),
                 decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),

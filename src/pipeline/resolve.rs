@@ -84,6 +84,7 @@ pub(super) fn describe(bytes: &[u8], limits: &Limits) -> (ContentHash, OriginalI
         has_alpha: probe.is_some_and(|p| p.has_alpha),
         bytes: bytes.len() as u64,
         first_seen_ms: now_ms(),
+        facts: None,
     };
     (hash, info)
 }
@@ -393,6 +394,9 @@ impl Pipeline {
         if self.undo_if_taken_down(&hash).await? {
             // Taken down while this download stored it: removed again, and refused.
             return Ok((hash, hash, false));
+        }
+        if new_original {
+            self.facts_in_background(hash);
         }
         if new_original && self.near_dedup_on() {
             match computed {

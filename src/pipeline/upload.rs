@@ -58,6 +58,7 @@ impl Pipeline {
             return Err(super::taken_down(&hash));
         }
         if inserted {
+            self.facts_in_background(hash);
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.
             if let Err(e) = self.fingerprint_new(&hash, bytes).await {

@@ -30,7 +30,8 @@ use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
 use super::{
     near, now_ms, Claim, ClaimOutcome, Evicted, Fingerprint, Fingerprinted, MapError, MapStore,
-    NearMatch, OriginalInfo, UrlEntry, VariantBody, VariantKey, VariantRow, VariantTotals,
+    NearMatch, OriginalFacts, OriginalInfo, UrlEntry, VariantBody, VariantKey, VariantRow,
+    VariantTotals,
 };
 use crate::hash::ContentHash;
 
@@ -204,6 +205,11 @@ fn original_info(row: &Row) -> Result<OriginalInfo, MapError> {
         has_alpha: row.try_get("has_alpha").map_err(store_error)?,
         bytes: unsigned(row.try_get("bytes").map_err(store_error)?),
         first_seen_ms: unsigned(row.try_get("first_seen_ms").map_err(store_error)?),
+        // Facts a newer release wrote in a shape this one does not read are computed again.
+        facts: row
+            .try_get::<_, Option<String>>("facts")
+            .map_err(store_error)?
+            .and_then(|json| serde_json::from_str(&json).ok()),
     })
 }
 
@@ -361,8 +367,8 @@ async fn put_url_on(
 }
 
 const INSERT_ORIGINAL: &str = "INSERT INTO imgcas_originals
-        (hash, format, width, height, has_alpha, bytes, first_seen_ms)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+        (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
     ON CONFLICT (hash) DO NOTHING";
 
 async fn insert_original_on(
@@ -373,6 +379,7 @@ async fn insert_original_on(
     let raw: &[u8] = hash.as_bytes();
     let width = info.width.and_then(|v| i32::try_from(v).ok());
     let height = info.height.and_then(|v| i32::try_from(v).ok());
+    let facts = facts_json(info.facts.as_ref())?;
     let inserted = client
         .execute(
             INSERT_ORIGINAL,
@@ -384,11 +391,19 @@ async fn insert_original_on(
                 &info.has_alpha,
                 &ms(info.bytes),
                 &ms(info.first_seen_ms),
+                &facts,
             ],
         )
         .await
         .map_err(store_error)?;
     Ok(inserted == 1)
+}
+
+fn facts_json(facts: Option<&OriginalFacts>) -> Result<Option<String>, MapError> {
+    facts
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| MapError::Corrupt(e.to_string()))
 }
 
 /// The keys of a batch as three arrays, for `unnest`.
@@ -567,6 +582,18 @@ impl MapStore for PostgresMaps {
         txn.commit().await.map_err(store_error)?;
         self.saw_url(url, Some(entry));
         Ok(new)
+    }
+
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let json = facts_json(Some(facts))?;
+        self.execute(
+            "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
+            &[&raw, &json],
+        )
+        .await?;
+        self.recent.invalidate(hash);
+        Ok(())
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {

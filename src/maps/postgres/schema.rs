@@ -118,7 +118,9 @@ const MIGRATIONS: &[&str] = &[
         id integer PRIMARY KEY,
         generation bigint NOT NULL
     );
-    INSERT INTO imgcas_purge (id, generation) VALUES (1, 0);",
+    INSERT INTO imgcas_purge (id, generation) VALUES (1, 0);
+    -- facts computed once from an original's pixels (placeholders, frames), as JSON
+    ALTER TABLE imgcas_originals ADD COLUMN facts text;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

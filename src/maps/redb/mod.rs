@@ -33,8 +33,8 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransac
 
 use super::near::{prefix_of, NearIndex};
 use super::{
-    now_ms, Evicted, Fingerprint, Fingerprinted, MapError, MapStore, NearMatch, OriginalInfo,
-    UrlEntry, VariantKey, VariantRow, VariantTotals,
+    now_ms, Evicted, Fingerprint, Fingerprinted, MapError, MapStore, NearMatch, OriginalFacts,
+    OriginalInfo, UrlEntry, VariantKey, VariantRow, VariantTotals,
 };
 use crate::hash::ContentHash;
 
@@ -362,6 +362,20 @@ impl MapStore for RedbMaps {
                     cache.invalidate(&url);
                 }
                 written.map(|(new, _)| new)
+            })
+            .await
+    }
+
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
+        let (hash, facts, recent) = (*hash, facts.clone(), self.recent.clone());
+        self.db
+            .run(move |db| {
+                let (stored, _) = db.write(|txn| originals::set_facts(txn, &hash, &facts))?;
+                // Under the write lock: the cache follows the table's order of writes.
+                if let Some(info) = stored {
+                    recent.insert(hash, info);
+                }
+                Ok(())
             })
             .await
     }

@@ -2,7 +2,7 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::super::{MapError, OriginalInfo};
+use super::super::{MapError, OriginalFacts, OriginalInfo};
 use crate::hash::ContentHash;
 
 pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
@@ -38,6 +38,28 @@ pub(super) fn insert_if_absent(
     let value = serde_json::to_vec(info).map_err(|e| MapError::Corrupt(e.to_string()))?;
     table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
     Ok(true)
+}
+
+/// Replaces an indexed original's facts; returns the entry as now stored (`None`: not
+/// indexed, nothing written).
+pub(super) fn set_facts(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+    facts: &OriginalFacts,
+) -> Result<Option<OriginalInfo>, MapError> {
+    let mut table = txn.open_table(TABLE)?;
+    let current = match table.get(hash.as_bytes().as_slice())? {
+        Some(raw) => serde_json::from_slice::<OriginalInfo>(raw.value())
+            .map_err(|e| MapError::Corrupt(format!("original {hash}: {e}")))?,
+        None => return Ok(None),
+    };
+    let info = OriginalInfo {
+        facts: Some(facts.clone()),
+        ..current
+    };
+    let value = serde_json::to_vec(&info).map_err(|e| MapError::Corrupt(e.to_string()))?;
+    table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
+    Ok(Some(info))
 }
 
 pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), MapError> {

@@ -1,0 +1,239 @@
+//! What a page wants to know of a picture before it loads it, computed once per original:
+//! placeholders to paint while the image loads (a BlurHash of 4 × 3 components, a ThumbHash,
+//! the dominant colour) from the smallest decode that suffices, and how many frames it has,
+//! from a walk of its container's headers (no pixel decoded).
+
+use image::DynamicImage;
+
+use crate::decode::{self, Limits};
+use crate::error::ProcessError;
+
+/// Bumped when what [`facts`] computes changes: facts of another version are computed again.
+pub const FACTS_VERSION: u32 = 1;
+
+/// BlurHash components across and down (landscape-friendly, the usual choice).
+const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);
+
+/// The side the placeholders are computed at (ThumbHash takes at most 100 × 100).
+const PLACEHOLDER_SIDE: u32 = 100;
+
+/// Decodes are shrunk on load (JPEG) until a side would drop below this.
+const MIN_DECODED_SIDE: u32 = 128;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// BlurHash (4 × 3 components), as its usual text.
+    pub blurhash: String,
+    /// ThumbHash's bytes (the API shows them in base64).
+    pub thumbhash: Vec<u8>,
+    /// The most common colour (coarsely bucketed, then averaged within the bucket), alpha
+    /// ignored where the picture is transparent.
+    pub dominant_color: [u8; 3],
+    pub has_alpha: bool,
+    /// Frames in the container (1 for a still picture).
+    pub frames: u32,
+}
+
+impl Facts {
+    /// `#rrggbb`.
+    pub fn dominant_hex(&self) -> String {
+        let [r, g, b] = self.dominant_color;
+        format!("#{r:02x}{g:02x}{b:02x}")
+    }
+}
+
+/// The facts of encoded bytes: opened and checked against `limits` like any source, decoded
+/// as small as suffices.
+pub fn facts(bytes: &[u8], limits: &Limits) -> Result<Facts, ProcessError> {
+    let (image, _) = decode::decode_small(bytes, limits, MIN_DECODED_SIDE)?;
+    Ok(of_image(&image, frame_count(bytes)))
+}
+
+/// The placeholders of decoded, upright pixels.
+pub fn of_image(image: &DynamicImage, frames: u32) -> Facts {
+    let small = image
+        .thumbnail(PLACEHOLDER_SIDE, PLACEHOLDER_SIDE)
+        .into_rgba8();
+    let (w, h) = (small.width(), small.height());
+    let rgba = small.as_raw();
+    let (cx, cy) = BLURHASH_COMPONENTS;
+    // Components in range and a buffer of w × h × 4: it cannot fail.
+    let blurhash = blurhash::encode(cx, cy, w, h, rgba).unwrap_or_default();
+    let thumbhash = thumbhash::rgba_to_thumb_hash(w as usize, h as usize, rgba);
+    Facts {
+        blurhash,
+        thumbhash,
+        dominant_color: dominant(rgba),
+        has_alpha: image.color().has_alpha(),
+        frames,
+    }
+}
+
+/// The most common colour: pixels bucketed by their top 4 bits per channel (transparent ones
+/// skipped), the fullest bucket's mean. Mean colour of all when every pixel is transparent.
+fn dominant(rgba: &[u8]) -> [u8; 3] {
+    let mut counts = vec![0u32; 4096];
+    let mut sums = vec![[0u64; 3]; 4096];
+    for p in rgba.chunks_exact(4) {
+        if p[3] < 128 {
+            continue;
+        }
+        let bucket =
+            (usize::from(p[0] >> 4) << 8) | (usize::from(p[1] >> 4) << 4) | usize::from(p[2] >> 4);
+        counts[bucket] += 1;
+        for c in 0..3 {
+            sums[bucket][c] += u64::from(p[c]);
+        }
+    }
+    let Some((best, &n)) = counts.iter().enumerate().max_by_key(|(_, n)| **n) else {
+        return [0, 0, 0];
+    };
+    if n == 0 {
+        let all = rgba.chunks_exact(4).count().max(1) as u64;
+        let mean =
+            |c: usize| (rgba.chunks_exact(4).map(|p| u64::from(p[c])).sum::<u64>() / all) as u8;
+        return [mean(0), mean(1), mean(2)];
+    }
+    let s = sums[best];
+    let n = u64::from(n);
+    [(s[0] / n) as u8, (s[1] / n) as u8, (s[2] / n) as u8]
+}
+
+/// Frames in an animated GIF, WebP or PNG (APNG), counted from the container's headers; 1
+/// for anything else (and for a container too damaged to walk: its decode says why).
+pub fn frame_count(bytes: &[u8]) -> u32 {
+    let counted = match crate::sniff::sniff(bytes) {
+        Some(crate::SourceFormat::Gif) => gif_frames(bytes),
+        Some(crate::SourceFormat::Webp) => webp_frames(bytes),
+        Some(crate::SourceFormat::Png) => apng_frames(bytes),
+        _ => None,
+    };
+    counted.unwrap_or(1).max(1)
+}
+
+/// GIF: image descriptors, found by skipping every block's sub-blocks (no LZW decoding).
+fn gif_frames(b: &[u8]) -> Option<u32> {
+    let flags = *b.get(10)?;
+    let mut at = 13;
+    if flags & 0x80 != 0 {
+        at += 3 << ((flags & 7) + 1);
+    }
+    let skip_sub_blocks = |mut at: usize| -> Option<usize> {
+        loop {
+            let len = usize::from(*b.get(at)?);
+            at += 1 + len;
+            if len == 0 {
+                return Some(at);
+            }
+        }
+    };
+    let mut frames = 0u32;
+    loop {
+        match *b.get(at)? {
+            0x21 => at = skip_sub_blocks(at + 2)?,
+            0x2C => {
+                let local = *b.get(at + 9)?;
+                at += 10;
+                if local & 0x80 != 0 {
+                    at += 3 << ((local & 7) + 1);
+                }
+                // The LZW minimum code size, then the data's sub-blocks.
+                at = skip_sub_blocks(at + 1)?;
+                frames += 1;
+            }
+            0x3B => return Some(frames),
+            _ => return Some(frames),
+        }
+    }
+}
+
+/// WebP: `ANMF` chunks of an animated file (RIFF chunks, padded to even lengths).
+fn webp_frames(b: &[u8]) -> Option<u32> {
+    let mut at = 12;
+    let mut frames = 0u32;
+    let mut animated = false;
+    while at + 8 <= b.len() {
+        let fourcc = &b[at..at + 4];
+        let len = u32::from_le_bytes(b[at + 4..at + 8].try_into().ok()?) as usize;
+        match fourcc {
+            b"ANIM" => animated = true,
+            b"ANMF" => frames += 1,
+            _ => {}
+        }
+        at = at.checked_add(8 + len + (len & 1))?;
+    }
+    Some(if animated { frames } else { 1 })
+}
+
+/// APNG: the frame count its `acTL` chunk declares (before the image data).
+fn apng_frames(b: &[u8]) -> Option<u32> {
+    let mut at = 8;
+    while at + 8 <= b.len() {
+        let len = u32::from_be_bytes(b[at..at + 4].try_into().ok()?) as usize;
+        match &b[at + 4..at + 8] {
+            b"acTL" => return Some(u32::from_be_bytes(b.get(at + 8..at + 12)?.try_into().ok()?)),
+            b"IDAT" => return Some(1),
+            _ => {}
+        }
+        at = at.checked_add(12 + len)?;
+    }
+    Some(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::{Rgb, RgbImage};
+
+    #[test]
+    fn a_mostly_red_picture_has_a_red_dominant_colour_and_its_placeholders() {
+        let mut img = RgbImage::from_pixel(200, 120, Rgb([200, 20, 20]));
+        for x in 0..40 {
+            for y in 0..120 {
+                img.put_pixel(x, y, Rgb([10, 10, 240]));
+            }
+        }
+        let facts = of_image(&DynamicImage::ImageRgb8(img), 1);
+        assert_eq!(facts.dominant_hex(), "#c81414");
+        assert_eq!(facts.blurhash.len(), 4 + 2 * 4 * 3, "{}", facts.blurhash);
+        assert!(!facts.thumbhash.is_empty());
+        assert!(!facts.has_alpha);
+        let (_, _, avg) = (
+            0,
+            0,
+            thumbhash::thumb_hash_to_average_rgba(&facts.thumbhash).unwrap(),
+        );
+        assert!(avg.0 > avg.2, "ThumbHash's average is reddish: {avg:?}");
+    }
+
+    #[test]
+    fn frames_are_counted_from_headers() {
+        let still = {
+            let mut out = Vec::new();
+            DynamicImage::ImageRgb8(RgbImage::new(4, 4))
+                .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Gif)
+                .unwrap();
+            out
+        };
+        assert_eq!(frame_count(&still), 1);
+        let animated = {
+            let mut out = Vec::new();
+            {
+                let mut encoder =
+                    ::gif::Encoder::new(&mut out, 4, 4, &[0, 0, 0, 255, 255, 255]).unwrap();
+                for i in 0..7u8 {
+                    let frame = ::gif::Frame {
+                        width: 4,
+                        height: 4,
+                        buffer: std::borrow::Cow::Owned(vec![i % 2; 16]),
+                        ..Default::default()
+                    };
+                    encoder.write_frame(&frame).unwrap();
+                }
+            }
+            out
+        };
+        assert_eq!(frame_count(&animated), 7);
+        assert_eq!(frame_count(b"not an image"), 1);
+    }
+}

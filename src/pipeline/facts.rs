@@ -1,0 +1,108 @@
+//! Facts of an original's pixels — placeholders (BlurHash, ThumbHash, dominant colour) and
+//! its frames — computed once, by one small decode, and kept with its originals-index entry:
+//! in the background right after a new original is stored, by the backfill for originals
+//! stored before facts existed, and on demand for an original asked about before either got
+//! to it. Answering `info` or `format=json` then reads the entry, never decodes.
+
+use base64::Engine;
+
+use imgcas_processors::{self as processors, FACTS_VERSION};
+
+use super::{blocking, Pipeline};
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{OriginalFacts, PictureFacts};
+use crate::stats::Stats;
+
+impl Pipeline {
+    /// An indexed original's facts: kept, or computed now and kept. `Ok(None)`: its bytes
+    /// decode to no picture. `NotFound` for a hash not indexed.
+    pub async fn facts_of(&self, hash: &ContentHash) -> Result<Option<PictureFacts>, Error> {
+        let s = &self.shared;
+        let info = s
+            .maps
+            .original(hash)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no original with hash {hash}")))?;
+        if let Some(kept) = info.facts.as_ref().and_then(OriginalFacts::current) {
+            return Ok(kept.picture.clone());
+        }
+        let (this, h) = (self.clone(), *hash);
+        s.facts_flights
+            .run(h, async move { this.compute_facts(&h).await }, |m| {
+                Err(Error::Internal(format!("facts task failed: {m}")))
+            })
+            .await
+    }
+
+    /// One flight of [`Pipeline::facts_of`]: decodes the original once (in a slot of the
+    /// fingerprints', so background work never takes more of the CPU than processing may)
+    /// and keeps what it found.
+    async fn compute_facts(&self, hash: &ContentHash) -> Result<Option<PictureFacts>, Error> {
+        let s = &self.shared;
+        // A flight that just ended may have kept them.
+        if let Some(kept) = s
+            .maps
+            .original(hash)
+            .await?
+            .and_then(|i| i.facts)
+            .filter(|f| f.current().is_some())
+        {
+            return Ok(kept.picture);
+        }
+        let _slot = s
+            .fingerprint_slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("fingerprint slots closed".into()))?;
+        let bytes = self.original_bytes(hash).await?;
+        let limits = self.limits();
+        // Counted apart from the processing runs' decodes (`decodes_original`): this one
+        // happens once per original, off the request path.
+        Stats::bump(&s.stats.facts_computed);
+        let computed = blocking(move || Ok(processors::facts::facts(&bytes, &limits).ok())).await?;
+        let facts = OriginalFacts {
+            version: FACTS_VERSION,
+            picture: computed.map(|f| PictureFacts {
+                dominant_color: f.dominant_hex(),
+                thumbhash: base64::engine::general_purpose::STANDARD.encode(&f.thumbhash),
+                blurhash: f.blurhash,
+                has_alpha: f.has_alpha,
+                frames: f.frames,
+            }),
+        };
+        s.maps.put_facts(hash, &facts).await?;
+        Ok(facts.picture)
+    }
+
+    /// Computes a newly stored original's facts after the current request.
+    pub(super) fn facts_in_background(&self, hash: ContentHash) {
+        let this = self.clone();
+        self.in_background(async move {
+            if let Err(e) = this.facts_of(&hash).await {
+                tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");
+            }
+        });
+    }
+
+    /// Computes the facts of every indexed original that has none (of this version);
+    /// returns how many. Run at start, in the background.
+    pub async fn backfill_facts(&self) -> Result<u64, Error> {
+        let mut done = 0;
+        for hash in self.shared.maps.original_hashes().await? {
+            let kept = self.shared.maps.original(&hash).await?;
+            if kept
+                .and_then(|i| i.facts)
+                .is_some_and(|f| f.current().is_some())
+            {
+                continue;
+            }
+            match self.facts_of(&hash).await {
+                Ok(_) => done += 1,
+                // Bytes missing from the blob store: `verify` reports them.
+                Err(e) => tracing::warn!(%hash, error = %e, "facts not computed"),
+            }
+        }
+        Ok(done)
+    }
+}
