@@ -166,8 +166,9 @@ async fn serve(
     }
 }
 
-/// Fingerprints the originals stored before fingerprints existed (or by an older version),
-/// once, in the background: until it gets to one, it is fingerprinted on demand.
+/// Computes, once, in the background, the facts (placeholders, frames) and then the
+/// fingerprints of originals stored before they existed (or by an older version): until it
+/// gets to one, they are computed on demand.
 fn spawn_backfill(pipeline: Pipeline) -> JoinHandle<()> {
     tokio::spawn(async move {
         match pipeline.backfill_facts().await {

@@ -81,6 +81,13 @@ async fn facts_are_computed_once_when_stored_and_read_without_a_decode() {
         .image_by_url(&origin.url("/moving.gif"), "w=100&format=json")
         .await;
     assert_eq!(by_url.status(), 200);
+    // Tagged like the original's images, so a CDN purge by tag drops it too.
+    let tags = header(&by_url, "cache-tag").unwrap_or("").to_string();
+    assert!(tags.starts_with(&format!("{moving},url-")), "{tags}");
+    assert_eq!(
+        header(&by_url, "x-imgcas-source-hash"),
+        Some(moving.as_str())
+    );
     let by_url = json(by_url).await;
     assert_eq!(
         (by_url["hash"].clone(), by_url["width"].clone()),

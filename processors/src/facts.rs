@@ -160,7 +160,7 @@ fn webp_frames(b: &[u8]) -> Option<u32> {
             b"ANMF" => frames += 1,
             _ => {}
         }
-        at = at.checked_add(8 + len + (len & 1))?;
+        at = at.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
     }
     Some(if animated { frames } else { 1 })
 }
@@ -175,7 +175,7 @@ fn apng_frames(b: &[u8]) -> Option<u32> {
             b"IDAT" => return Some(1),
             _ => {}
         }
-        at = at.checked_add(12 + len)?;
+        at = at.checked_add(12)?.checked_add(len)?;
     }
     Some(1)
 }

@@ -115,14 +115,14 @@ fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Resul
 async fn facts_response(service: &Service, source: Source, cache_control: &str) -> Response {
     let pipeline = service.pipeline();
     let answer = async {
-        let hash = match &source {
-            Source::Hash(hash) => *hash,
+        let (hash, own) = match &source {
+            Source::Hash(hash) => (*hash, *hash),
             Source::Url(url) => {
                 let resolved = pipeline.resolve_url(url, false).await?;
                 pipeline
                     .refuse_taken_down(&resolved.source)
                     .map_err(|e| Failure::from(e).with_hash(resolved.source))?;
-                resolved.hash
+                (resolved.hash, resolved.source)
             }
         };
         let failed = |e: Error| Failure::from(e).with_hash(hash);
@@ -132,16 +132,27 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
             .await
             .map_err(failed)?
             .ok_or_else(|| failed(Error::NotFound(format!("no original with hash {hash}"))))?;
-        super::originals::info_answer(service, hash, &info)
+        let answer = super::originals::info_answer(service, hash, &info)
             .await
-            .map_err(failed)
+            .map_err(failed)?;
+        Ok::<_, Failure>((answer, own, hash))
+    };
+    let url = match &source {
+        Source::Url(url) => Some(url.as_str()),
+        Source::Hash(_) => None,
     };
     match answer.await {
-        Ok(answer) => {
+        Ok((answer, own, hash)) => {
             let mut response = axum::Json(answer).into_response();
+            let h = response.headers_mut();
             if let Ok(v) = HeaderValue::from_str(cache_control) {
-                response.headers_mut().insert(header::CACHE_CONTROL, v);
+                h.insert(header::CACHE_CONTROL, v);
             }
+            if let Ok(v) = HeaderValue::from_str(&own.to_hex()) {
+                h.insert("x-imgcas-source-hash", v);
+            }
+            // Purged with the original's images (a takedown's CDN purge by tag).
+            tag_hashes(h, own, (own != hash).then_some(hash), url);
             response
         }
         Err(f) => f.into_response(),
@@ -397,9 +408,25 @@ fn url_tag(url: &str) -> String {
 /// used, so that a CDN purges every variant of an original by one tag; `Cache-Tag` also
 /// names the URL (`url-` and the SHA-256 of its canonical form), to purge what one URL served.
 fn tag(h: &mut HeaderMap, target: &Target) {
-    let mut hashes = vec![target.source_hash().to_hex()];
-    hashes.extend(target.canonical().map(|c| c.to_hex()));
-    let url = target.url.as_deref().map(url_tag);
+    tag_hashes(
+        h,
+        target.source_hash(),
+        target.canonical(),
+        target.url.as_deref(),
+    );
+}
+
+/// [`tag`] from its parts: the source's own hash, the canonical original (if another), the
+/// source URL (if the request named one).
+fn tag_hashes(
+    h: &mut HeaderMap,
+    source: ContentHash,
+    canonical: Option<ContentHash>,
+    url: Option<&str>,
+) {
+    let mut hashes = vec![source.to_hex()];
+    hashes.extend(canonical.map(|c| c.to_hex()));
+    let url = url.map(url_tag);
     let cache_tags: Vec<&str> = hashes
         .iter()
         .map(String::as_str)

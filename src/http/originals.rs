@@ -270,8 +270,13 @@ pub(super) async fn info_answer(
         Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
         None => (None, 0),
     };
-    // Kept with the entry (read, not decoded), unless not computed yet.
-    let facts = match pipeline.facts_of(&hash).await? {
+    // Kept with the entry (read, not decoded), unless not computed yet; like the
+    // fingerprint, their absence (bytes missing from the blob store, say) leaves them null.
+    let facts = pipeline.facts_of(&hash).await.unwrap_or_else(|e| {
+        tracing::warn!(%hash, error = %e, "facts unavailable");
+        None
+    });
+    let facts = match facts {
         Some(f) => FactsAnswer {
             blurhash: Some(f.blurhash),
             thumbhash: Some(f.thumbhash),

@@ -60,7 +60,22 @@ impl Pipeline {
         // Counted apart from the processing runs' decodes (`decodes_original`): this one
         // happens once per original, off the request path.
         Stats::bump(&s.stats.facts_computed);
-        let computed = blocking(move || Ok(processors::facts::facts(&bytes, &limits).ok())).await?;
+        let computed = blocking(move || Ok(processors::facts::facts(&bytes, &limits))).await?;
+        let computed = match computed {
+            Ok(facts) => Some(facts),
+            // What the bytes are, for good: kept as no picture, never computed again.
+            Err(e)
+                if e.kind()
+                    .is_some_and(|k| k != processors::ProcessFailure::TooManyPixels) =>
+            {
+                None
+            }
+            // A limit (raising it may change the answer) or a fault of ours: not kept.
+            Err(e) => {
+                tracing::debug!(%hash, error = %e, "facts not computed");
+                return Ok(None);
+            }
+        };
         let facts = OriginalFacts {
             version: FACTS_VERSION,
             picture: computed.map(|f| PictureFacts {
@@ -97,7 +112,9 @@ impl Pipeline {
             {
                 continue;
             }
-            match self.facts_of(&hash).await {
+            // Directly, not through the flights: a flight runs as a task of its own, which
+            // would outlive this one when the server stops (and write after the last flush).
+            match self.compute_facts(&hash).await {
                 Ok(_) => done += 1,
                 // Bytes missing from the blob store: `verify` reports them.
                 Err(e) => tracing::warn!(%hash, error = %e, "facts not computed"),

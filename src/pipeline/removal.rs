@@ -294,17 +294,20 @@ impl Pipeline {
         if now == s.takedowns.generation.load(Ordering::Acquire) {
             return Ok(());
         }
-        let listed: HashSet<ContentHash> = s
-            .maps
-            .takedowns()
-            .await?
-            .into_iter()
-            .map(|(h, _)| h)
-            .collect();
-        *s.takedowns
-            .listed
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = listed;
+        {
+            let _changing = s.takedowns.changing.lock().await;
+            let listed: HashSet<ContentHash> = s
+                .maps
+                .takedowns()
+                .await?
+                .into_iter()
+                .map(|(h, _)| h)
+                .collect();
+            *s.takedowns
+                .listed
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = listed;
+        }
         s.maps.drop_memory();
         self.removed();
         s.takedowns.generation.store(now, Ordering::Release);

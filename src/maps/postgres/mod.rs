@@ -10,9 +10,10 @@
 //!
 //! URL entries are answered from memory for a second after they were read or written
 //! (another node may change them, so not longer), and the last one seen is kept to answer
-//! while the database does not (an outage then costs hot hits nothing). Originals are cached, since an index entry never changes once
-//! written; only `verify --repair` and a takedown drop one, and a takedown moves the purge
-//! generation, on which every node drops this memory ([`MapStore::drop_memory`]).
+//! while the database does not (an outage then costs hot hits nothing). Originals are cached: an index entry changes only when its facts
+//! are added (a node whose memory predates them computes them once more, and keeps the same),
+//! and only `verify --repair` and a takedown drop one; a takedown moves the purge generation,
+//! on which every node drops this memory ([`MapStore::drop_memory`]).
 //!
 //! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed in the
 //! transaction that changes a variant, so the budget check is a sixteen-row read however many

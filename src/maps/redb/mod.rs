@@ -370,12 +370,15 @@ impl MapStore for RedbMaps {
         let (hash, facts, recent) = (*hash, facts.clone(), self.recent.clone());
         self.db
             .run(move |db| {
-                let (stored, _) = db.write(|txn| originals::set_facts(txn, &hash, &facts))?;
-                // Under the write lock: the cache follows the table's order of writes.
-                if let Some(info) = stored {
-                    recent.insert(hash, info);
-                }
-                Ok(())
+                db.write(|txn| {
+                    // Inside the write transaction, so under redb's write lock: the cache
+                    // follows the table's order of writes (a removal cannot be undone here).
+                    if let Some(info) = originals::set_facts(txn, &hash, &facts)? {
+                        recent.insert(hash, info);
+                    }
+                    Ok(())
+                })
+                .map(|_| ())
             })
             .await
     }
