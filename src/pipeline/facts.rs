@@ -101,20 +101,22 @@ impl Pipeline {
     }
 
     /// Computes the facts of every indexed original that has none (of this version);
-    /// returns how many. Run at start, in the background.
+    /// returns how many. Run at start, in the background. Originals first seen since it
+    /// began are left to the storing path, which computes theirs already.
     pub async fn backfill_facts(&self) -> Result<u64, Error> {
+        let began = crate::maps::now_ms();
         let mut done = 0;
         for hash in self.shared.maps.original_hashes().await? {
-            let kept = self.shared.maps.original(&hash).await?;
-            if kept
-                .and_then(|i| i.facts)
-                .is_some_and(|f| f.current().is_some())
-            {
+            let Some(kept) = self.shared.maps.original(&hash).await? else {
+                continue;
+            };
+            let current = kept.facts.as_ref().is_some_and(|f| f.current().is_some());
+            if current || kept.first_seen_ms >= began {
                 continue;
             }
-            // Directly, not through the flights: a flight runs as a task of its own, which
-            // would outlive this one when the server stops (and write after the last flush).
-            match self.compute_facts(&hash).await {
+            // Through the flights, so a request asking for the same original meanwhile
+            // shares the computation ([`Pipeline::settle`] waits for flights at shutdown).
+            match self.facts_of(&hash).await {
                 Ok(_) => done += 1,
                 // Bytes missing from the blob store: `verify` reports them.
                 Err(e) => tracing::warn!(%hash, error = %e, "facts not computed"),

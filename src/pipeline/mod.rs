@@ -280,6 +280,11 @@ impl Pipeline {
                 .unwrap_or_else(|p| p.into_inner()),
         );
         while tasks.join_next().await.is_some() {}
+        // Facts computations run as flights of their own, which outlive a caller that was
+        // stopped (the backfill): they write to the maps when done.
+        while self.shared.facts_flights.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Writes the queued use records and makes every map write so far durable (at
