@@ -134,15 +134,7 @@ pub async fn run(
 }
 
 async fn local(pipeline: &Pipeline, action: Action) -> Result<Done, Error> {
-    let taken_down = |r: imgcas::pipeline::TakenDown| {
-        Done::TakenDown(TakedownAnswer {
-            hash: r.hash.to_hex(),
-            newly_listed: r.newly_listed,
-            variants_removed: r.variants_removed,
-            urls_forgotten: r.urls_forgotten,
-            bytes_freed: r.bytes_freed,
-        })
-    };
+    let taken_down = |r: imgcas::pipeline::TakenDown| Done::TakenDown(r.into());
     Ok(match action {
         Action::TakeDown(hash) => taken_down(pipeline.take_down(&hash).await?),
         Action::TakeDownUrl(url) => match pipeline.take_down_url(&url).await? {
@@ -161,14 +153,7 @@ async fn local(pipeline: &Pipeline, action: Action) -> Result<Done, Error> {
                 hash,
             })
         }
-        Action::Lift(hash) => {
-            let r = pipeline.lift_takedown(&hash).await?;
-            Done::Lifted(LiftedAnswer {
-                hash: r.hash.to_hex(),
-                lifted: r.lifted,
-                urls_forgotten: r.urls_forgotten,
-            })
-        }
+        Action::Lift(hash) => Done::Lifted(pipeline.lift_takedown(&hash).await?.into()),
     })
 }
 

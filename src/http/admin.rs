@@ -13,7 +13,6 @@ use super::Service;
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
 use crate::hash::ContentHash;
-use crate::pipeline::TakenDown;
 use crate::wire::{
     ForgottenUrlAnswer, LiftedAnswer, TakedownAnswer, TakedownEntry, TakedownsAnswer,
 };
@@ -68,16 +67,6 @@ where
     }
 }
 
-fn taken_down_answer(r: TakenDown) -> TakedownAnswer {
-    TakedownAnswer {
-        hash: r.hash.to_hex(),
-        newly_listed: r.newly_listed,
-        variants_removed: r.variants_removed,
-        urls_forgotten: r.urls_forgotten,
-        bytes_freed: r.bytes_freed,
-    }
-}
-
 /// `DELETE /v1/originals/<hash>`: takes the content down everywhere (see
 /// `pipeline/removal.rs`).
 pub async fn take_down(
@@ -87,7 +76,7 @@ pub async fn take_down(
 ) -> Response {
     removal(&service, &headers, || async {
         let hash = path_hash(&raw)?;
-        Ok(taken_down_answer(
+        Ok(TakedownAnswer::from(
             service.pipeline().take_down(&hash).await?,
         ))
     })
@@ -109,7 +98,7 @@ pub async fn take_down_url(
         let done = service.pipeline().take_down_url(&url).await?;
         let done = done
             .ok_or_else(|| Error::NotFound(format!("no entry for {url}: take it down by hash")))?;
-        Ok(taken_down_answer(done))
+        Ok(TakedownAnswer::from(done))
     })
     .await
 }
@@ -122,12 +111,9 @@ pub async fn lift_takedown(
 ) -> Response {
     removal(&service, &headers, || async {
         let hash = path_hash(&raw)?;
-        let r = service.pipeline().lift_takedown(&hash).await?;
-        Ok(LiftedAnswer {
-            hash: r.hash.to_hex(),
-            lifted: r.lifted,
-            urls_forgotten: r.urls_forgotten,
-        })
+        Ok(LiftedAnswer::from(
+            service.pipeline().lift_takedown(&hash).await?,
+        ))
     })
     .await
 }

@@ -13,6 +13,10 @@
 //! the pipeline writes and reads the bytes in the blob store
 //! ([`MapStore::holds_variant_bytes`]).
 //!
+//! Takedowns too: every backend keeps the takedown list, a purge generation that removals
+//! move forward (nodes sharing the maps follow it), an index of the URL entries by the hashes
+//! they name, and each original's facts (placeholders, frames) with its index entry.
+//!
 //! Bounded growth is a duty of every backend: each counts the bytes its variants hold and
 //! keeps their order of last use, so the pipeline can hold them to a budget by evicting the
 //! least recently served; each keeps when a URL entry was last used, so entries nobody asks
@@ -127,10 +131,12 @@ pub struct PictureFacts {
     pub frames: u32,
 }
 
-impl OriginalFacts {
-    /// Current facts only.
-    pub fn current(&self) -> Option<&OriginalFacts> {
-        (self.version == imgcas_processors::FACTS_VERSION).then_some(self)
+impl OriginalInfo {
+    /// Its facts, if computed by this release's [`imgcas_processors::FACTS_VERSION`].
+    pub fn current_facts(&self) -> Option<&OriginalFacts> {
+        self.facts
+            .as_ref()
+            .filter(|f| f.version == imgcas_processors::FACTS_VERSION)
     }
 }
 

@@ -24,7 +24,7 @@ impl Pipeline {
             .original(hash)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no original with hash {hash}")))?;
-        if let Some(kept) = info.facts.as_ref().and_then(OriginalFacts::current) {
+        if let Some(kept) = info.current_facts() {
             return Ok(kept.picture.clone());
         }
         let (this, h) = (self.clone(), *hash);
@@ -41,20 +41,12 @@ impl Pipeline {
     async fn compute_facts(&self, hash: &ContentHash) -> Result<Option<PictureFacts>, Error> {
         let s = &self.shared;
         // A flight that just ended may have kept them.
-        if let Some(kept) = s
-            .maps
-            .original(hash)
-            .await?
-            .and_then(|i| i.facts)
-            .filter(|f| f.current().is_some())
-        {
-            return Ok(kept.picture);
+        if let Some(info) = s.maps.original(hash).await? {
+            if let Some(kept) = info.current_facts() {
+                return Ok(kept.picture.clone());
+            }
         }
-        let _slot = s
-            .fingerprint_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("fingerprint slots closed".into()))?;
+        let _slot = self.fingerprint_slot().await?;
         let bytes = self.original_bytes(hash).await?;
         let limits = self.limits();
         // Counted apart from the processing runs' decodes (`decodes_original`): this one
@@ -110,8 +102,7 @@ impl Pipeline {
             let Some(kept) = self.shared.maps.original(&hash).await? else {
                 continue;
             };
-            let current = kept.facts.as_ref().is_some_and(|f| f.current().is_some());
-            if current || kept.first_seen_ms >= began {
+            if kept.current_facts().is_some() || kept.first_seen_ms >= began {
                 continue;
             }
             // Through the flights, so a request asking for the same original meanwhile

@@ -44,7 +44,7 @@ impl Pipeline {
 
     /// One of the `limits.process_concurrency` fingerprint slots: taken before a
     /// computation's bytes are read, so that waiting work holds a hash, not an image.
-    async fn fingerprint_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Error> {
+    pub(super) async fn fingerprint_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Error> {
         self.shared
             .fingerprint_slots
             .acquire()

@@ -30,9 +30,9 @@ use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, MapStore};
+use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
-#[derive(Default)]
 pub(super) struct Takedowns {
     listed: RwLock<HashSet<ContentHash>>,
     generation: AtomicU64,
@@ -46,17 +46,21 @@ impl Takedowns {
     /// Loads the list and the generation from the maps (at open).
     pub(super) async fn load(maps: &dyn MapStore) -> Result<Takedowns, Error> {
         let generation = maps.purge_generation().await?;
-        let listed = maps
+        Ok(Takedowns {
+            listed: RwLock::new(Self::read(maps).await?),
+            generation: AtomicU64::new(generation),
+            changing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The list as the maps hold it.
+    async fn read(maps: &dyn MapStore) -> Result<HashSet<ContentHash>, Error> {
+        Ok(maps
             .takedowns()
             .await?
             .into_iter()
             .map(|(h, _)| h)
-            .collect();
-        Ok(Takedowns {
-            listed: RwLock::new(listed),
-            generation: AtomicU64::new(generation),
-            changing: tokio::sync::Mutex::new(()),
-        })
+            .collect())
     }
 
     fn contains(&self, hash: &ContentHash) -> bool {
@@ -96,6 +100,28 @@ pub struct Lifted {
     pub lifted: bool,
     /// URL entries that remembered the hash as taken down, now forgotten.
     pub urls_forgotten: u64,
+}
+
+impl From<TakenDown> for TakedownAnswer {
+    fn from(r: TakenDown) -> Self {
+        TakedownAnswer {
+            hash: r.hash.to_hex(),
+            newly_listed: r.newly_listed,
+            variants_removed: r.variants_removed,
+            urls_forgotten: r.urls_forgotten,
+            bytes_freed: r.bytes_freed,
+        }
+    }
+}
+
+impl From<Lifted> for LiftedAnswer {
+    fn from(r: Lifted) -> Self {
+        LiftedAnswer {
+            hash: r.hash.to_hex(),
+            lifted: r.lifted,
+            urls_forgotten: r.urls_forgotten,
+        }
+    }
 }
 
 /// The error every route answers for a listed hash.
@@ -296,13 +322,7 @@ impl Pipeline {
         }
         {
             let _changing = s.takedowns.changing.lock().await;
-            let listed: HashSet<ContentHash> = s
-                .maps
-                .takedowns()
-                .await?
-                .into_iter()
-                .map(|(h, _)| h)
-                .collect();
+            let listed = Takedowns::read(s.maps.as_ref()).await?;
             *s.takedowns
                 .listed
                 .write()

@@ -224,12 +224,7 @@ impl Pipeline {
                 )
             }
         };
-        let with_hash = |hash: ContentHash, error: Error| Failure {
-            error,
-            source_hash: Some(hash),
-            cached: false,
-            held_for: None,
-        };
+        let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
         let maps = &self.shared.maps;
         for listed in [Some(hash), own].into_iter().flatten() {
             if self.is_taken_down(&listed) {
