@@ -201,6 +201,10 @@ pub struct FetchConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_pixels: u64,
+    /// Extension: most frames an animation is processed with, `animated=1` (`IMGCAS_MAX_FRAMES`); its
+    /// frames × width × height are held to `max_pixels` too. Over either: 422
+    /// `too_many_pixels` (`animated=0` still serves the first frame).
+    pub max_frames: u32,
     /// Extension: how many processing runs may use the CPU at once (`IMGCAS_PROCESS_CONCURRENCY`).
     /// Defaults to the number of cores.
     pub process_concurrency: usize,
@@ -342,10 +346,21 @@ impl Default for FetchConfig {
     }
 }
 
+impl LimitsConfig {
+    /// The limits the processing core enforces.
+    pub fn processing(&self) -> imgcas_processors::Limits {
+        imgcas_processors::Limits {
+            max_pixels: self.max_pixels,
+            max_frames: self.max_frames,
+        }
+    }
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             max_pixels: 50_000_000,
+            max_frames: 500,
             process_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             queue_target: Duration::from_millis(500),
             hot_cache_bytes: 256 << 20,
@@ -528,6 +543,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("fetch.concurrency", "IMGCAS_FETCH_CONCURRENCY", fetch.concurrency, number),
     setting!("fetch.forget_after", "IMGCAS_FORGET_AFTER", fetch.forget_after, duration),
     setting!("limits.max_pixels", "IMGCAS_MAX_PIXELS", limits.max_pixels, number),
+    setting!("limits.max_frames", "IMGCAS_MAX_FRAMES", limits.max_frames, number),
     setting!("limits.process_concurrency", "IMGCAS_PROCESS_CONCURRENCY", limits.process_concurrency, number),
     setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
     setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
@@ -595,6 +611,9 @@ impl Config {
         }
         if self.limits.max_pixels == 0 {
             return Err(bad("limits.max_pixels", "must be above 0"));
+        }
+        if self.limits.max_frames == 0 {
+            return Err(bad("limits.max_frames", "must be above 0"));
         }
         if self.limits.process_concurrency == 0 {
             return Err(bad("limits.process_concurrency", "must be above 0"));
@@ -749,6 +768,7 @@ mod tests {
             ("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true"),
             ("IMGCAS_ALLOWED_HOSTS", "a.example, B.example"),
             ("IMGCAS_MAX_PIXELS", "1_000"),
+            ("IMGCAS_MAX_FRAMES", "20"),
         ]
         .into();
         cfg.apply_env(|k| env.get(k).map(|v| v.to_string()))
@@ -757,6 +777,7 @@ mod tests {
         assert!(cfg.fetch.allow_private_networks);
         assert_eq!(cfg.fetch.allowed_hosts, vec!["a.example", "b.example"]);
         assert_eq!(cfg.limits.max_pixels, 1000);
+        assert_eq!(cfg.limits.max_frames, 20);
         assert_eq!(cfg.listen.port(), 9000);
     }
 
@@ -812,6 +833,7 @@ mod tests {
             ("IMGCAS_FORGET_AFTER", (r#""7d""#, "7days")),
             ("IMGCAS_VARIANTS_MAX_BYTES", ("1000000", "1_000_000")),
             ("IMGCAS_MAX_PIXELS", ("1000", "1000")),
+            ("IMGCAS_MAX_FRAMES", ("40", "40")),
             ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),
             ("IMGCAS_QUEUE_TARGET", (r#""250ms""#, "250ms")),
             ("IMGCAS_HOT_CACHE_BYTES", ("0", "0")),

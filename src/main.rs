@@ -210,9 +210,7 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             accept,
         } => {
             let config = configure(config_path, &Flags::default())?;
-            let limits = imgcas_processors::Limits {
-                max_pixels: config.limits.max_pixels,
-            };
+            let limits = config.limits.processing();
             match cli::process::run(&input, &spec, &output, accept.as_deref(), &limits) {
                 Ok(done) => {
                     eprintln!(

@@ -39,6 +39,8 @@ pub struct Stats {
     pub decodes_original: AtomicU64,
     /// Decodes of a mezzanine's bytes.
     pub decodes_mezzanine: AtomicU64,
+    /// Frames of animations decoded (`animated=1` runs decode every frame, one by one).
+    pub frames_decoded: AtomicU64,
     /// Mezzanines built (each original's once, unless evicted or lost).
     pub mezzanines_built: AtomicU64,
 }
@@ -76,6 +78,7 @@ impl Stats {
             facts_computed: Self::get(&self.facts_computed),
             decodes_original: Self::get(&self.decodes_original),
             decodes_mezzanine: Self::get(&self.decodes_mezzanine),
+            frames_decoded: Self::get(&self.frames_decoded),
             mezzanines_built: Self::get(&self.mezzanines_built),
         }
     }
@@ -101,5 +104,6 @@ pub struct StatsSnapshot {
     pub facts_computed: u64,
     pub decodes_original: u64,
     pub decodes_mezzanine: u64,
+    pub frames_decoded: u64,
     pub mezzanines_built: u64,
 }

@@ -8,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_pixels: 4_000_000,
+        ..Limits::default()
     };
     let spec = Spec::from_pairs([("w", "48"), ("h", "48"), ("fit", "cover")])
         .expect("a valid spec")

@@ -19,19 +19,23 @@ use crate::sniff::{sniff, SourceFormat};
 pub struct Limits {
     /// Largest width × height accepted, for sources (from their header) and for outputs.
     pub max_pixels: u64,
+    /// Most frames an animation is processed with (`animated=1`); its frames × width ×
+    /// height are held to `max_pixels` too.
+    pub max_frames: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_pixels: 50_000_000,
+            max_frames: 500,
         }
     }
 }
 
 impl Limits {
     /// Bytes a decoder may allocate: the RGBA picture twice over, plus working room.
-    fn max_alloc(&self) -> u64 {
+    pub(crate) fn max_alloc(&self) -> u64 {
         self.max_pixels.saturating_mul(8).saturating_add(64 << 20)
     }
 }

@@ -1,9 +1,10 @@
 //! Pixels to bytes in the asked format. Nothing from the source's metadata is written.
 
-use image::codecs::gif::GifEncoder;
+use image::codecs::gif::{GifEncoder, Repeat};
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ImageEncoder};
 
+use crate::animation::OutputFrame;
 use crate::error::ProcessError;
 use crate::ops::flatten;
 use crate::spec::{OutputFormat, ResolvedSpec};
@@ -13,6 +14,111 @@ const AVIF_SPEED: u8 = 8;
 
 /// Largest side libwebp accepts.
 const WEBP_MAX_SIDE: u32 = 16383;
+
+/// GIF encoder speed for animations (1 best … 30 fastest palettes): an animation quantizes
+/// every frame, so the still's best-quality setting would cost its frames over.
+const GIF_ANIMATION_SPEED: i32 = 10;
+
+/// The libwebp settings `spec` asks for: lossless, or its quality.
+fn webp_config(spec: &ResolvedSpec, quality: u8) -> Result<webp::WebPConfig, ProcessError> {
+    let mut config = webp::WebPConfig::new()
+        .map_err(|()| ProcessError::Internal("libwebp config failed".into()))?;
+    if spec.lossless {
+        // Lossless: `quality` is effort here; 75 with method 4 is libwebp's own middle.
+        config.lossless = 1;
+        config.quality = 75.0;
+    } else {
+        config.quality = f32::from(quality);
+    }
+    config.method = 4;
+    Ok(config)
+}
+
+/// Encodes frames of one size as an animated WebP (libwebp's animation encoder) or GIF,
+/// playing `plays` times (0: for ever). Other formats take the first frame as a still.
+pub fn encode_animation(
+    frames: &[OutputFrame],
+    plays: u32,
+    spec: &ResolvedSpec,
+) -> Result<Vec<u8>, ProcessError> {
+    let Some(first) = frames.first() else {
+        return Err(ProcessError::Internal("an animation needs a frame".into()));
+    };
+    let (w, h) = first.pixels.dimensions();
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        ProcessError::Internal(format!("{what} animation encoding failed: {e}"))
+    };
+    match spec.format {
+        OutputFormat::Webp => {
+            if w > WEBP_MAX_SIDE || h > WEBP_MAX_SIDE {
+                return Err(ProcessError::too_many_pixels(
+                    w,
+                    h,
+                    u64::from(WEBP_MAX_SIDE) * u64::from(WEBP_MAX_SIDE),
+                ));
+            }
+            let q = spec.quality.or(spec.format.default_quality()).unwrap_or(80);
+            let config = webp_config(spec, q)?;
+            let mut encoder = webp::AnimEncoder::new(w, h, &config);
+            encoder.set_loop_count(i32::try_from(plays).unwrap_or(0));
+            // The webp crate ends the animation at timestamp 0 (its closing call to
+            // libwebp's encoder passes 0), and libwebp takes the last frame's duration from
+            // that end. So the timestamps run up to 0: each frame starts at its offset minus
+            // the whole length, and every frame keeps its own delay, the last one included.
+            // (libwebp computes durations in wrapping 32-bit arithmetic, so negative
+            // timestamps are fine; the test of delays below holds this.)
+            let total: i64 = frames.iter().map(|f| i64::from(f.delay_ms)).sum();
+            let mut start = -total;
+            for frame in frames {
+                let timestamp = i32::try_from(start)
+                    .map_err(|_| internal("WebP", &"the animation is too long"))?;
+                encoder.add_frame(webp::AnimFrame::from_rgba(
+                    frame.pixels.as_raw(),
+                    w,
+                    h,
+                    timestamp,
+                ));
+                start += i64::from(frame.delay_ms);
+            }
+            let memory = encoder
+                .try_encode()
+                .map_err(|e| internal("WebP", &format!("{e:?}")))?;
+            Ok(memory.to_vec())
+        }
+        OutputFormat::Gif => {
+            if w > u32::from(u16::MAX) || h > u32::from(u16::MAX) {
+                return Err(ProcessError::too_many_pixels(
+                    w,
+                    h,
+                    u64::from(u16::MAX) * u64::from(u16::MAX),
+                ));
+            }
+            let mut out = Vec::new();
+            {
+                let mut encoder = GifEncoder::new_with_speed(&mut out, GIF_ANIMATION_SPEED);
+                // GIF counts repeats after the first play; without the extension it plays once.
+                let repeat = match plays {
+                    0 => Some(Repeat::Infinite),
+                    1 => None,
+                    n => Some(Repeat::Finite(u16::try_from(n - 1).unwrap_or(u16::MAX))),
+                };
+                if let Some(repeat) = repeat {
+                    encoder
+                        .set_repeat(repeat)
+                        .map_err(|e| internal("GIF", &e))?;
+                }
+                for frame in frames {
+                    let delay = image::Delay::from_numer_denom_ms(frame.delay_ms, 1);
+                    encoder
+                        .encode_frame(image::Frame::from_parts(frame.pixels.clone(), 0, 0, delay))
+                        .map_err(|e| internal("GIF", &e))?;
+                }
+            }
+            Ok(out)
+        }
+        _ => encode(DynamicImage::ImageRgba8(first.pixels.clone()), spec),
+    }
+}
 
 /// Encodes `image` as `spec` says: its format, quality, `lossless`/`progressive`, and `bg` for
 /// formats without alpha.
@@ -60,16 +166,7 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
                 DynamicImage::ImageRgb8(img) => webp::Encoder::from_rgb(img.as_raw(), w, h),
                 _ => return Err(ProcessError::Internal("WebP expects RGB or RGBA".into())),
             };
-            let mut config = webp::WebPConfig::new()
-                .map_err(|()| ProcessError::Internal("libwebp config failed".into()))?;
-            if spec.lossless {
-                // Lossless: `quality` is effort here; 75 with method 4 is libwebp's own middle.
-                config.lossless = 1;
-                config.quality = 75.0;
-            } else {
-                config.quality = f32::from(q);
-            }
-            config.method = 4;
+            let config = webp_config(spec, q)?;
             let memory = encoder
                 .encode_advanced(&config)
                 .map_err(|e| internal("WebP", &format!("{e:?}")))?;

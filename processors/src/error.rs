@@ -21,6 +21,20 @@ pub enum ProcessError {
         pixels: u64,
         limit: u64,
     },
+    /// An animation (`animated=1`) over the frame limit, or whose frames together are over
+    /// the pixel limit. Its kind is [`ProcessFailure::TooManyPixels`].
+    #[error(
+        "the animation is {frames} frames of {width}x{height}, {pixels} pixels in all, over the \
+         limits of {max_frames} frames and {limit} pixels (animated=0 takes its first frame)"
+    )]
+    AnimationTooLarge {
+        frames: u32,
+        width: u32,
+        height: u32,
+        pixels: u64,
+        max_frames: u32,
+        limit: u64,
+    },
     /// The source is smaller than `min_w`/`min_h`.
     #[error("source is {width}x{height}, smaller than the required minimum {min}")]
     SourceTooSmall {
@@ -103,7 +117,9 @@ impl ProcessError {
         match self {
             ProcessError::UnsupportedFormat(_) => Some(ProcessFailure::UnsupportedFormat),
             ProcessError::Undecodable(_) => Some(ProcessFailure::Undecodable),
-            ProcessError::TooManyPixels { .. } => Some(ProcessFailure::TooManyPixels),
+            ProcessError::TooManyPixels { .. } | ProcessError::AnimationTooLarge { .. } => {
+                Some(ProcessFailure::TooManyPixels)
+            }
             ProcessError::SourceTooSmall { .. } => Some(ProcessFailure::SourceTooSmall),
             ProcessError::Internal(_) => None,
         }

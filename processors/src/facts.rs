@@ -46,7 +46,7 @@ impl Facts {
 /// as small as suffices.
 pub fn facts(bytes: &[u8], limits: &Limits) -> Result<Facts, ProcessError> {
     let (image, _) = decode::decode_small(bytes, limits, MIN_DECODED_SIDE)?;
-    Ok(of_image(&image, frame_count(bytes)))
+    Ok(of_image(&image, crate::animation::frame_count(bytes)))
 }
 
 /// The placeholders of decoded, upright pixels.
@@ -99,90 +99,10 @@ fn dominant(rgba: &[u8]) -> [u8; 3] {
     [(s[0] / n) as u8, (s[1] / n) as u8, (s[2] / n) as u8]
 }
 
-/// Frames in an animated GIF, WebP or PNG (APNG), counted from the container's headers; 1
-/// for anything else (and for a container too damaged to walk: its decode says why).
-pub fn frame_count(bytes: &[u8]) -> u32 {
-    let counted = match crate::sniff::sniff(bytes) {
-        Some(crate::SourceFormat::Gif) => gif_frames(bytes),
-        Some(crate::SourceFormat::Webp) => webp_frames(bytes),
-        Some(crate::SourceFormat::Png) => apng_frames(bytes),
-        _ => None,
-    };
-    counted.unwrap_or(1).max(1)
-}
-
-/// GIF: image descriptors, found by skipping every block's sub-blocks (no LZW decoding).
-fn gif_frames(b: &[u8]) -> Option<u32> {
-    let flags = *b.get(10)?;
-    let mut at = 13;
-    if flags & 0x80 != 0 {
-        at += 3 << ((flags & 7) + 1);
-    }
-    let skip_sub_blocks = |mut at: usize| -> Option<usize> {
-        loop {
-            let len = usize::from(*b.get(at)?);
-            at += 1 + len;
-            if len == 0 {
-                return Some(at);
-            }
-        }
-    };
-    let mut frames = 0u32;
-    loop {
-        match *b.get(at)? {
-            0x21 => at = skip_sub_blocks(at + 2)?,
-            0x2C => {
-                let local = *b.get(at + 9)?;
-                at += 10;
-                if local & 0x80 != 0 {
-                    at += 3 << ((local & 7) + 1);
-                }
-                // The LZW minimum code size, then the data's sub-blocks.
-                at = skip_sub_blocks(at + 1)?;
-                frames += 1;
-            }
-            0x3B => return Some(frames),
-            _ => return Some(frames),
-        }
-    }
-}
-
-/// WebP: `ANMF` chunks of an animated file (RIFF chunks, padded to even lengths).
-fn webp_frames(b: &[u8]) -> Option<u32> {
-    let mut at = 12;
-    let mut frames = 0u32;
-    let mut animated = false;
-    while at + 8 <= b.len() {
-        let fourcc = &b[at..at + 4];
-        let len = u32::from_le_bytes(b[at + 4..at + 8].try_into().ok()?) as usize;
-        match fourcc {
-            b"ANIM" => animated = true,
-            b"ANMF" => frames += 1,
-            _ => {}
-        }
-        at = at.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
-    }
-    Some(if animated { frames } else { 1 })
-}
-
-/// APNG: the frame count its `acTL` chunk declares (before the image data).
-fn apng_frames(b: &[u8]) -> Option<u32> {
-    let mut at = 8;
-    while at + 8 <= b.len() {
-        let len = u32::from_be_bytes(b[at..at + 4].try_into().ok()?) as usize;
-        match &b[at + 4..at + 8] {
-            b"acTL" => return Some(u32::from_be_bytes(b.get(at + 8..at + 12)?.try_into().ok()?)),
-            b"IDAT" => return Some(1),
-            _ => {}
-        }
-        at = at.checked_add(12)?.checked_add(len)?;
-    }
-    Some(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::animation::frame_count;
     use image::{Rgb, RgbImage};
 
     #[test]

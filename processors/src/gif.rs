@@ -1,7 +1,9 @@
 //! GIF: the first frame, composited onto its logical screen. The frame's declared size is read
 //! from the block structure and checked against the pixel limit before the decoder allocates;
-//! a file with no colour table at all gets a grayscale one, as other decoders do.
+//! a file with no colour table at all gets a grayscale one, as other decoders do (animations,
+//! decoded frame by frame in [`crate::animation`], get the same table).
 
+use std::borrow::Cow;
 use std::io::Cursor;
 use std::num::NonZeroU64;
 
@@ -85,6 +87,21 @@ pub fn parse(b: &[u8]) -> Result<GifHeader, ProcessError> {
     }
 }
 
+/// A GIF with no global table may have frames with no table at all: such bytes get a
+/// grayscale global table, as other decoders give them (frames with their own table keep it).
+pub fn with_fallback_palette(b: &[u8]) -> Cow<'_, [u8]> {
+    if b.get(10).is_some_and(|flags| flags & 0x80 == 0) && b.len() >= 13 {
+        let mut copy = Vec::with_capacity(b.len() + 768);
+        copy.extend_from_slice(&b[..13]);
+        copy[10] |= 0x87;
+        copy.extend((0..=255u8).flat_map(|v| [v, v, v]));
+        copy.extend_from_slice(&b[13..]);
+        Cow::Owned(copy)
+    } else {
+        Cow::Borrowed(b)
+    }
+}
+
 /// Decodes the first frame to RGBA on its canvas.
 pub fn decode(b: &[u8], header: &GifHeader, max_bytes: u64) -> Result<RgbaImage, ProcessError> {
     let mut options = gif::DecodeOptions::new();
@@ -93,21 +110,8 @@ pub fn decode(b: &[u8], header: &GifHeader, max_bytes: u64) -> Result<RgbaImage,
         options.set_memory_limit(gif::MemoryLimit::Bytes(limit));
     }
     let map = |e: gif::DecodingError| ProcessError::Undecodable(format!("GIF: {e}"));
-    // A GIF with no global table may have frames with no table at all: give it a grayscale
-    // global table (frames with their own table keep it).
-    let patched;
-    let b = if b.get(10).is_some_and(|flags| flags & 0x80 == 0) && b.len() >= 13 {
-        let mut copy = Vec::with_capacity(b.len() + 768);
-        copy.extend_from_slice(&b[..13]);
-        copy[10] |= 0x87;
-        copy.extend((0..=255u8).flat_map(|v| [v, v, v]));
-        copy.extend_from_slice(&b[13..]);
-        patched = copy;
-        patched.as_slice()
-    } else {
-        b
-    };
-    let mut decoder = options.read_info(Cursor::new(b)).map_err(map)?;
+    let b = with_fallback_palette(b);
+    let mut decoder = options.read_info(Cursor::new(&*b)).map_err(map)?;
     let global: Option<Vec<u8>> = decoder.global_palette().map(<[u8]>::to_vec);
     let frame = decoder
         .read_next_frame()

@@ -8,12 +8,14 @@
 //! the output is much smaller), orient and [`rotate`](ops::rotate), resize and pad, filter,
 //! [`encode`](encode::encode). Outputs much smaller than a large original are made from its
 //! [`mezzanine`] instead; decodes go through a [`Decodes`] hook, by which the service shares
-//! one decode between runs.
+//! one decode between runs. Animated sources asked for an animated output take their own
+//! walk, frame by frame ([`animation`]).
 
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
+pub mod animation;
 pub mod avif;
 mod avif_pixi;
 pub mod color;
@@ -91,6 +93,10 @@ pub trait Decodes {
         denominator: u32,
         decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
     ) -> Result<Pixels, ProcessError>;
+
+    /// One frame of an animation was decoded (animations are decoded frame by frame and
+    /// never shared: they are told here so that they can be counted).
+    fn frame_decoded(&self) {}
 }
 
 /// No sharing: every run decodes.
@@ -151,6 +157,13 @@ pub fn process_input(
         Input::Original(bytes) => Opened::Original(decode::open(bytes, limits)?),
         Input::Mezzanine(framed) => Opened::Mezzanine(mezzanine::parse(framed)?),
     };
+    if let (Opened::Original(source), true) = (&opened, spec.animated) {
+        if let Input::Original(bytes) = input {
+            if let Some(processed) = animation::process(source, bytes, spec, limits, decodes)? {
+                return Ok(processed);
+            }
+        }
+    }
     let (input_size, can_shrink, upright) = match &opened {
         Opened::Original(source) => (source.upright_size(), source.can_shrink_on_load(), None),
         Opened::Mezzanine(m) => (
@@ -212,7 +225,7 @@ pub fn process_input(
 
 /// The upright source size after `rotate`, the fit plan for it, and the decode denominator:
 /// with shrink-on-load (JPEG), 1/2, 1/4 or 1/8 when the output is that much smaller.
-fn layout(
+pub(crate) fn layout(
     upright: (u32, u32),
     spec: &ResolvedSpec,
     can_shrink: bool,
@@ -246,7 +259,7 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 }
 
 /// `min_w`/`min_h` constrain the upright source, before any `rotate`.
-fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(), ProcessError> {
+pub(crate) fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(), ProcessError> {
     let too_narrow = spec.min_width.is_some_and(|m| width < m);
     let too_short = spec.min_height.is_some_and(|m| height < m);
     if too_narrow || too_short {

@@ -62,7 +62,8 @@ const MARGIN: f64 = 2.0;
 /// along the less-reduced axis.
 pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bool {
     let long = info.width.max(info.height);
-    if info.has_alpha || long < FROM_SIDE || !info.format.can_decode() {
+    // A mezzanine is a still: animations are made from their original's frames.
+    if info.has_alpha || spec.animated || long < FROM_SIDE || !info.format.can_decode() {
         return false;
     }
     let mezzanine = size_for((info.width, info.height));

@@ -128,6 +128,11 @@ impl OutputFormat {
         }
     }
 
+    /// Whether the format can hold an animation (imgcas writes animated GIF and WebP).
+    pub fn animates(self) -> bool {
+        matches!(self, OutputFormat::Gif | OutputFormat::Webp)
+    }
+
     /// Whether the format keeps an alpha channel (JPEG output is flattened onto `bg`).
     pub fn keeps_alpha(self) -> bool {
         !matches!(self, OutputFormat::Jpeg)
@@ -286,6 +291,9 @@ pub struct Spec {
     pub lossless: bool,
     /// `progressive=1`: progressive JPEG.
     pub progressive: bool,
+    /// `animated=1` (the default): an animated source stays animated in a format that can
+    /// be (GIF, WebP); `animated=0` takes its first frame.
+    pub animated: bool,
 }
 
 impl Default for Spec {
@@ -301,6 +309,7 @@ impl Default for Spec {
             quality: None,
             lossless: false,
             progressive: false,
+            animated: true,
         }
     }
 }
@@ -323,6 +332,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "bg",
     "min_w",
     "min_h",
+    "animated",
 ];
 
 fn parse_flag(option: &str, value: &str) -> Result<bool, SpecError> {
@@ -396,6 +406,7 @@ impl Spec {
             "enlarge" => self.shape.enlarge = parse_flag(name, value)?,
             "lossless" => self.lossless = parse_flag(name, value)?,
             "progressive" => self.progressive = parse_flag(name, value)?,
+            "animated" => self.animated = parse_flag(name, value)?,
             "rotate" => {
                 self.shape.rotate = match value {
                     "0" => 0,
@@ -496,6 +507,9 @@ impl Spec {
         if self.progressive {
             parts.push(("progressive", "1".into()));
         }
+        if !self.animated {
+            parts.push(("animated", "0".into()));
+        }
         join(parts)
     }
 
@@ -513,6 +527,34 @@ impl Spec {
         source_has_alpha: bool,
         accept: Option<&str>,
     ) -> ResolvedSpec {
+        self.resolve_frames(source_format, source_has_alpha, 1, accept)
+    }
+
+    /// Whether resolving may depend on the source's frame count: an animation is asked
+    /// for (`animated=1`) and the output format may be one that animates. When not, a
+    /// caller need not learn the frames (1 does).
+    pub fn may_animate(&self, source_format: Option<OutputFormat>) -> bool {
+        self.animated
+            && match self.format {
+                FormatRequest::Exact(f) => f.animates(),
+                FormatRequest::Auto => true,
+                FormatRequest::Original => source_format.is_some_and(OutputFormat::animates),
+            }
+    }
+
+    /// [`Spec::resolve`] for a source of `source_frames` frames. An animated source asked
+    /// for with `animated=1` in GIF or WebP resolves to an animated spec (`animated=1` in
+    /// its canonical form); `format=auto` then picks among the formats that animate: WebP
+    /// when the client takes it, else GIF. Every other case takes the first frame and
+    /// resolves as [`Spec::resolve`] does, so first-frame variants keep their keys.
+    pub fn resolve_frames(
+        &self,
+        source_format: Option<OutputFormat>,
+        source_has_alpha: bool,
+        source_frames: u32,
+        accept: Option<&str>,
+    ) -> ResolvedSpec {
+        let animate = self.animated && source_frames > 1;
         let fallback = if source_has_alpha {
             OutputFormat::Png
         } else {
@@ -521,6 +563,13 @@ impl Spec {
         let format = match self.format {
             FormatRequest::Exact(f) => f,
             FormatRequest::Original => source_format.unwrap_or(fallback),
+            FormatRequest::Auto if animate => {
+                if accept_class(accept.unwrap_or("")) & 2 != 0 {
+                    OutputFormat::Webp
+                } else {
+                    OutputFormat::Gif
+                }
+            }
             FormatRequest::Auto => negotiate(accept.unwrap_or(""), source_has_alpha),
         };
         let scale = |v: u32| ((f64::from(v) * self.dpr.as_f64()).round() as u32).max(1);
@@ -556,6 +605,7 @@ impl Spec {
             quality,
             lossless,
             progressive: self.progressive && format == OutputFormat::Jpeg,
+            animated: animate && format.animates(),
         }
     }
 }
@@ -782,6 +832,9 @@ pub struct ResolvedSpec {
     pub lossless: bool,
     /// Progressive JPEG (only ever set with `format == Jpeg`).
     pub progressive: bool,
+    /// Every frame of an animated source, animated (only ever set with a format that
+    /// animates, for a source of more than one frame).
+    pub animated: bool,
 }
 
 impl ResolvedSpec {
@@ -801,6 +854,9 @@ impl ResolvedSpec {
         }
         if self.progressive {
             parts.push(("progressive", "1".into()));
+        }
+        if self.animated {
+            parts.push(("animated", "1".into()));
         }
         join(parts)
     }
@@ -840,6 +896,47 @@ mod tests {
             s.canonical(),
             "bg=000000&blur=0.3&dpr=1.5&enlarge=1&fit=pad&format=webp&gravity=southwest&h=20&min_h=6&min_w=5&q=70&rotate=90&sharpen=2&w=10"
         );
+    }
+
+    #[test]
+    fn the_frame_mode_is_in_the_key_of_animated_sources_only() {
+        let gif = Some(OutputFormat::Gif);
+        let key = |q: &str, frames: u32, accept: Option<&str>| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve_frames(gif, true, frames, accept)
+                .canonical()
+        };
+        // A still, or the first frame: the key a first-frame variant always had.
+        assert_eq!(key("format=webp&w=100", 1, None), "format=webp&w=100");
+        assert_eq!(
+            key("format=webp&w=100&animated=0", 10, None),
+            "format=webp&w=100"
+        );
+        assert_eq!(
+            key("format=webp&w=100", 10, None),
+            "animated=1&format=webp&w=100"
+        );
+        assert_eq!(key("w=100", 10, None), "animated=1&format=gif&w=100");
+        // Still formats take the first frame whatever was asked.
+        assert_eq!(key("format=png&w=100", 10, None), "format=png&w=100");
+        // Auto picks a format that animates: WebP when taken, else GIF.
+        let avif_too = Some("image/avif,image/webp,*/*");
+        assert_eq!(key("format=auto", 10, avif_too), "animated=1&format=webp");
+        assert_eq!(key("format=auto", 10, Some("*/*")), "animated=1&format=gif");
+        assert_eq!(key("format=auto&animated=0", 10, avif_too), "format=avif");
+        // The request form keeps what was asked (signatures are made over it).
+        assert_eq!(
+            Spec::parse("animated=0&w=5").unwrap().canonical(),
+            "animated=0&w=5"
+        );
+        assert_eq!(Spec::parse("animated=1").unwrap().canonical(), "");
+        assert!(Spec::parse("animated=2").is_err());
+        assert!(!Spec::parse("format=png").unwrap().may_animate(gif));
+        assert!(Spec::parse("").unwrap().may_animate(gif));
+        assert!(!Spec::parse("")
+            .unwrap()
+            .may_animate(Some(OutputFormat::Png)));
     }
 
     #[test]

@@ -67,7 +67,10 @@ fn declared_giants_are_refused_from_the_header() {
     let err = run(&testdata("malicious/lottapixel.jpg"), "w=10").unwrap_err();
     assert!(matches!(err, ProcessError::TooManyPixels { .. }), "{err:?}");
     // A tiny pixel limit refuses an ordinary image the same way.
-    let small = Limits { max_pixels: 100 };
+    let small = Limits {
+        max_pixels: 100,
+        ..Limits::default()
+    };
     let png = encode(&DynamicImage::new_rgb8(20, 20), ImageFormat::Png);
     assert!(matches!(
         probe(&png, &small),

@@ -30,7 +30,14 @@ pub fn run(
     let bytes = std::fs::read(input)
         .map_err(|e| Error::NotFound(format!("cannot read {}: {e}", input.display())))?;
     let info = processors::probe(&bytes, limits)?;
-    let resolved = spec.resolve(SourceFormat::as_output(info.format), info.has_alpha, accept);
+    // As the service resolves it: an animated source stays animated in GIF and WebP.
+    let frames = processors::animation::frame_count(&bytes);
+    let resolved = spec.resolve_frames(
+        SourceFormat::as_output(info.format),
+        info.has_alpha,
+        frames,
+        accept,
+    );
     let processed = processors::process(&bytes, &resolved, limits)?;
     let written = if output == Path::new("-") {
         use std::io::Write;

@@ -145,4 +145,8 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
                 .map_err(|e| (*e).clone()),
         }
     }
+
+    fn frame_decoded(&self) {
+        Stats::bump(&self.stats.frames_decoded);
+    }
 }

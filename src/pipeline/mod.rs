@@ -209,9 +209,7 @@ impl Pipeline {
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_pixels: self.shared.config.limits.max_pixels,
-        }
+        self.shared.config.limits.processing()
     }
 
     /// This node's name in claims, logs and metrics.

@@ -21,7 +21,7 @@ use crate::admission::Overloaded;
 use crate::blob::{BlobStore, VariantObject};
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{Claim, MapStore, VariantBody, VariantKey, VariantRow};
+use crate::maps::{Claim, MapStore, OriginalInfo, VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
 /// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
@@ -158,6 +158,9 @@ pub struct Target {
     pub source_format: Option<SourceFormat>,
     pub source_size: Option<(u32, u32)>,
     pub source_has_alpha: bool,
+    /// Frames of the source, from its container's headers, when the spec could animate
+    /// (1 otherwise: whether it has more does not matter then).
+    pub source_frames: u32,
     /// Canonical mode: the hash of the request's own bytes, when the variant is made from
     /// the original they are a near-duplicate of (`key.hash`).
     pub own_hash: Option<ContentHash>,
@@ -183,6 +186,15 @@ impl Target {
     /// The original whose pixels are used, when it is not the source's own bytes.
     pub fn canonical(&self) -> Option<ContentHash> {
         self.own_hash.map(|_| self.key.hash)
+    }
+
+    /// Frames the run makes: every frame of an animated spec, else one.
+    pub fn frames_made(&self) -> u32 {
+        if self.spec.animated {
+            self.source_frames.max(1)
+        } else {
+            1
+        }
     }
 
     /// The provenance to report when the client's copy is still good (`304`).
@@ -259,11 +271,19 @@ impl Pipeline {
             )
         })?;
         let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
-        let resolved = spec.resolve(
-            source_format.and_then(SourceFormat::as_output),
-            info.has_alpha,
-            accept,
+        let output = source_format.and_then(SourceFormat::as_output);
+        let may_be_animated = matches!(
+            source_format,
+            Some(SourceFormat::Gif | SourceFormat::Webp | SourceFormat::Png)
         );
+        let source_frames = if may_be_animated && spec.may_animate(output) {
+            self.frames_of(&hash, &info)
+                .await
+                .map_err(|e| with_hash(hash, e))?
+        } else {
+            1
+        };
+        let resolved = spec.resolve_frames(output, info.has_alpha, source_frames, accept);
         let key = VariantKey {
             hash,
             canonical_spec: resolved.canonical(),
@@ -278,6 +298,7 @@ impl Pipeline {
             source_format,
             source_size: info.width.zip(info.height),
             source_has_alpha: info.has_alpha,
+            source_frames,
             own_hash: own,
             varies_by_accept: spec.varies_by_accept(),
             vary_hints: spec.consulted,
@@ -288,6 +309,17 @@ impl Pipeline {
             checked_at_ms,
             epoch,
         })
+    }
+
+    /// An original's frame count: from its facts (a walk of its container's headers, kept
+    /// with its index entry), or, before they are computed, from the same walk of its
+    /// bytes now; never a decode.
+    async fn frames_of(&self, hash: &ContentHash, info: &OriginalInfo) -> Result<u32, Error> {
+        if let Some(facts) = info.current_facts() {
+            return Ok(facts.picture.as_ref().map_or(1, |p| p.frames));
+        }
+        let bytes = self.original_bytes(hash).await?;
+        Ok(processors::animation::frame_count(&bytes))
     }
 
     /// The stored variant, or one processing run shared by every concurrent asker.
@@ -533,6 +565,11 @@ impl Pipeline {
         let (hash, mezzanine_bytes, read, cost) = match &job {
             Job::Variant(t) => {
                 let size = t.source_size.unwrap_or((side, side));
+                if t.spec.animated {
+                    // Refused from the headers' frame count, before admission (its cost
+                    // would be all the frames') and before any frame is decoded.
+                    processors::animation::check(t.source_frames, size, &limits)?;
+                }
                 match self.route(t).await? {
                     Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
                         Ok(bytes) => {
@@ -549,7 +586,8 @@ impl Pipeline {
                         t.key.hash,
                         None,
                         read,
-                        processors::cost(t.source_format, size, &t.spec),
+                        processors::cost(t.source_format, size, &t.spec)
+                            .saturating_mul(u64::from(t.frames_made())),
                     ),
                 }
             }

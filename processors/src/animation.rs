@@ -1,0 +1,357 @@
+//! Animated sources (GIF, WebP and APNG of more than one frame) in, animated GIF or WebP out.
+//!
+//! What an animation is — how many frames, how many plays — is read from the container's
+//! block headers alone ([`header`]: no LZW, VP8 or zlib decoding), and the limits are checked
+//! on that before any frame is decoded ([`check`]): an animation's pixels are frames × width
+//! × height, and a 2,000-frame file must be refused without decoding 2,000 frames to learn
+//! it. Frames are then decoded one at a time, composited onto the canvas (disposal and
+//! blending are the decoders'), shaped exactly as a still is, and kept only at output size.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use image::codecs::gif::GifDecoder;
+use image::codecs::png::PngDecoder;
+use image::codecs::webp::WebPDecoder;
+use image::{AnimationDecoder, DynamicImage, Frames, ImageDecoder, RgbaImage};
+
+use crate::decode::{Limits, Source};
+use crate::error::ProcessError;
+use crate::sniff::{sniff, SourceFormat};
+use crate::spec::{Gravity, ResolvedSpec};
+use crate::{encode, ops, smart, Decodes, Processed};
+
+/// What an animated container's headers say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnimationHeader {
+    /// Frames, counted from their blocks (1 for a still picture in an animatable format).
+    pub frames: u32,
+    /// How many times the animation plays; 0 for ever.
+    pub plays: u32,
+}
+
+/// The animation facts of GIF, WebP and PNG bytes, from their headers; `None` for other
+/// formats and for a container too damaged to walk (its decode says why).
+pub fn header(bytes: &[u8]) -> Option<AnimationHeader> {
+    match sniff(bytes)? {
+        SourceFormat::Gif => gif_header(bytes),
+        SourceFormat::Webp => webp_header(bytes),
+        SourceFormat::Png => apng_header(bytes),
+        _ => None,
+    }
+}
+
+/// Frames in the bytes, from their headers: 1 for anything but an animation.
+pub fn frame_count(bytes: &[u8]) -> u32 {
+    header(bytes).map_or(1, |h| h.frames).max(1)
+}
+
+/// The limits of an animation of `frames` frames of `size` (its source, or its output):
+/// at most `limits.max_frames` frames, and frames × width × height within the pixel limit.
+pub fn check(frames: u32, size: (u32, u32), limits: &Limits) -> Result<(), ProcessError> {
+    let (width, height) = size;
+    let pixels = u64::from(frames)
+        .saturating_mul(u64::from(width))
+        .saturating_mul(u64::from(height));
+    if frames > limits.max_frames || pixels > limits.max_pixels {
+        return Err(ProcessError::AnimationTooLarge {
+            frames,
+            width,
+            height,
+            pixels,
+            max_frames: limits.max_frames,
+            limit: limits.max_pixels,
+        });
+    }
+    Ok(())
+}
+
+/// GIF: image descriptors, found by skipping every block's sub-blocks; plays from the
+/// `NETSCAPE2.0` extension (its count is of repeats after the first play, 0 for ever; with
+/// no extension the animation plays once).
+fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
+    let flags = *b.get(10)?;
+    let mut at = 13usize;
+    if flags & 0x80 != 0 {
+        at += 3 << ((flags & 7) + 1);
+    }
+    let skip_sub_blocks = |mut at: usize| -> Option<usize> {
+        loop {
+            let len = usize::from(*b.get(at)?);
+            at = at.checked_add(1 + len)?;
+            if len == 0 {
+                return Some(at);
+            }
+        }
+    };
+    let mut frames = 0u32;
+    let mut plays = 1u32;
+    loop {
+        match b.get(at) {
+            Some(0x21) => {
+                let is_loop = b.get(at + 1) == Some(&0xFF)
+                    && b.get(at + 2) == Some(&11)
+                    && matches!(
+                        b.get(at + 3..at + 14),
+                        Some(b"NETSCAPE2.0" | b"ANIMEXTS1.0")
+                    )
+                    && b.get(at + 14) == Some(&3)
+                    && b.get(at + 15) == Some(&1);
+                if is_loop {
+                    let repeats =
+                        u32::from(u16::from_le_bytes([*b.get(at + 16)?, *b.get(at + 17)?]));
+                    plays = if repeats == 0 { 0 } else { repeats + 1 };
+                }
+                at = skip_sub_blocks(at + 2)?;
+            }
+            Some(0x2C) => {
+                let local = *b.get(at + 9)?;
+                at += 10;
+                if local & 0x80 != 0 {
+                    at += 3 << ((local & 7) + 1);
+                }
+                // The LZW minimum code size, then the data's sub-blocks.
+                at = skip_sub_blocks(at + 1)?;
+                frames += 1;
+            }
+            // The trailer, or the end of truncated bytes: what was counted is what decodes.
+            _ => return Some(AnimationHeader { frames, plays }),
+        }
+    }
+}
+
+/// WebP: `ANMF` chunks of a file with an `ANIM` chunk (whose loop count is the plays); RIFF
+/// chunks are padded to even lengths.
+fn webp_header(b: &[u8]) -> Option<AnimationHeader> {
+    let mut at = 12usize;
+    let mut frames = 0u32;
+    let mut plays = None;
+    while at + 8 <= b.len() {
+        let fourcc = &b[at..at + 4];
+        let len = u32::from_le_bytes(b[at + 4..at + 8].try_into().ok()?) as usize;
+        match fourcc {
+            b"ANIM" => {
+                plays = Some(u32::from(u16::from_le_bytes([
+                    *b.get(at + 12)?,
+                    *b.get(at + 13)?,
+                ])))
+            }
+            b"ANMF" => frames += 1,
+            _ => {}
+        }
+        at = at.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
+    }
+    Some(match plays {
+        Some(plays) => AnimationHeader { frames, plays },
+        None => AnimationHeader {
+            frames: 1,
+            plays: 1,
+        },
+    })
+}
+
+/// APNG: the frame count and plays its `acTL` chunk declares (before the image data).
+fn apng_header(b: &[u8]) -> Option<AnimationHeader> {
+    let mut at = 8usize;
+    while at + 8 <= b.len() {
+        let len = u32::from_be_bytes(b[at..at + 4].try_into().ok()?) as usize;
+        match &b[at + 4..at + 8] {
+            b"acTL" => {
+                let field = |i: usize| -> Option<u32> {
+                    Some(u32::from_be_bytes(
+                        b.get(at + 8 + i..at + 12 + i)?.try_into().ok()?,
+                    ))
+                };
+                return Some(AnimationHeader {
+                    frames: field(0)?,
+                    plays: field(4)?,
+                });
+            }
+            b"IDAT" => break,
+            _ => {}
+        }
+        at = at.checked_add(12)?.checked_add(len)?;
+    }
+    Some(AnimationHeader {
+        frames: 1,
+        plays: 1,
+    })
+}
+
+/// One output frame: its pixels and how long it shows, in milliseconds.
+pub struct OutputFrame {
+    pub pixels: RgbaImage,
+    pub delay_ms: u32,
+}
+
+/// Runs an animated spec (`spec.animated`) on an opened original: every frame shaped as a
+/// still would be, then encoded as an animation. `Ok(None)` when the headers show one frame
+/// only (the caller makes a still). Each decoded frame is reported to `decodes`.
+pub(crate) fn process(
+    source: &Source<'_>,
+    bytes: &[u8],
+    spec: &ResolvedSpec,
+    limits: &Limits,
+    decodes: &dyn Decodes,
+) -> Result<Option<Processed>, ProcessError> {
+    let Some(header) = header(bytes).filter(|h| h.frames > 1) else {
+        return Ok(None);
+    };
+    check(
+        header.frames,
+        (source.info.width, source.info.height),
+        limits,
+    )?;
+    let (uw, uh) = source.upright_size();
+    crate::check_minimum(uw, uh, &spec.shape)?;
+    let (rotated, plan, _) = crate::layout((uw, uh), spec, false);
+    check(header.frames, plan.output_size(), limits)?;
+    let mut frames = decoder(bytes, source.info.format, limits)?;
+    let mut out: Vec<OutputFrame> = Vec::with_capacity(header.frames as usize);
+    let mut crop = None;
+    loop {
+        let frame = match frames.next() {
+            None => break,
+            Some(Ok(frame)) => frame,
+            // Bytes cut short after some frames: browsers play what decodes, and so do we.
+            Some(Err(_)) if !out.is_empty() => break,
+            Some(Err(e)) => return Err(ProcessError::Undecodable(e.to_string())),
+        };
+        decodes.frame_decoded();
+        if out.len() >= header.frames as usize {
+            // More frames than the headers showed: the limits were checked on those.
+            break;
+        }
+        let (numer, denom) = frame.delay().numer_denom_ms();
+        let delay_ms = numer / denom.max(1);
+        let mut image = DynamicImage::ImageRgba8(frame.into_buffer());
+        if let Some(icc) = &source.icc {
+            image = crate::color::to_srgb(image, icc);
+        }
+        image.apply_orientation(source.orientation);
+        if spec.shape.rotate != 0 {
+            image = ops::rotate(&image, spec.shape.rotate);
+        }
+        let mut frame_plan = plan.rescaled(rotated, (image.width(), image.height()));
+        if spec.shape.gravity == Gravity::Smart {
+            // Placed on the first frame and kept: a crop that moved between frames would
+            // make the picture jump.
+            let placed =
+                *crop.get_or_insert_with(|| frame_plan.crop.map(|c| smart::place(&image, c)));
+            frame_plan.crop = placed;
+        }
+        let mut image = ops::apply_plan(Arc::new(image), &frame_plan, spec.shape.background)?;
+        if let Some(sigma) = spec.shape.blur {
+            image = ops::blur(image, sigma.as_f64());
+        }
+        if let Some(sigma) = spec.shape.sharpen {
+            image = ops::sharpen(image, sigma.as_f64());
+        }
+        out.push(OutputFrame {
+            pixels: image.into_rgba8(),
+            delay_ms,
+        });
+    }
+    let Some(first) = out.first() else {
+        return Err(ProcessError::Undecodable(
+            "the animation has no frame".into(),
+        ));
+    };
+    let (width, height) = first.pixels.dimensions();
+    let bytes = encode::encode_animation(&out, header.plays, spec)?;
+    Ok(Some(Processed {
+        bytes,
+        format: spec.format,
+        width,
+        height,
+    }))
+}
+
+/// The frames of an animated GIF, WebP or APNG, composited, decoded as they are asked for.
+fn decoder<'a>(
+    bytes: &'a [u8],
+    format: SourceFormat,
+    limits: &Limits,
+) -> Result<Frames<'a>, ProcessError> {
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_alloc = Some(limits.max_alloc());
+    let map = |e: image::ImageError| ProcessError::Undecodable(e.to_string());
+    Ok(match format {
+        SourceFormat::Gif => {
+            let patched = crate::gif::with_fallback_palette(bytes).into_owned();
+            let mut decoder = GifDecoder::new(Cursor::new(patched)).map_err(map)?;
+            decoder.set_limits(decoder_limits).map_err(map)?;
+            decoder.into_frames()
+        }
+        SourceFormat::Webp => {
+            let mut decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(map)?;
+            decoder.set_limits(decoder_limits).map_err(map)?;
+            decoder.into_frames()
+        }
+        SourceFormat::Png => {
+            let mut decoder = PngDecoder::new(Cursor::new(bytes)).map_err(map)?;
+            decoder.set_limits(decoder_limits).map_err(map)?;
+            decoder.apng().map_err(map)?.into_frames()
+        }
+        other => {
+            return Err(ProcessError::UnsupportedFormat(format!(
+                "{} sources are not animated",
+                other.name()
+            )))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GIF of `frames` 2×2 frames (one LZW byte each), looping `repeats` times after the
+    /// first play when given.
+    fn gif(frames: u32, repeats: Option<u16>) -> Vec<u8> {
+        let mut b = b"GIF89a".to_vec();
+        b.extend_from_slice(&[2, 0, 2, 0, 0x80, 0, 0, 0, 0, 0, 255, 255, 255]);
+        if let Some(n) = repeats {
+            b.extend_from_slice(&[0x21, 0xFF, 11]);
+            b.extend_from_slice(b"NETSCAPE2.0");
+            b.extend_from_slice(&[3, 1]);
+            b.extend_from_slice(&n.to_le_bytes());
+            b.push(0);
+        }
+        for _ in 0..frames {
+            b.extend_from_slice(&[0x21, 0xF9, 4, 0, 10, 0, 0, 0]);
+            b.extend_from_slice(&[0x2C, 0, 0, 0, 0, 2, 0, 2, 0, 0, 2, 2, 0x4C, 0x01, 0]);
+        }
+        b.push(0x3B);
+        b
+    }
+
+    #[test]
+    fn gif_frames_and_plays_come_from_the_blocks() {
+        assert_eq!(
+            header(&gif(7, Some(0))),
+            Some(AnimationHeader {
+                frames: 7,
+                plays: 0
+            })
+        );
+        assert_eq!(header(&gif(3, Some(2))).map(|h| h.plays), Some(3));
+        assert_eq!(header(&gif(3, None)).map(|h| h.plays), Some(1));
+        assert_eq!(frame_count(&gif(1, None)), 1);
+    }
+
+    #[test]
+    fn limits_count_every_frame() {
+        let limits = Limits {
+            max_pixels: 1000,
+            max_frames: 10,
+        };
+        assert!(check(10, (10, 10), &limits).is_ok());
+        assert!(matches!(
+            check(11, (1, 1), &limits),
+            Err(ProcessError::AnimationTooLarge { frames: 11, .. })
+        ));
+        let err = check(2, (25, 25), &limits).unwrap_err();
+        assert_eq!(err.kind(), Some(crate::ProcessFailure::TooManyPixels));
+    }
+}

@@ -1,0 +1,202 @@
+//! Animations through the processing core, on real files from `testdata/` (copied from the
+//! shared corpus): frames, delays and plays survive a resize into animated WebP and GIF;
+//! `animated=0` and still formats take the first frame; the limits refuse an animation from
+//! its headers before a frame is decoded.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use image::codecs::gif::GifDecoder;
+use image::codecs::webp::WebPDecoder;
+use image::{AnimationDecoder, DynamicImage};
+use imgcas_processors::animation::{self, AnimationHeader};
+use imgcas_processors::{
+    probe, process, process_input, Decode, Decodes, Input, InputKind, Limits, Pixels, ProcessError,
+    ProcessFailure, Spec,
+};
+
+fn testdata(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `query` on `bytes` as the service resolves it (with the frames from the headers).
+fn run(bytes: &[u8], query: &str, limits: &Limits) -> Result<Vec<u8>, ProcessError> {
+    let spec = Spec::parse(query).unwrap();
+    let info = probe(bytes, limits)?;
+    let frames = animation::frame_count(bytes);
+    let resolved = spec.resolve_frames(info.format.as_output(), info.has_alpha, frames, None);
+    process(bytes, &resolved, limits).map(|p| p.bytes)
+}
+
+/// Frames of an animated output: (width, height, delay in ms) each.
+fn frames_of(bytes: &[u8]) -> Vec<(u32, u32, u32)> {
+    let frames = if bytes.starts_with(b"GIF") {
+        GifDecoder::new(Cursor::new(bytes)).unwrap().into_frames()
+    } else {
+        WebPDecoder::new(Cursor::new(bytes)).unwrap().into_frames()
+    };
+    frames
+        .map(|f| {
+            let f = f.unwrap();
+            let (n, d) = f.delay().numer_denom_ms();
+            (f.buffer().width(), f.buffer().height(), n / d)
+        })
+        .collect()
+}
+
+const LOOP_3_DELAYS: [u32; 10] = [3000, 3000, 3000, 3000, 3000, 3000, 3000, 3000, 3000, 15000];
+
+#[test]
+fn a_ten_frame_gif_becomes_an_animated_webp_with_its_delays_and_plays() {
+    let gif = testdata("sharp/animated-loop-3.gif");
+    assert_eq!(
+        animation::header(&gif),
+        Some(AnimationHeader {
+            frames: 10,
+            plays: 3
+        })
+    );
+    let webp = run(&gif, "format=webp&w=100", &Limits::default()).unwrap();
+    let frames = frames_of(&webp);
+    let delays: Vec<u32> = frames.iter().map(|f| f.2).collect();
+    assert_eq!(delays, LOOP_3_DELAYS, "the last frame keeps its own delay");
+    assert!(frames.iter().all(|f| (f.0, f.1) == (100, 77)), "{frames:?}");
+    assert_eq!(
+        animation::header(&webp),
+        Some(AnimationHeader {
+            frames: 10,
+            plays: 3
+        })
+    );
+    // Back to GIF: the repeats count is after the first play, so 3 plays is 2 repeats.
+    let again = run(&webp, "format=gif&w=50", &Limits::default()).unwrap();
+    let delays: Vec<u32> = frames_of(&again).iter().map(|f| f.2).collect();
+    assert_eq!(delays, LOOP_3_DELAYS);
+    assert_eq!(animation::header(&again).map(|h| h.plays), Some(3));
+}
+
+#[test]
+fn the_frames_are_the_sources_resized() {
+    let gif = testdata("sharp/animated-loop-3.gif");
+    let webp = run(&gif, "format=webp&w=185&q=95", &Limits::default()).unwrap();
+    let source: Vec<DynamicImage> = GifDecoder::new(Cursor::new(&gif))
+        .unwrap()
+        .into_frames()
+        .map(|f| DynamicImage::ImageRgba8(f.unwrap().into_buffer()))
+        .collect();
+    let out: Vec<DynamicImage> = WebPDecoder::new(Cursor::new(&webp))
+        .unwrap()
+        .into_frames()
+        .map(|f| DynamicImage::ImageRgba8(f.unwrap().into_buffer()))
+        .collect();
+    assert_eq!(out.len(), source.len());
+    for (i, (s, o)) in source.iter().zip(&out).enumerate() {
+        let expected = s.resize_exact(o.width(), o.height(), image::imageops::Lanczos3);
+        let error = imgcas_processors::compare::mean_abs_error(&expected, o);
+        assert!(error < 6.0, "frame {i}: mean error {error}");
+    }
+}
+
+#[test]
+fn animated_0_and_still_formats_take_the_first_frame() {
+    let gif = testdata("sharp/animated-loop-3.gif");
+    let still = run(&gif, "format=webp&w=100&animated=0", &Limits::default()).unwrap();
+    let decoder = WebPDecoder::new(Cursor::new(&still)).unwrap();
+    assert!(!decoder.has_animation());
+    assert_eq!(animation::frame_count(&still), 1);
+    for format in ["png", "jpeg", "avif"] {
+        let out = run(&gif, &format!("format={format}&w=100"), &Limits::default()).unwrap();
+        let info = probe(&out, &Limits::default()).unwrap();
+        assert_eq!((info.width, info.height), (100, 77), "{format}");
+        assert_eq!(animation::frame_count(&out), 1, "{format}");
+    }
+}
+
+#[test]
+fn apng_and_animated_webp_sources_animate_too() {
+    let apng = testdata("image-rs/apng-ball.png");
+    assert_eq!(animation::frame_count(&apng), 20);
+    let webp = run(&apng, "format=webp&w=50", &Limits::default()).unwrap();
+    assert_eq!(frames_of(&webp).len(), 20);
+    let gif = run(&apng, "format=gif&w=50", &Limits::default()).unwrap();
+    assert_eq!(frames_of(&gif).len(), 20);
+    // Format original keeps PNG, which imgcas writes as a still.
+    let png = run(&apng, "w=50", &Limits::default()).unwrap();
+    assert_eq!(animation::frame_count(&png), 1);
+
+    let anim = testdata("image-rs/anim.webp");
+    let frames = animation::frame_count(&anim);
+    assert!(frames > 1, "{frames}");
+    let gif = run(&anim, "format=gif&w=64", &Limits::default()).unwrap();
+    assert_eq!(frames_of(&gif).len() as u32, frames);
+    let same = run(&anim, "w=64", &Limits::default()).unwrap();
+    assert!(same.starts_with(b"RIFF"));
+    assert_eq!(animation::frame_count(&same), frames);
+}
+
+/// Counts the frames a run decodes.
+#[derive(Default)]
+struct Counting(AtomicU64);
+
+impl Decodes for Counting {
+    fn decoded(
+        &self,
+        from: InputKind,
+        denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Decode.decoded(from, denominator, decode)
+    }
+
+    fn frame_decoded(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn limits_refuse_an_animation_from_its_headers_before_any_frame_is_decoded() {
+    let gif = testdata("sharp/animated-loop-3.gif");
+    let spec = Spec::parse("format=webp&w=100").unwrap();
+    let resolved = spec.resolve_frames(None, true, 10, None);
+    assert!(resolved.animated);
+    let run_with = |limits: Limits| {
+        let counting = Counting::default();
+        let result = process_input(Input::Original(&gif), &resolved, &limits, &counting);
+        (result, counting.0.load(Ordering::Relaxed))
+    };
+    let few_frames = Limits {
+        max_frames: 9,
+        ..Limits::default()
+    };
+    let (result, decoded) = run_with(few_frames);
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), Some(ProcessFailure::TooManyPixels), "{err}");
+    assert!(err.to_string().contains("10 frames"), "{err}");
+    assert_eq!(decoded, 0);
+    // 10 frames of 370×285 are 1,054,500 pixels: over a limit one frame is under.
+    let few_pixels = Limits {
+        max_pixels: 1_000_000,
+        ..Limits::default()
+    };
+    let (result, decoded) = run_with(few_pixels);
+    assert_eq!(
+        result.unwrap_err().kind(),
+        Some(ProcessFailure::TooManyPixels)
+    );
+    assert_eq!(decoded, 0);
+    let (result, decoded) = run_with(Limits::default());
+    assert!(result.is_ok());
+    assert_eq!(decoded, 10);
+    // The first frame alone is within both.
+    let still = Spec::parse("format=webp&w=100&animated=0")
+        .unwrap()
+        .resolve_frames(None, true, 10, None);
+    let counting = Counting::default();
+    process_input(Input::Original(&gif), &still, &few_pixels, &counting).unwrap();
+    assert_eq!(counting.0.load(Ordering::Relaxed), 1);
+}
