@@ -16,9 +16,12 @@ fn main() {
     let runs: usize = args.next().map_or(9, |n| n.parse().expect("runs"));
     let bytes = std::fs::read(&path).expect("readable image");
     let limits = Limits::default();
-    let spec = Spec::parse(&query)
-        .expect("spec")
-        .resolve(None, false, None);
+    let spec = Spec::parse(&query).expect("spec").resolve_frames(
+        None,
+        false,
+        imgcas_processors::animation::frame_count(&bytes),
+        None,
+    );
     let mut times: Vec<f64> = (0..runs.max(1))
         .map(|_| {
             let start = Instant::now();
