@@ -28,6 +28,20 @@ pub struct AnimationHeader {
     pub frames: u32,
     /// How many times the animation plays; 0 for ever.
     pub plays: u32,
+    /// The largest frame rectangle a GIF declares. A GIF frame may be larger than its
+    /// logical screen, and the decoder allocates for the frame: the limits count it. (WebP
+    /// and APNG frames lie within the canvas, which their decoders enforce: `(0, 0)`.)
+    pub largest_frame: (u32, u32),
+}
+
+impl AnimationHeader {
+    fn of(frames: u32, plays: u32) -> Self {
+        AnimationHeader {
+            frames,
+            plays,
+            largest_frame: (0, 0),
+        }
+    }
 }
 
 /// The animation facts of GIF, WebP and PNG bytes, from their headers; `None` for other
@@ -75,6 +89,7 @@ fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
     if flags & 0x80 != 0 {
         at += 3 << ((flags & 7) + 1);
     }
+    // `None` when the bytes end inside the blocks.
     let skip_sub_blocks = |mut at: usize| -> Option<usize> {
         loop {
             let len = usize::from(*b.get(at)?);
@@ -84,8 +99,10 @@ fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
             }
         }
     };
-    let mut frames = 0u32;
-    let mut plays = 1u32;
+    let mut header = AnimationHeader::of(0, 1);
+    let area = |(w, h): (u32, u32)| u64::from(w) * u64::from(h);
+    // Bytes cut short (common in GIFs found on the web) end the walk with what was counted,
+    // the frame cut into included: the decoder plays the frames before it.
     loop {
         match b.get(at) {
             Some(0x21) => {
@@ -97,25 +114,41 @@ fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
                     )
                     && b.get(at + 14) == Some(&3)
                     && b.get(at + 15) == Some(&1);
-                if is_loop {
-                    let repeats =
-                        u32::from(u16::from_le_bytes([*b.get(at + 16)?, *b.get(at + 17)?]));
-                    plays = if repeats == 0 { 0 } else { repeats + 1 };
+                if let (true, Some(&[lo, hi])) = (is_loop, b.get(at + 16..at + 18)) {
+                    let repeats = u32::from(u16::from_le_bytes([lo, hi]));
+                    header.plays = if repeats == 0 { 0 } else { repeats + 1 };
                 }
-                at = skip_sub_blocks(at + 2)?;
+                match skip_sub_blocks(at + 2) {
+                    Some(next) => at = next,
+                    None => return Some(header),
+                }
             }
             Some(0x2C) => {
-                let local = *b.get(at + 9)?;
+                let field = |i: usize| -> Option<u32> {
+                    Some(u32::from(u16::from_le_bytes([
+                        *b.get(at + i)?,
+                        *b.get(at + i + 1)?,
+                    ])))
+                };
+                let (Some(w), Some(h), Some(&local)) = (field(5), field(7), b.get(at + 9)) else {
+                    return Some(header);
+                };
+                header.frames += 1;
+                if area((w, h)) > area(header.largest_frame) {
+                    header.largest_frame = (w, h);
+                }
                 at += 10;
                 if local & 0x80 != 0 {
                     at += 3 << ((local & 7) + 1);
                 }
                 // The LZW minimum code size, then the data's sub-blocks.
-                at = skip_sub_blocks(at + 1)?;
-                frames += 1;
+                match skip_sub_blocks(at + 1) {
+                    Some(next) => at = next,
+                    None => return Some(header),
+                }
             }
-            // The trailer, or the end of truncated bytes: what was counted is what decodes.
-            _ => return Some(AnimationHeader { frames, plays }),
+            // The trailer, or an unknown block (the decoder stops there too).
+            _ => return Some(header),
         }
     }
 }
@@ -126,9 +159,9 @@ fn webp_header(b: &[u8]) -> Option<AnimationHeader> {
     let mut at = 12usize;
     let mut frames = 0u32;
     let mut plays = None;
-    while at + 8 <= b.len() {
-        let fourcc = &b[at..at + 4];
-        let len = u32::from_le_bytes(b[at + 4..at + 8].try_into().ok()?) as usize;
+    while let Some(chunk) = b.get(at..at.checked_add(8)?) {
+        let fourcc = &chunk[..4];
+        let len = u32::from_le_bytes(chunk[4..8].try_into().ok()?) as usize;
         match fourcc {
             b"ANIM" => {
                 plays = Some(u32::from(u16::from_le_bytes([
@@ -142,41 +175,35 @@ fn webp_header(b: &[u8]) -> Option<AnimationHeader> {
         at = at.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
     }
     Some(match plays {
-        Some(plays) => AnimationHeader { frames, plays },
-        None => AnimationHeader {
-            frames: 1,
-            plays: 1,
-        },
+        Some(plays) => AnimationHeader::of(frames, plays),
+        None => AnimationHeader::of(1, 1),
     })
 }
 
 /// APNG: the frame count and plays its `acTL` chunk declares (before the image data).
 fn apng_header(b: &[u8]) -> Option<AnimationHeader> {
     let mut at = 8usize;
-    while at + 8 <= b.len() {
-        let len = u32::from_be_bytes(b[at..at + 4].try_into().ok()?) as usize;
-        match &b[at + 4..at + 8] {
+    while let Some(chunk) = b.get(at..at.checked_add(8)?) {
+        let len = u32::from_be_bytes(chunk[..4].try_into().ok()?) as usize;
+        match &chunk[4..8] {
             b"acTL" => {
                 let field = |i: usize| -> Option<u32> {
                     Some(u32::from_be_bytes(
                         b.get(at + 8 + i..at + 12 + i)?.try_into().ok()?,
                     ))
                 };
-                return Some(AnimationHeader {
-                    frames: field(0)?,
-                    plays: field(4)?,
-                });
+                return Some(AnimationHeader::of(field(0)?, field(4)?));
             }
             b"IDAT" => break,
             _ => {}
         }
         at = at.checked_add(12)?.checked_add(len)?;
     }
-    Some(AnimationHeader {
-        frames: 1,
-        plays: 1,
-    })
+    Some(AnimationHeader::of(1, 1))
 }
+
+/// The longest a frame shows (ms): WebP's limit (24-bit durations).
+pub const MAX_DELAY_MS: u32 = (1 << 24) - 1;
 
 /// One output frame: its pixels and how long it shows, in milliseconds.
 pub struct OutputFrame {
@@ -197,33 +224,41 @@ pub(crate) fn process(
     let Some(header) = header(bytes).filter(|h| h.frames > 1) else {
         return Ok(None);
     };
-    check(
-        header.frames,
-        (source.info.width, source.info.height),
-        limits,
-    )?;
+    // The canvas, and any larger frame the decoder would allocate for.
+    let canvas = (source.info.width, source.info.height);
+    check(header.frames, canvas, limits)?;
+    let (fw, fh) = header.largest_frame;
+    if u64::from(fw) * u64::from(fh) > u64::from(canvas.0) * u64::from(canvas.1) {
+        check(header.frames, (fw, fh), limits)?;
+    }
     let (uw, uh) = source.upright_size();
     crate::check_minimum(uw, uh, &spec.shape)?;
     let (rotated, plan, _) = crate::layout((uw, uh), spec, false);
     check(header.frames, plan.output_size(), limits)?;
+    encode::check_animation_size(spec.format, plan.output_size())?;
     let mut frames = decoder(bytes, source.info.format, limits)?;
     let mut out: Vec<OutputFrame> = Vec::with_capacity(header.frames as usize);
     let mut crop = None;
-    loop {
+    // No more frames than the headers showed: the limits were checked on those.
+    while out.len() < header.frames as usize {
         let frame = match frames.next() {
             None => break,
             Some(Ok(frame)) => frame,
+            Some(Err(image::ImageError::Limits(_))) => {
+                return Err(ProcessError::too_many_pixels(
+                    canvas.0,
+                    canvas.1,
+                    limits.max_pixels,
+                ))
+            }
             // Bytes cut short after some frames: browsers play what decodes, and so do we.
             Some(Err(_)) if !out.is_empty() => break,
             Some(Err(e)) => return Err(ProcessError::Undecodable(e.to_string())),
         };
         decodes.frame_decoded();
-        if out.len() >= header.frames as usize {
-            // More frames than the headers showed: the limits were checked on those.
-            break;
-        }
         let (numer, denom) = frame.delay().numer_denom_ms();
-        let delay_ms = numer / denom.max(1);
+        // WebP holds durations below 2^24 ms (4.6 hours); longer ones are held that long.
+        let delay_ms = (numer / denom.max(1)).min(MAX_DELAY_MS);
         let mut image = DynamicImage::ImageRgba8(frame.into_buffer());
         if let Some(icc) = &source.icc {
             image = crate::color::to_srgb(image, icc);
@@ -328,16 +363,39 @@ mod tests {
 
     #[test]
     fn gif_frames_and_plays_come_from_the_blocks() {
+        let seven = header(&gif(7, Some(0))).unwrap();
         assert_eq!(
-            header(&gif(7, Some(0))),
-            Some(AnimationHeader {
-                frames: 7,
-                plays: 0
-            })
+            (seven.frames, seven.plays, seven.largest_frame),
+            (7, 0, (2, 2))
         );
+        // Cut short inside the fourth frame: three whole frames and the one cut into.
+        let mut cut = gif(7, None);
+        cut.truncate(19 + 3 * 23 + 20);
+        assert_eq!(header(&cut).map(|h| h.frames), Some(4));
         assert_eq!(header(&gif(3, Some(2))).map(|h| h.plays), Some(3));
         assert_eq!(header(&gif(3, None)).map(|h| h.plays), Some(1));
         assert_eq!(frame_count(&gif(1, None)), 1);
+        // A frame far larger than the 2×2 screen is what the limits count.
+        let mut huge = gif(3, None);
+        let second = 19 + 23 + 8;
+        huge[second + 5..second + 9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
+        let h = header(&huge).unwrap();
+        assert_eq!((h.frames, h.largest_frame), (3, (65535, 65535)));
+        // A run refuses it before decoding a frame (the screen alone passes every check).
+        let limits = Limits::default();
+        let source = crate::decode::open(&huge, &limits).unwrap();
+        let spec = crate::Spec::parse("format=webp")
+            .unwrap()
+            .resolve_frames(None, true, 3, None);
+        let refused = process(&source, &huge, &spec, &limits, &crate::Decode);
+        assert!(
+            matches!(
+                refused,
+                Err(ProcessError::AnimationTooLarge { width: 65535, .. })
+            ),
+            "{:?}",
+            refused.err()
+        );
     }
 
     #[test]

@@ -34,6 +34,24 @@ fn webp_config(spec: &ResolvedSpec, quality: u8) -> Result<webp::WebPConfig, Pro
     Ok(config)
 }
 
+/// The output size limits of animated formats (WebP 16383 a side, GIF 65535), checked
+/// before any frame is decoded.
+pub fn check_animation_size(format: OutputFormat, (w, h): (u32, u32)) -> Result<(), ProcessError> {
+    let side = match format {
+        OutputFormat::Webp => WEBP_MAX_SIDE,
+        OutputFormat::Gif => u32::from(u16::MAX),
+        _ => return Ok(()),
+    };
+    if w > side || h > side {
+        return Err(ProcessError::too_many_pixels(
+            w,
+            h,
+            u64::from(side) * u64::from(side),
+        ));
+    }
+    Ok(())
+}
+
 /// Encodes frames of one size as an animated WebP (libwebp's animation encoder) or GIF,
 /// playing `plays` times (0: for ever). Other formats take the first frame as a still.
 pub fn encode_animation(
@@ -48,30 +66,33 @@ pub fn encode_animation(
     let internal = |what: &str, e: &dyn std::fmt::Display| {
         ProcessError::Internal(format!("{what} animation encoding failed: {e}"))
     };
+    // libwebp reads each frame as the first one's size: a frame of another would be read
+    // out of bounds.
+    if frames.iter().any(|f| f.pixels.dimensions() != (w, h)) {
+        return Err(internal(spec.format.name(), &"frames of different sizes"));
+    }
+    check_animation_size(spec.format, (w, h))?;
     match spec.format {
         OutputFormat::Webp => {
-            if w > WEBP_MAX_SIDE || h > WEBP_MAX_SIDE {
-                return Err(ProcessError::too_many_pixels(
-                    w,
-                    h,
-                    u64::from(WEBP_MAX_SIDE) * u64::from(WEBP_MAX_SIDE),
-                ));
-            }
             let q = spec.quality.or(spec.format.default_quality()).unwrap_or(80);
             let config = webp_config(spec, q)?;
             let mut encoder = webp::AnimEncoder::new(w, h, &config);
-            encoder.set_loop_count(i32::try_from(plays).unwrap_or(0));
+            // WebP counts plays in 16 bits; more is as good as for ever.
+            encoder.set_loop_count(if plays > 0xFFFF { 0 } else { plays as i32 });
             // The webp crate ends the animation at timestamp 0 (its closing call to
             // libwebp's encoder passes 0), and libwebp takes the last frame's duration from
             // that end. So the timestamps run up to 0: each frame starts at its offset minus
             // the whole length, and every frame keeps its own delay, the last one included.
             // (libwebp computes durations in wrapping 32-bit arithmetic, so negative
-            // timestamps are fine; the test of delays below holds this.)
+            // timestamps are fine; processors/tests/animation.rs checks every delay.)
             let total: i64 = frames.iter().map(|f| i64::from(f.delay_ms)).sum();
             let mut start = -total;
             for frame in frames {
-                let timestamp = i32::try_from(start)
-                    .map_err(|_| internal("WebP", &"the animation is too long"))?;
+                let timestamp = i32::try_from(start).map_err(|_| {
+                    ProcessError::UnsupportedFormat(
+                        "the animation is longer than WebP holds (24 days)".into(),
+                    )
+                })?;
                 encoder.add_frame(webp::AnimFrame::from_rgba(
                     frame.pixels.as_raw(),
                     w,
@@ -86,13 +107,6 @@ pub fn encode_animation(
             Ok(memory.to_vec())
         }
         OutputFormat::Gif => {
-            if w > u32::from(u16::MAX) || h > u32::from(u16::MAX) {
-                return Err(ProcessError::too_many_pixels(
-                    w,
-                    h,
-                    u64::from(u16::MAX) * u64::from(u16::MAX),
-                ));
-            }
             let mut out = Vec::new();
             {
                 let mut encoder = GifEncoder::new_with_speed(&mut out, GIF_ANIMATION_SPEED);

@@ -9,7 +9,8 @@ use crate::decode::{self, Limits};
 use crate::error::ProcessError;
 
 /// Bumped when what [`facts`] computes changes: facts of another version are computed again.
-pub const FACTS_VERSION: u32 = 1;
+/// 2: a GIF cut short counts the frames before the cut (it counted 1), as processing does.
+pub const FACTS_VERSION: u32 = 2;
 
 /// BlurHash components across and down (landscape-friendly, the usual choice).
 const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);

@@ -313,9 +313,11 @@ impl Pipeline {
 
     /// An original's frame count: from its facts (a walk of its container's headers, kept
     /// with its index entry), or, before they are computed, from the same walk of its
-    /// bytes now; never a decode.
+    /// bytes now; never a decode. Facts of an older version serve too: the walk has only
+    /// learnt to count the frames of a GIF cut short (1 before), and until the backfill
+    /// computes them again such a GIF resolves, and is made, as the still it was.
     async fn frames_of(&self, hash: &ContentHash, info: &OriginalInfo) -> Result<u32, Error> {
-        if let Some(facts) = info.current_facts() {
+        if let Some(facts) = &info.facts {
             return Ok(facts.picture.as_ref().map_or(1, |p| p.frames));
         }
         let bytes = self.original_bytes(hash).await?;
