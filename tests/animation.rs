@@ -8,7 +8,6 @@ mod common;
 
 use std::io::Cursor;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use common::*;
 use image::codecs::gif::{GifDecoder, GifEncoder};
@@ -202,23 +201,8 @@ async fn the_limits_are_settings_and_frames_times_pixels_count() {
 
     // A refusal by the frame limit is not stored: raised, on the same data dir (and bucket),
     // the same request is served.
-    let data = tempfile::tempdir().unwrap();
-    let bucket = match s3::pipeline_on_s3() {
-        true => Some(Arc::new(s3::S3Target::new().await)),
-        false => None,
-    };
-    let with_frames = |max_frames: u32| {
-        let (dir, bucket) = (data.path().to_path_buf(), bucket.clone());
-        move |c: &mut imgcas::config::Config| {
-            c.data_dir = dir;
-            match bucket {
-                Some(bucket) => bucket.configure(c),
-                None => c.storage.backend = imgcas::config::StorageBackend::Fs,
-            }
-            c.limits.max_frames = max_frames;
-        }
-    };
-    let app = spawn_app_with(with_frames(10)).await;
+    let storage = Restartable::new().await;
+    let app = storage.spawn(|c| c.limits.max_frames = 10).await;
     let r = app.upload(long_gif(10)).await;
     let ten = json(r).await["hash"].as_str().unwrap().to_string();
     let r = app.get(&format!("/v1/image/{ten}?format=webp")).await;
@@ -229,7 +213,7 @@ async fn the_limits_are_settings_and_frames_times_pixels_count() {
     let r = app.get(&format!("/v1/image/{eleven}?format=webp")).await;
     assert_eq!(r.status(), 422);
     app.stop().await;
-    let app = spawn_app_with(with_frames(11)).await;
+    let app = storage.spawn(|c| c.limits.max_frames = 11).await;
     let r = app.get(&format!("/v1/image/{eleven}?format=webp")).await;
     assert_eq!(r.status(), 200);
     assert_eq!(delays(&r.bytes().await.unwrap()).len(), 11);

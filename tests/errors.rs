@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -188,32 +187,16 @@ async fn health_and_readiness() {
 async fn a_pixel_limit_refusal_is_lifted_by_raising_the_limit() {
     let origin = Origin::start().await;
     origin.put("/big.jpg", jpeg(6000, 5000, 5)); // 30 MP
-    let data = tempfile::tempdir().unwrap();
-    // Both runs on one data dir, and (when the suite runs on S3) one bucket.
-    let with_limit = |max_pixels: u64, bucket: Option<Arc<s3::S3Target>>| {
-        let dir = data.path().to_path_buf();
-        move |c: &mut imgcas::config::Config| {
-            c.data_dir = dir;
-            match bucket {
-                Some(bucket) => bucket.configure(c),
-                None => c.storage.backend = imgcas::config::StorageBackend::Fs,
-            }
-            c.limits.max_pixels = max_pixels;
-        }
-    };
-    let bucket = match s3::pipeline_on_s3() {
-        true => Some(Arc::new(s3::S3Target::new().await)),
-        false => None,
-    };
-    let app = spawn_app_with(with_limit(20_000_000, bucket.clone())).await;
+                                                 // Both runs on one data dir, and (when the suite runs on S3) one bucket.
+    let storage = Restartable::new().await;
+    let app = storage.spawn(|c| c.limits.max_pixels = 20_000_000).await;
     let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
     assert_eq!(r.status(), 422);
     assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
     app.stop().await;
 
-    let app = spawn_app_with(with_limit(60_000_000, bucket.clone())).await;
+    let app = storage.spawn(|c| c.limits.max_pixels = 60_000_000).await;
     let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
     assert_eq!(r.status(), 200);
     assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 100);
-    drop(bucket); // (its server, when in-process, serves until here)
 }

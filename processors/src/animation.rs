@@ -17,6 +17,7 @@ use image::{AnimationDecoder, DynamicImage, Frames, ImageDecoder, RgbaImage};
 
 use crate::decode::{Limits, Source};
 use crate::error::ProcessError;
+use crate::gif::{Block, Blocks};
 use crate::sniff::{sniff, SourceFormat};
 use crate::spec::{Gravity, ResolvedSpec};
 use crate::{encode, ops, smart, Decodes, Processed};
@@ -84,73 +85,36 @@ pub fn check(frames: u32, size: (u32, u32), limits: &Limits) -> Result<(), Proce
 /// `NETSCAPE2.0` extension (its count is of repeats after the first play, 0 for ever; with
 /// no extension the animation plays once).
 fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
-    let flags = *b.get(10)?;
-    let mut at = 13usize;
-    if flags & 0x80 != 0 {
-        at += 3 << ((flags & 7) + 1);
-    }
-    // `None` when the bytes end inside the blocks.
-    let skip_sub_blocks = |mut at: usize| -> Option<usize> {
-        loop {
-            let len = usize::from(*b.get(at)?);
-            at = at.checked_add(1 + len)?;
-            if len == 0 {
-                return Some(at);
-            }
-        }
-    };
     let mut header = AnimationHeader::of(0, 1);
     let area = |(w, h): (u32, u32)| u64::from(w) * u64::from(h);
-    // Bytes cut short (common in GIFs found on the web) end the walk with what was counted,
-    // the frame cut into included: the decoder plays the frames before it.
-    loop {
-        match b.get(at) {
-            Some(0x21) => {
-                let is_loop = b.get(at + 1) == Some(&0xFF)
-                    && b.get(at + 2) == Some(&11)
-                    && matches!(
-                        b.get(at + 3..at + 14),
-                        Some(b"NETSCAPE2.0" | b"ANIMEXTS1.0")
-                    )
-                    && b.get(at + 14) == Some(&3)
-                    && b.get(at + 15) == Some(&1);
-                if let (true, Some(&[lo, hi])) = (is_loop, b.get(at + 16..at + 18)) {
+    // The walk ends at the trailer, or where the bytes are cut short (common in GIFs found
+    // on the web) with the frame cut into counted: the decoder plays the frames before it.
+    for block in Blocks::new(b)?.map_while(Result::ok) {
+        match block {
+            Block::Extension {
+                label: 0xFF,
+                sub_blocks,
+            } => {
+                // An application extension: its 11-byte name, then `[3, 1, repeats (u16 LE)]`.
+                let name = sub_blocks.get(..12);
+                let looping = sub_blocks.get(12..16);
+                if let (Some(b"\x0bNETSCAPE2.0" | b"\x0bANIMEXTS1.0"), Some(&[3, 1, lo, hi])) =
+                    (name, looping)
+                {
                     let repeats = u32::from(u16::from_le_bytes([lo, hi]));
                     header.plays = if repeats == 0 { 0 } else { repeats + 1 };
                 }
-                match skip_sub_blocks(at + 2) {
-                    Some(next) => at = next,
-                    None => return Some(header),
-                }
             }
-            Some(0x2C) => {
-                let field = |i: usize| -> Option<u32> {
-                    Some(u32::from(u16::from_le_bytes([
-                        *b.get(at + i)?,
-                        *b.get(at + i + 1)?,
-                    ])))
-                };
-                let (Some(w), Some(h), Some(&local)) = (field(5), field(7), b.get(at + 9)) else {
-                    return Some(header);
-                };
+            Block::Extension { .. } => {}
+            Block::Image { width, height } => {
                 header.frames += 1;
-                if area((w, h)) > area(header.largest_frame) {
-                    header.largest_frame = (w, h);
-                }
-                at += 10;
-                if local & 0x80 != 0 {
-                    at += 3 << ((local & 7) + 1);
-                }
-                // The LZW minimum code size, then the data's sub-blocks.
-                match skip_sub_blocks(at + 1) {
-                    Some(next) => at = next,
-                    None => return Some(header),
+                if area((width, height)) > area(header.largest_frame) {
+                    header.largest_frame = (width, height);
                 }
             }
-            // The trailer, or an unknown block (the decoder stops there too).
-            _ => return Some(header),
         }
     }
+    Some(header)
 }
 
 /// WebP: `ANMF` chunks of a file with an `ANIM` chunk (whose loop count is the plays); RIFF
@@ -216,11 +180,11 @@ pub struct OutputFrame {
 /// only (the caller makes a still). Each decoded frame is reported to `decodes`.
 pub(crate) fn process(
     source: &Source<'_>,
-    bytes: &[u8],
     spec: &ResolvedSpec,
     limits: &Limits,
     decodes: &dyn Decodes,
 ) -> Result<Option<Processed>, ProcessError> {
+    let bytes = source.bytes();
     let Some(header) = header(bytes).filter(|h| h.frames > 1) else {
         return Ok(None);
     };
@@ -293,7 +257,7 @@ pub(crate) fn process(
         ));
     };
     let (width, height) = first.pixels.dimensions();
-    let bytes = encode::encode_animation(&out, header.plays, spec)?;
+    let bytes = encode::encode_animation(out, header.plays, spec)?;
     Ok(Some(Processed {
         bytes,
         format: spec.format,
@@ -387,7 +351,7 @@ mod tests {
         let spec = crate::Spec::parse("format=webp")
             .unwrap()
             .resolve_frames(None, true, 3, None);
-        let refused = process(&source, &huge, &spec, &limits, &crate::Decode);
+        let refused = process(&source, &spec, &limits, &crate::Decode);
         assert!(
             matches!(
                 refused,

@@ -330,7 +330,12 @@ fn swaps_axes(o: Orientation) -> bool {
     )
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
+    /// The bytes it was opened from.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// Width and height once orientation (EXIF, or AVIF's clap and irot) is applied.
     pub fn upright_size(&self) -> (u32, u32) {
         if let Kind::Avif(header) = &self.kind {

@@ -55,7 +55,7 @@ pub fn check_animation_size(format: OutputFormat, (w, h): (u32, u32)) -> Result<
 /// Encodes frames of one size as an animated WebP (libwebp's animation encoder) or GIF,
 /// playing `plays` times (0: for ever). Other formats take the first frame as a still.
 pub fn encode_animation(
-    frames: &[OutputFrame],
+    frames: Vec<OutputFrame>,
     plays: u32,
     spec: &ResolvedSpec,
 ) -> Result<Vec<u8>, ProcessError> {
@@ -87,7 +87,7 @@ pub fn encode_animation(
             // timestamps are fine; processors/tests/animation.rs checks every delay.)
             let total: i64 = frames.iter().map(|f| i64::from(f.delay_ms)).sum();
             let mut start = -total;
-            for frame in frames {
+            for frame in &frames {
                 let timestamp = i32::try_from(start).map_err(|_| {
                     ProcessError::UnsupportedFormat(
                         "the animation is longer than WebP holds (24 days)".into(),
@@ -124,13 +124,20 @@ pub fn encode_animation(
                 for frame in frames {
                     let delay = image::Delay::from_numer_denom_ms(frame.delay_ms, 1);
                     encoder
-                        .encode_frame(image::Frame::from_parts(frame.pixels.clone(), 0, 0, delay))
+                        .encode_frame(image::Frame::from_parts(frame.pixels, 0, 0, delay))
                         .map_err(|e| internal("GIF", &e))?;
                 }
             }
             Ok(out)
         }
-        _ => encode(DynamicImage::ImageRgba8(first.pixels.clone()), spec),
+        _ => {
+            let first = frames
+                .into_iter()
+                .next()
+                .map(|f| f.pixels)
+                .unwrap_or_default();
+            encode(DynamicImage::ImageRgba8(first), spec)
+        }
     }
 }
 

@@ -46,45 +46,127 @@ fn undecodable(m: &str) -> ProcessError {
     ProcessError::Undecodable(m.into())
 }
 
-/// Walks header, colour table and extension blocks up to the first image descriptor.
-pub fn parse(b: &[u8]) -> Result<GifHeader, ProcessError> {
-    let screen = (
-        le16(b, 6).ok_or_else(|| undecodable("truncated GIF header"))?,
-        le16(b, 8).ok_or_else(|| undecodable("truncated GIF header"))?,
-    );
-    let flags = *b
-        .get(10)
-        .ok_or_else(|| undecodable("truncated GIF header"))?;
-    let mut i = 13;
-    if flags & 0x80 != 0 {
-        i += 3 << ((flags & 7) + 1);
+/// One block of a GIF's body, as [`Blocks`] walks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block<'a> {
+    /// An extension: its label and its sub-blocks (each a length byte and its data).
+    Extension { label: u8, sub_blocks: &'a [u8] },
+    /// An image descriptor: the size its frame declares.
+    Image { width: u32, height: u32 },
+}
+
+/// The blocks after the header and global colour table, found by skipping each block's
+/// sub-blocks (no LZW decoding): the walk the first-frame header ([`parse`]) and the
+/// animation facts (`crate::animation::header`) share. It ends at the trailer or at the end
+/// of the bytes; an `Err` (bytes cut short inside a block, an unknown block) ends it too.
+/// An image's data is skipped when the next block is asked for, so a reader that stops at
+/// a descriptor never looks past it.
+pub struct Blocks<'a> {
+    b: &'a [u8],
+    at: usize,
+    /// Where the last image descriptor began, its data not yet skipped.
+    image_at: Option<usize>,
+    done: bool,
+}
+
+impl<'a> Blocks<'a> {
+    /// `None` for bytes too short to hold the header.
+    pub fn new(b: &'a [u8]) -> Option<Blocks<'a>> {
+        let flags = *b.get(10)?;
+        let mut at = 13;
+        if flags & 0x80 != 0 {
+            at += 3 << ((flags & 7) + 1);
+        }
+        Some(Blocks {
+            b,
+            at,
+            image_at: None,
+            done: false,
+        })
     }
-    loop {
-        match b.get(i) {
-            Some(0x21) => {
-                // Extension: label, then sub-blocks until a zero length.
-                i += 2;
-                loop {
-                    let len =
-                        usize::from(*b.get(i).ok_or_else(|| undecodable("truncated extension"))?);
-                    i += 1 + len;
-                    if len == 0 {
-                        break;
-                    }
-                }
+
+    /// Past a run of sub-blocks starting at `at`; `None` when the bytes end first.
+    fn skip_sub_blocks(&self, mut at: usize) -> Option<usize> {
+        loop {
+            let len = usize::from(*self.b.get(at)?);
+            at = at.checked_add(1 + len)?;
+            if len == 0 {
+                return Some(at);
             }
-            Some(0x2C) => {
-                let w = le16(b, i + 5).ok_or_else(|| undecodable("truncated image descriptor"))?;
-                let h = le16(b, i + 7).ok_or_else(|| undecodable("truncated image descriptor"))?;
-                return Ok(GifHeader {
-                    screen,
-                    frame: (w, h),
-                });
-            }
-            Some(0x3B) | None => return Err(undecodable("the GIF has no image")),
-            Some(other) => return Err(undecodable(&format!("unknown GIF block {other:#04x}"))),
         }
     }
+
+    fn step(&mut self) -> Option<Result<Block<'a>, ProcessError>> {
+        let b = self.b;
+        if let Some(image) = self.image_at.take() {
+            let Some(&local) = b.get(image + 9) else {
+                return Some(Err(undecodable("truncated image descriptor")));
+            };
+            let mut data = image + 10;
+            if local & 0x80 != 0 {
+                data += 3 << ((local & 7) + 1);
+            }
+            // The LZW minimum code size, then the data's sub-blocks.
+            match self.skip_sub_blocks(data + 1) {
+                Some(next) => self.at = next,
+                None => return Some(Err(undecodable("truncated image data"))),
+            }
+        }
+        let at = self.at;
+        match b.get(at) {
+            Some(0x21) => {
+                let (Some(&label), Some(end)) = (b.get(at + 1), self.skip_sub_blocks(at + 2))
+                else {
+                    return Some(Err(undecodable("truncated extension")));
+                };
+                self.at = end;
+                Some(Ok(Block::Extension {
+                    label,
+                    sub_blocks: &b[at + 2..end],
+                }))
+            }
+            Some(0x2C) => {
+                let (Some(width), Some(height)) = (le16(b, at + 5), le16(b, at + 7)) else {
+                    return Some(Err(undecodable("truncated image descriptor")));
+                };
+                self.image_at = Some(at);
+                Some(Ok(Block::Image { width, height }))
+            }
+            Some(0x3B) | None => None,
+            Some(other) => Some(Err(undecodable(&format!("unknown GIF block {other:#04x}")))),
+        }
+    }
+}
+
+impl<'a> Iterator for Blocks<'a> {
+    type Item = Result<Block<'a>, ProcessError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.step();
+        self.done = !matches!(item, Some(Ok(_)));
+        item
+    }
+}
+
+/// Reads the header and walks the blocks up to the first image descriptor.
+pub fn parse(b: &[u8]) -> Result<GifHeader, ProcessError> {
+    let truncated = || undecodable("truncated GIF header");
+    let screen = (
+        le16(b, 6).ok_or_else(truncated)?,
+        le16(b, 8).ok_or_else(truncated)?,
+    );
+    for block in Blocks::new(b).ok_or_else(truncated)? {
+        if let Block::Image { width, height } = block? {
+            return Ok(GifHeader {
+                screen,
+                frame: (width, height),
+            });
+        }
+    }
+    Err(undecodable("the GIF has no image"))
 }
 
 /// A GIF with no global table may have frames with no table at all: such bytes get a

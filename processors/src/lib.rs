@@ -158,10 +158,8 @@ pub fn process_input(
         Input::Mezzanine(framed) => Opened::Mezzanine(mezzanine::parse(framed)?),
     };
     if let (Opened::Original(source), true) = (&opened, spec.animated) {
-        if let Input::Original(bytes) = input {
-            if let Some(processed) = animation::process(source, bytes, spec, limits, decodes)? {
-                return Ok(processed);
-            }
+        if let Some(processed) = animation::process(source, spec, limits, decodes)? {
+            return Ok(processed);
         }
     }
     let (input_size, can_shrink, upright) = match &opened {

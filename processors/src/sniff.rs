@@ -60,6 +60,15 @@ impl SourceFormat {
         }
     }
 
+    /// Whether bytes of the format may hold an animation (GIF, WebP, APNG), which
+    /// [`crate::animation::header`] counts the frames of.
+    pub fn may_animate(self) -> bool {
+        matches!(
+            self,
+            SourceFormat::Gif | SourceFormat::Webp | SourceFormat::Png
+        )
+    }
+
     /// Whether this build decodes the format.
     pub fn can_decode(self) -> bool {
         !matches!(self, SourceFormat::Heic)

@@ -563,13 +563,7 @@ impl Spec {
         let format = match self.format {
             FormatRequest::Exact(f) => f,
             FormatRequest::Original => source_format.unwrap_or(fallback),
-            FormatRequest::Auto if animate => {
-                if accept_class(accept.unwrap_or("")) & 2 != 0 {
-                    OutputFormat::Webp
-                } else {
-                    OutputFormat::Gif
-                }
-            }
+            FormatRequest::Auto if animate => negotiate_animated(accept.unwrap_or("")),
             FormatRequest::Auto => negotiate(accept.unwrap_or(""), source_has_alpha),
         };
         let scale = |v: u32| ((f64::from(v) * self.dpr.as_f64()).round() as u32).max(1);
@@ -770,14 +764,22 @@ pub fn accept_class(accept: &str) -> u8 {
             ty.eq_ignore_ascii_case(mime) && !refused
         })
     };
-    u8::from(accepts(OutputFormat::Avif.mime())) | u8::from(accepts(OutputFormat::Webp.mime())) << 1
+    let bit = |format: OutputFormat, bit: u8| if accepts(format.mime()) { bit } else { 0 };
+    bit(OutputFormat::Avif, AVIF_BIT) | bit(OutputFormat::Webp, WEBP_BIT)
 }
+
+/// The bits of [`accept_class`].
+const AVIF_BIT: u8 = 1;
+const WEBP_BIT: u8 = 2;
 
 /// The best output format an `Accept` header allows: AVIF, then WebP, then PNG where the
 /// source has alpha, else JPEG. Formats that would drop the source's alpha are skipped.
 pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
     let class = accept_class(accept);
-    for (candidate, bit) in [(OutputFormat::Avif, 1), (OutputFormat::Webp, 2)] {
+    for (candidate, bit) in [
+        (OutputFormat::Avif, AVIF_BIT),
+        (OutputFormat::Webp, WEBP_BIT),
+    ] {
         if (candidate.keeps_alpha() || !has_alpha) && class & bit != 0 {
             return candidate;
         }
@@ -786,6 +788,16 @@ pub fn negotiate(accept: &str, has_alpha: bool) -> OutputFormat {
         OutputFormat::Png
     } else {
         OutputFormat::Jpeg
+    }
+}
+
+/// The best output format for an animation an `Accept` header allows: WebP, else GIF (imgcas
+/// writes no animated AVIF, and every browser takes GIF).
+fn negotiate_animated(accept: &str) -> OutputFormat {
+    if accept_class(accept) & WEBP_BIT != 0 {
+        OutputFormat::Webp
+    } else {
+        OutputFormat::Gif
     }
 }
 

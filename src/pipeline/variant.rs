@@ -191,7 +191,7 @@ impl Target {
     /// Frames the run makes: every frame of an animated spec, else one.
     pub fn frames_made(&self) -> u32 {
         if self.spec.animated {
-            self.source_frames.max(1)
+            self.source_frames
         } else {
             1
         }
@@ -272,10 +272,7 @@ impl Pipeline {
         })?;
         let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
         let output = source_format.and_then(SourceFormat::as_output);
-        let may_be_animated = matches!(
-            source_format,
-            Some(SourceFormat::Gif | SourceFormat::Webp | SourceFormat::Png)
-        );
+        let may_be_animated = source_format.is_some_and(SourceFormat::may_animate);
         let source_frames = if may_be_animated && spec.may_animate(output) {
             self.frames_of(&hash, &info)
                 .await

@@ -96,6 +96,40 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     }
 }
 
+/// Storage that outlives one app: a data dir and, when the suite runs on S3, a bucket (its
+/// in-process server serves while this lives). An app stopped and started again on it, with
+/// other settings, finds what the first one stored.
+pub struct Restartable {
+    dir: tempfile::TempDir,
+    bucket: Option<Arc<s3::S3Target>>,
+}
+
+impl Restartable {
+    pub async fn new() -> Restartable {
+        Restartable {
+            dir: tempfile::tempdir().expect("temp dir"),
+            bucket: match s3::pipeline_on_s3() {
+                true => Some(Arc::new(s3::S3Target::new().await)),
+                false => None,
+            },
+        }
+    }
+
+    /// [`spawn_app_with`] on this storage, with `tweak` applied as well.
+    pub async fn spawn(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let (dir, bucket) = (self.dir.path().to_path_buf(), self.bucket.clone());
+        spawn_app_with(move |c| {
+            c.data_dir = dir;
+            match bucket {
+                Some(bucket) => bucket.configure(c),
+                None => c.storage.backend = imgcas::config::StorageBackend::Fs,
+            }
+            tweak(c);
+        })
+        .await
+    }
+}
+
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
