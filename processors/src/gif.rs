@@ -1,7 +1,8 @@
-//! GIF: the first frame, composited onto its logical screen. The frame's declared size is read
-//! from the block structure and checked against the pixel limit before the decoder allocates;
-//! a file with no colour table at all gets a grayscale one, as other decoders do (animations,
-//! decoded frame by frame in [`crate::animation`], get the same table).
+//! GIF: its block structure, walked without decoding ([`Blocks`]: the first frame's header
+//! here, the frames and plays of an animation in [`crate::animation`]), and its first frame,
+//! composited onto its logical screen. The frame's declared size is checked against the
+//! pixel limit before the decoder allocates; a file with no colour table at all gets a
+//! grayscale one, as other decoders do (animations, decoded frame by frame, get it too).
 
 use std::borrow::Cow;
 use std::io::Cursor;
