@@ -169,7 +169,7 @@ fn describe() {
     );
     describe_counter!(
         "imgcas_source_decodes_total",
-        "Decodes of source pixels, by what was decoded (an original or its mezzanine); runs that share a decode count it once"
+        "Decodes of source pixels, by what was decoded (an original or its mezzanine), for processing runs, facts and fingerprints; whatever shares a decode counts it once"
     );
     describe_counter!(
         "imgcas_mezzanines_built_total",

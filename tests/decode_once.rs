@@ -1,22 +1,28 @@
-//! Decode once (SPEC extension, issue 15): a large original is decoded once however many specs
-//! of it are asked together, its mezzanine serves the small outputs, and none of that changes
-//! a variant's bytes — a variant made inside a burst, after its mezzanine was stored, after
-//! the mezzanine and the variant were evicted, in another app, or offline by
-//! `processors::process` is the same bytes.
+//! Decode once (SPEC extension, issues 15 and 27): a large original is decoded as few times
+//! as its specs need however many are asked together, and none of that changes a variant's
+//! bytes — a variant made inside a burst, after a mezzanine was stored, after the mezzanine
+//! and the variant were evicted, in another app, or offline by `processors::process` is the
+//! same bytes. Originals that cannot shrink on load (PNG here) are decoded once and their
+//! mezzanine serves the small outputs; JPEG originals build no mezzanine: each output
+//! decodes at its own DCT scale, and outputs at one scale share that decode.
 
 mod common;
 
 use common::*;
 use imgcas_processors::{OutputFormat, Spec};
 
-/// Widths of one `srcset`: the three small ones are made from the mezzanine (2000 wide), the
-/// largest (1280: the mezzanine has less than twice its resolution) from the original, at
-/// the scale the mezzanine's build decodes it at (full: both reduce by less than 4).
-const WIDTHS: [u32; 4] = [320, 640, 960, 1280];
+/// Widths of one `srcset` of a 4000 px PNG: the two small ones are made from the mezzanine
+/// (2000 wide), the larger ones (the mezzanine has less than four times their resolution)
+/// from the original, whose whole decode the mezzanine's build shares.
+const WIDTHS: [u32; 4] = [320, 480, 960, 1280];
 
-/// A 12 MP JPEG (4000×3000): large enough for a mezzanine.
+/// Widths of one `srcset` of a 4000 px JPEG: they decode at 1/4, 1/2, 1/2 and 1 (twice the
+/// output's resolution kept).
+const JPEG_WIDTHS: [u32; 4] = [320, 640, 960, 1280];
+
+/// A 12 MP PNG (4000×3000): large enough for a mezzanine.
 fn large_photo(seed: u8) -> Vec<u8> {
-    encode(&rgb_image(4000, 3000, seed), image::ImageFormat::Jpeg)
+    png(4000, 3000, seed)
 }
 
 fn query(width: u32) -> String {
@@ -48,6 +54,29 @@ async fn variant(app: &TestApp, hash: &str, width: u32) -> Vec<u8> {
     response.bytes().await.expect("body").to_vec()
 }
 
+/// The widths of one original asked all at once; their bodies, in order.
+async fn burst(app: &TestApp, hash: &str, widths: &[u32]) -> Vec<Vec<u8>> {
+    let tasks: Vec<_> = widths
+        .iter()
+        .map(|w| {
+            let (client, url) = (
+                app.client.clone(),
+                app.url(&format!("/v1/image/{hash}?{}", query(*w))),
+            );
+            tokio::spawn(async move {
+                let response = client.get(url).send().await.expect("request");
+                assert_eq!(response.status(), 200);
+                response.bytes().await.expect("body").to_vec()
+            })
+        })
+        .collect();
+    let mut made = Vec::new();
+    for task in tasks {
+        made.push(task.await.expect("task"));
+    }
+    made
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_srcset_burst_decodes_the_original_once_and_matches_offline_bytes() {
     let original = large_photo(7);
@@ -55,22 +84,10 @@ async fn a_srcset_burst_decodes_the_original_once_and_matches_offline_bytes() {
 
     let app = spawn_app().await;
     let hash = upload_hash(&app, &original).await;
+    // The upload's facts and fingerprint share a decode of their own, behind its answer.
+    app.pipeline.settle().await;
     let before = app.stats();
-    let burst = WIDTHS.map(|w| {
-        let (client, url) = (
-            app.client.clone(),
-            app.url(&format!("/v1/image/{hash}?{}", query(w))),
-        );
-        tokio::spawn(async move {
-            let response = client.get(url).send().await.expect("request");
-            assert_eq!(response.status(), 200);
-            response.bytes().await.expect("body").to_vec()
-        })
-    });
-    let mut made = Vec::new();
-    for task in burst {
-        made.push(task.await.expect("task"));
-    }
+    let made = burst(&app, &hash, &WIDTHS).await;
     let after = app.stats();
     assert_eq!(
         after.decodes_original - before.decodes_original,
@@ -78,7 +95,7 @@ async fn a_srcset_burst_decodes_the_original_once_and_matches_offline_bytes() {
         "one decode of the original for the whole burst"
     );
     assert_eq!(after.mezzanines_built - before.mezzanines_built, 1);
-    // The three small widths decoded the mezzanine (each at its own scale, or shared).
+    // The two small widths decoded the mezzanine (each at its own scale, or shared).
     assert!(after.decodes_mezzanine - before.decodes_mezzanine >= 1);
     for ((width, made), expected) in WIDTHS.iter().zip(&made).zip(&expected) {
         assert_eq!(dimensions(made).0, *width);
@@ -90,9 +107,9 @@ async fn a_srcset_burst_decodes_the_original_once_and_matches_offline_bytes() {
 
     // A second spec of the stored original: from the mezzanine, no decode of the original.
     let decodes = app.stats().decodes_original;
-    let second = variant(&app, &hash, 480).await;
+    let second = variant(&app, &hash, 400).await;
     assert_eq!(app.stats().decodes_original, decodes);
-    assert!(second == offline(&original, 480));
+    assert!(second == offline(&original, 400));
 
     let metrics = app.metrics().await;
     assert_eq!(
@@ -103,6 +120,44 @@ async fn a_srcset_burst_decodes_the_original_once_and_matches_offline_bytes() {
         ),
         app.stats().decodes_original as f64
     );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_jpeg_srcset_burst_builds_no_mezzanine_and_shares_decodes_of_one_scale() {
+    let original = jpeg(4000, 3000, 9);
+    let expected: Vec<Vec<u8>> = JPEG_WIDTHS.iter().map(|w| offline(&original, *w)).collect();
+    let app = spawn_app().await;
+    let hash = upload_hash(&app, &original).await;
+    app.pipeline.settle().await;
+    let before = app.stats();
+    let made = burst(&app, &hash, &JPEG_WIDTHS).await;
+    let after = app.stats();
+    assert_eq!(
+        after.mezzanines_built, 0,
+        "JPEG originals have no mezzanine"
+    );
+    assert_eq!(after.decodes_mezzanine, 0);
+    // Three scales (1/4, 1/2, 1): 640 and 960 share the decode at 1/2.
+    assert_eq!(after.decodes_original - before.decodes_original, 3);
+    for ((width, made), expected) in JPEG_WIDTHS.iter().zip(&made).zip(&expected) {
+        assert_eq!(dimensions(made).0, *width);
+        assert!(
+            made == expected,
+            "w={width}: the burst's bytes differ from offline"
+        );
+    }
+    // One at a time, nothing shared: the same bytes again.
+    let app2 = spawn_app_with(|c| c.limits.decode_cache_bytes = 0).await;
+    let hash2 = upload_hash(&app2, &original).await;
+    for (width, expected) in JPEG_WIDTHS.iter().zip(&expected) {
+        assert!(
+            variant(&app2, &hash2, *width).await == *expected,
+            "w={width}"
+        );
+    }
+    assert_eq!(app2.stats().mezzanines_built, 0);
+    app2.stop().await;
     app.stop().await;
 }
 
@@ -127,14 +182,14 @@ async fn one_at_a_time_in_another_order_and_after_eviction_the_bytes_are_the_sam
     })
     .await;
     let hash = upload_hash(&app, &original).await;
-    let first = variant(&app, &hash, 640).await;
+    let first = variant(&app, &hash, 480).await;
     // The mezzanine is stored behind the answer (on shared maps, possibly after the
     // variant's own eviction pass): once it is, hold the store to the budget again, as the
     // next upkeep would, so the second request finds neither.
     app.pipeline.settle().await;
     app.pipeline.keep_variants_within_budget().await.unwrap();
-    let again = variant(&app, &hash, 640).await;
-    assert!(first == again && first == offline(&original, 640));
+    let again = variant(&app, &hash, 480).await;
+    assert!(first == again && first == offline(&original, 480));
     assert!(
         app.stats().mezzanines_built >= 2,
         "the evicted mezzanine was rebuilt"
@@ -145,9 +200,13 @@ async fn one_at_a_time_in_another_order_and_after_eviction_the_bytes_are_the_sam
 #[tokio::test]
 async fn small_or_transparent_originals_have_no_mezzanine() {
     let app = spawn_app().await;
-    let small = jpeg(1600, 1200, 3);
+    let small = png(1600, 1200, 3);
     let hash = upload_hash(&app, &small).await;
+    // The upload's facts and fingerprint are done (their decode dropped) before the run.
+    app.pipeline.settle().await;
+    let before = app.stats().decodes_original;
     variant(&app, &hash, 320).await;
+    let first = app.stats().decodes_original;
     let alpha = encode(
         &image::DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
             3200,
@@ -157,11 +216,22 @@ async fn small_or_transparent_originals_have_no_mezzanine() {
         image::ImageFormat::Png,
     );
     let hash = upload_hash(&app, &alpha).await;
+    app.pipeline.settle().await;
+    let between = app.stats().decodes_original;
     let response = app.get(&format!("/v1/image/{hash}?w=320&format=png")).await;
     assert_eq!(response.status(), 200);
     let stats = app.stats();
     assert_eq!((stats.mezzanines_built, stats.decodes_mezzanine), (0, 0));
-    assert_eq!(stats.decodes_original, 2);
+    // One decode each: the first run; the second upload's facts and fingerprint, which
+    // share theirs; the second run.
+    assert_eq!(
+        (
+            first - before,
+            between - first,
+            stats.decodes_original - between
+        ),
+        (1, 1, 1)
+    );
     app.stop().await;
 }
 
@@ -174,10 +244,16 @@ async fn with_the_mezzanine_off_every_width_decodes_the_original() {
     })
     .await;
     let hash = upload_hash(&app, &original).await;
+    // The upload's facts and fingerprint each decode it too (nothing is shared here).
+    app.pipeline.settle().await;
+    let before = app.stats().decodes_original;
     for width in WIDTHS {
         variant(&app, &hash, width).await;
     }
     let stats = app.stats();
-    assert_eq!((stats.mezzanines_built, stats.decodes_original), (0, 4));
+    assert_eq!(
+        (stats.mezzanines_built, stats.decodes_original - before),
+        (0, 4)
+    );
     app.stop().await;
 }

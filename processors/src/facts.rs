@@ -7,6 +7,7 @@ use image::DynamicImage;
 
 use crate::decode::{self, Limits};
 use crate::error::ProcessError;
+use crate::Decodes;
 
 /// Bumped when what [`facts`] computes changes: facts of another version are computed again.
 /// 2: a GIF cut short counts the frames before the cut (it counted 1), as processing does.
@@ -17,9 +18,6 @@ const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);
 
 /// The side the placeholders are computed at (ThumbHash takes at most 100 × 100).
 const PLACEHOLDER_SIDE: u32 = 100;
-
-/// Decodes are shrunk on load (JPEG) until a side would drop below this.
-const MIN_DECODED_SIDE: u32 = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
@@ -44,9 +42,9 @@ impl Facts {
 }
 
 /// The facts of encoded bytes: opened and checked against `limits` like any source, decoded
-/// as small as suffices.
-pub fn facts(bytes: &[u8], limits: &Limits) -> Result<Facts, ProcessError> {
-    let (image, _) = decode::decode_small(bytes, limits, MIN_DECODED_SIDE)?;
+/// as small as suffices ([`decode::decode_small`], through `decodes`).
+pub fn facts(bytes: &[u8], limits: &Limits, decodes: &dyn Decodes) -> Result<Facts, ProcessError> {
+    let (image, _) = decode::decode_small(bytes, limits, decodes)?;
     Ok(of_image(&image, crate::animation::frame_count(bytes)))
 }
 

@@ -3,7 +3,7 @@
 //! or not, metadata stripped, a slight crop, a brightness nudge, a small overlay).
 //!
 //! A fingerprint is computed from the smallest decode that suffices (JPEG's DCT scaling down
-//! to at least [`MIN_DECODED_SIDE`] pixels), upright and in sRGB, reduced to a 32 × 32 grid of
+//! to at least [`SMALL_DECODE_SIDE`](crate::decode::SMALL_DECODE_SIDE) pixels), upright and in sRGB, reduced to a 32 × 32 grid of
 //! area means. Three parts, each cheap to compare:
 //! - `phash`: 64 bits from the grid's lowest DCT frequencies, each above or below their
 //!   median. This is the hash the near-neighbour index searches by Hamming distance; being
@@ -20,13 +20,10 @@ use image::DynamicImage;
 
 use crate::decode::{self, Limits};
 use crate::error::ProcessError;
+use crate::Decodes;
 
 /// Bumped whenever the computation changes, so that stored fingerprints are recomputed.
 pub const FINGERPRINT_VERSION: u32 = 1;
-
-/// The shortest side a shrink-on-load decode keeps; below it, quantisation noise of the
-/// smaller decode starts to show in the 32 × 32 grid.
-pub const MIN_DECODED_SIDE: u32 = 128;
 
 const GRID: usize = 32;
 
@@ -142,9 +139,13 @@ impl Fingerprint {
 }
 
 /// The fingerprint of encoded bytes: opened and checked against `limits` like any source,
-/// decoded as small as suffices.
-pub fn fingerprint(bytes: &[u8], limits: &Limits) -> Result<Fingerprint, ProcessError> {
-    let (image, size) = decode::decode_small(bytes, limits, MIN_DECODED_SIDE)?;
+/// decoded as small as suffices ([`decode::decode_small`], through `decodes`).
+pub fn fingerprint(
+    bytes: &[u8],
+    limits: &Limits,
+    decodes: &dyn Decodes,
+) -> Result<Fingerprint, ProcessError> {
+    let (image, size) = decode::decode_small(bytes, limits, decodes)?;
     Ok(of_image(&image, size))
 }
 

@@ -2,6 +2,7 @@
 //! size and type, scan count, EXIF, ICC, Adobe transform), and a libjpeg-turbo decode
 //! (through the `mozjpeg` crate) with DCT-domain downscaling for shrink-on-load.
 
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use image::{DynamicImage, GrayImage, RgbImage};
@@ -26,6 +27,20 @@ pub struct JpegHeader<'a> {
     pub icc: Option<Vec<u8>>,
     /// An Adobe APP14 segment is present (CMYK is then stored inverted).
     pub adobe: bool,
+    /// Byte ranges of the AC scans of a progressive (SOF2) file that a 1/8-scale decode does
+    /// not read, each its SOS segment and entropy-coded data (see [`JpegHeader::dc_only`]).
+    pub ac_scans: Vec<Range<usize>>,
+    /// Component ids of the frame, in frame order.
+    component_ids: Vec<u8>,
+    /// Per component (frame order): whether a 1/8-scale decode reads its AC coefficients.
+    /// libjpeg scales a subsampled component up by a larger inverse DCT where the
+    /// subsampling allows (4:2:0 chroma: 2 × 2 pixels a block at 1/8), and that reads AC
+    /// coefficients; full-resolution components (and 4:2:2 chroma) take 1 pixel a block,
+    /// the DC coefficient alone.
+    reads_ac_at_one_eighth: Vec<bool>,
+    /// Per component (frame order): bit k set when a scan brought AC coefficient k (1–9) to
+    /// full precision (successive approximation's last bit, Al = 0).
+    complete_ac: Vec<u16>,
 }
 
 fn undecodable(message: impl Into<String>) -> ProcessError {
@@ -37,6 +52,22 @@ fn be16(b: &[u8], at: usize) -> Option<usize> {
         *b.get(at)?,
         *b.get(at + 1)?,
     ])))
+}
+
+/// Where the entropy-coded data starting at `from` ends: the next 0xFF that is a marker
+/// (not a stuffed 0xFF 0x00, nor a restart marker inside the data), or the end. Found by
+/// `memchr`, since this walks megabytes of a large photo at every open.
+fn next_marker(b: &[u8], from: usize) -> usize {
+    let mut j = from;
+    while let Some(at) = b.get(j..).and_then(|rest| memchr::memchr(0xFF, rest)) {
+        j += at;
+        match b.get(j + 1) {
+            None => return b.len(),
+            Some(0x00 | 0xD0..=0xD7) => j += 1,
+            Some(_) => return j,
+        }
+    }
+    b.len()
 }
 
 /// Walks the markers of a whole file, skipping entropy-coded data.
@@ -81,6 +112,22 @@ pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
                 h.height = be16(payload, 1).unwrap_or(0) as u32;
                 h.width = be16(payload, 3).unwrap_or(0) as u32;
                 h.components = payload[5];
+                let components: Vec<&[u8]> = payload[6..]
+                    .chunks_exact(3)
+                    .take(usize::from(h.components))
+                    .collect();
+                let sampling = |c: &[u8]| (u32::from(c[1] >> 4), u32::from(c[1] & 0x0F));
+                let max_h = components.iter().map(|c| sampling(c).0).max().unwrap_or(1);
+                let max_v = components.iter().map(|c| sampling(c).1).max().unwrap_or(1);
+                h.component_ids = components.iter().map(|c| c[0]).collect();
+                h.reads_ac_at_one_eighth = components
+                    .iter()
+                    .map(|c| {
+                        let (ch, cv) = sampling(c);
+                        ch > 0 && cv > 0 && max_h % (2 * ch) == 0 && max_v % (2 * cv) == 0
+                    })
+                    .collect();
+                h.complete_ac = vec![0; h.component_ids.len()];
             }
             0xE1 if h.exif.is_none() && payload.starts_with(b"Exif\0\0") => {
                 h.exif = Some(&payload[6..]);
@@ -99,12 +146,9 @@ pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
                         "more than {MAX_SCANS} scans: refused as a decoding-time bomb"
                     )));
                 }
-                // Skip the entropy-coded segment up to the next real marker.
-                let mut j = end;
-                while j + 1 < b.len()
-                    && !(b[j] == 0xFF && b[j + 1] != 0 && !(0xD0..=0xD7).contains(&b[j + 1]))
-                {
-                    j += 1;
+                let j = next_marker(b, end);
+                if h.sof == 0xC2 {
+                    h.note_progressive_scan(payload, i..j);
                 }
                 i = j;
                 continue;
@@ -138,6 +182,71 @@ pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
 }
 
 impl JpegHeader<'_> {
+    /// Notes one scan of a progressive file: an AC scan's byte range, and which of AC
+    /// coefficients 1–9 it completes for its components.
+    fn note_progressive_scan(&mut self, sos: &[u8], range: Range<usize>) {
+        let Some(&count) = sos.first() else { return };
+        let count = usize::from(count);
+        let (Some(ids), Some(&[ss, se, approximation])) = (
+            sos.get(1..1 + 2 * count),
+            sos.get(1 + 2 * count..4 + 2 * count),
+        ) else {
+            return;
+        };
+        if ss == 0 {
+            return;
+        }
+        let components: Vec<usize> = ids
+            .chunks_exact(2)
+            .filter_map(|c| self.component_ids.iter().position(|id| *id == c[0]))
+            .collect();
+        let read = components.iter().any(|at| {
+            self.reads_ac_at_one_eighth
+                .get(*at)
+                .copied()
+                .unwrap_or(true)
+        });
+        if !read && !components.is_empty() {
+            self.ac_scans.push(range);
+        }
+        if approximation & 0x0F != 0 {
+            return;
+        }
+        let bands = (ss..=se.min(9)).fold(0u16, |bits, k| bits | 1 << k);
+        for at in components {
+            self.complete_ac[at] |= bands;
+        }
+    }
+
+    /// Whether a 1/8-scale decode is made from a stripped file ([`JpegHeader::dc_only`]).
+    pub fn reads_dc_only_at_one_eighth(&self) -> bool {
+        let every_ac_complete = self.complete_ac.iter().all(|bits| *bits == 0b11_1111_1110);
+        self.sof == 0xC2 && !self.ac_scans.is_empty() && every_ac_complete
+    }
+
+    /// The file without the AC scans a 1/8-scale decode does not read, when a 1/8-scale
+    /// decode of that is the very pixels a 1/8-scale decode of the whole file gives:
+    /// libjpeg's 1/8 scale reads only the DC coefficient of each full-resolution block, and
+    /// in a progressive file the DC coefficients come in scans of their own (typically a
+    /// tenth of the bytes), so the costly AC scans need not be entropy-decoded at all. Exact only when the whole file completes AC coefficients
+    /// 1–9 of every component: otherwise libjpeg smooths blocks whose coefficients are
+    /// missing, reading them, even at 1/8 (the stripped file is decoded with smoothing off).
+    /// `None` for baseline files, whose DC and AC are interleaved in one scan.
+    pub fn dc_only(&self, b: &[u8]) -> Option<Vec<u8>> {
+        if !self.reads_dc_only_at_one_eighth() {
+            return None;
+        }
+        let dropped: usize = self.ac_scans.iter().map(|r| r.len()).sum();
+        let mut stream = Vec::with_capacity(b.len().saturating_sub(dropped));
+        let mut at = 0;
+        for scan in &self.ac_scans {
+            stream.extend_from_slice(b.get(at..scan.start)?);
+            at = scan.end;
+        }
+        stream.extend_from_slice(b.get(at..)?);
+        Some(stream)
+    }
+
     /// Lossless, hierarchical and differential JPEG: valid, rare, and not read by imgcas.
     pub fn unsupported_reason(&self) -> Option<String> {
         match self.sof {
@@ -210,9 +319,19 @@ pub fn decode(
 ) -> Result<DynamicImage, ProcessError> {
     let adobe = header.adobe;
     let icc = header.icc.as_deref();
+    let denominator = denominator.clamp(1, 8);
+    let dc_only = if denominator == 8 {
+        header.dc_only(b)
+    } else {
+        None
+    };
     let result = catch_unwind(AssertUnwindSafe(|| -> std::io::Result<DynamicImage> {
-        let mut d = mozjpeg::Decompress::new_mem(b)?;
-        d.scale((8 / denominator.clamp(1, 8)) as u8);
+        let mut d = mozjpeg::Decompress::new_mem(dc_only.as_deref().unwrap_or(b))?;
+        d.scale((8 / denominator) as u8);
+        if dc_only.is_some() {
+            // Missing AC coefficients are missing on purpose (see `dc_only`): no estimate.
+            d.do_block_smoothing(false);
+        }
         Ok(match d.image()? {
             mozjpeg::decompress::Format::RGB(mut s) => {
                 let (w, h) = (s.width() as u32, s.height() as u32);
@@ -303,6 +422,76 @@ mod tests {
         assert!(parse(b"\xFF\xD8\xFF\xD9").is_err());
         let decoded = decode(&bytes, &h, 2).unwrap();
         assert_eq!((decoded.width(), decoded.height()), (17, 9));
+    }
+
+    fn testdata(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The 1/8 decode of a whole file, AC scans entropy-decoded (the path without `dc_only`).
+    fn decode_whole(bytes: &[u8], denominator: u32) -> DynamicImage {
+        let mut header = parse(bytes).unwrap();
+        header.ac_scans.clear();
+        decode(bytes, &header, denominator).unwrap()
+    }
+
+    #[test]
+    fn a_progressive_file_decodes_at_one_eighth_from_its_dc_scans_to_the_same_pixels() {
+        let photo = testdata("exif-orientation/Landscape_1.jpg");
+        let rgb = decode_whole(&photo, 1).into_rgb8();
+        let gray = DynamicImage::ImageRgb8(rgb.clone()).into_luma8();
+        let mut gray_jpeg = std::io::Cursor::new(Vec::new());
+        DynamicImage::ImageLuma8(gray)
+            .write_to(&mut gray_jpeg, image::ImageFormat::Jpeg)
+            .unwrap();
+        let files = [
+            // libjpeg-turbo's progression: DC and AC by successive approximation.
+            ("4:2:0", encode(&rgb, 80, true).unwrap()),
+            ("4:4:4", encode(&rgb, 92, true).unwrap()),
+            (
+                "kimono (another encoder's scans)",
+                testdata("avif/kimono.jpg"),
+            ),
+        ];
+        for (name, bytes) in &files {
+            let header = parse(bytes).unwrap();
+            assert_eq!(header.sof, 0xC2, "{name}");
+            let stripped = header.dc_only(bytes).expect(name);
+            assert!(
+                stripped.len() * 3 < bytes.len(),
+                "{name}: the AC scans are most bytes"
+            );
+            let fast = decode(bytes, &header, 8).unwrap();
+            assert_eq!(fast, decode_whole(bytes, 8), "{name}");
+            // Other scales read AC coefficients: the whole file.
+            assert_eq!(
+                decode(bytes, &header, 4).unwrap(),
+                decode_whole(bytes, 4),
+                "{name}"
+            );
+        }
+        // Baseline files interleave DC and AC: nothing to strip.
+        let baseline = parse(&photo).unwrap();
+        assert!(baseline.dc_only(&photo).is_none());
+        let gray = gray_jpeg.into_inner();
+        assert!(parse(&gray).unwrap().dc_only(&gray).is_none());
+    }
+
+    #[test]
+    fn a_progressive_file_missing_ac_refinements_is_decoded_whole() {
+        // Cut after its first scans: libjpeg estimates the missing coefficients, and that
+        // estimate reads AC bands, so the DC scans alone would give other pixels.
+        let rgb = decode_whole(&testdata("exif-orientation/Landscape_1.jpg"), 4).into_rgb8();
+        let bytes = encode(&rgb, 80, true).unwrap();
+        let header = parse(&bytes).unwrap();
+        let cut = header.ac_scans[1].start;
+        let mut truncated = bytes[..cut].to_vec();
+        truncated.extend_from_slice(&[0xFF, 0xD9]);
+        let header = parse(&truncated).unwrap();
+        assert!(header.dc_only(&truncated).is_none());
     }
 
     #[test]

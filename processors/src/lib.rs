@@ -162,13 +162,9 @@ pub fn process_input(
             return Ok(processed);
         }
     }
-    let (input_size, can_shrink, upright) = match &opened {
-        Opened::Original(source) => (source.upright_size(), source.can_shrink_on_load(), None),
-        Opened::Mezzanine(m) => (
-            mezzanine::stored_size(m, limits)?,
-            true,
-            Some(m.original_upright),
-        ),
+    let (input_size, upright) = match &opened {
+        Opened::Original(source) => (source.upright_size(), None),
+        Opened::Mezzanine(m) => (mezzanine::stored_size(m, limits)?, Some(m.original_upright)),
     };
     // Plans are made in the original's coordinates (minimum sizes, rounding of the output
     // box), then scaled to the decoded picture, as shrink-on-load does.
@@ -181,10 +177,11 @@ pub fn process_input(
     }
     // How much smaller than the original the input is (1 for the original itself).
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
-    let denominator = if can_shrink {
-        geometry::shrink_denominator(plan.reduction(rotated) / shrunk)
-    } else {
-        1
+    let reduction = plan.reduction(rotated) / shrunk;
+    let denominator = match &opened {
+        Opened::Original(source) => source.shrink_denominator(reduction),
+        // A mezzanine is a baseline JPEG.
+        Opened::Mezzanine(_) => geometry::shrink_denominator(reduction),
     };
     let decoded = match &opened {
         Opened::Original(source) => {
@@ -249,11 +246,51 @@ pub(crate) fn layout(
 /// `size` is the stored source size; unknown sizes should be passed as the pixel limit.
 pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
     let (w, h) = (size.0.max(1), size.1.max(1));
-    let (_, plan, denominator) = layout((w, h), spec, format == Some(SourceFormat::Jpeg));
+    let shrinks = format.is_some_and(SourceFormat::shrinks_on_load);
+    let (_, plan, denominator) = layout((w, h), spec, shrinks);
     let denominator = u64::from(denominator);
     let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
     let (ow, oh) = plan.output_size();
     decoded.max(u64::from(ow) * u64::from(oh)).max(1)
+}
+
+/// The processor version of a variant (part of its key, with the original and the
+/// canonical spec): [`PROCESSOR_VERSION`], or a later one for the variants whose bytes a
+/// later change altered. Read from what the originals index holds (format, stored size),
+/// before anything is decoded, and conservative where that is not enough to tell.
+///
+/// 5: JPEG originals make every output themselves, never from a mezzanine, and a
+/// progressive JPEG reduced 8 to 16 times decodes at 1/8 from its DC scans (it decoded at
+/// 1/4). Both concern JPEG outputs reduced at least 4 times of originals whose long side is
+/// at least the mezzanine's threshold, or reduced 8 to 16 times of any; other variants'
+/// bytes are unchanged and keep their version (a baseline JPEG reduced 8 to 16 times is
+/// counted in: its header is not in the index).
+pub fn processor_version(
+    format: Option<SourceFormat>,
+    size: Option<(u32, u32)>,
+    spec: &ResolvedSpec,
+) -> u32 {
+    if !format.is_some_and(SourceFormat::shrinks_on_load) {
+        return PROCESSOR_VERSION;
+    }
+    let Some((w, h)) = size else { return 5 };
+    let long = w.max(h);
+    // Either orientation: the stored size's EXIF orientation is not in the index.
+    let reduced = |upright: (u32, u32)| {
+        let (rotated, plan, _) = layout(upright, spec, false);
+        plan.reduction(rotated)
+    };
+    let reductions = [reduced((w, h)), reduced((h, w))];
+    // From 16 on, both decode at 1/8: the DC scans give the same pixels as the whole file.
+    let one_quarter_before = reductions.iter().any(|r| (8.0..16.0).contains(r));
+    // A mezzanine served outputs it held twice the resolution of, and it was at least
+    // twice smaller than its original: reductions from 4.
+    let mezzanine_before = long >= mezzanine::FROM_SIDE && reductions.iter().any(|r| *r >= 4.0);
+    if one_quarter_before || mezzanine_before {
+        5
+    } else {
+        PROCESSOR_VERSION
+    }
 }
 
 /// `min_w`/`min_h` constrain the upright source, before any `rotate`.
@@ -281,6 +318,26 @@ mod tests {
             false,
             None,
         )
+    }
+
+    #[test]
+    fn only_variants_whose_bytes_changed_take_a_later_version() {
+        let jpeg = Some(SourceFormat::Jpeg);
+        let version = |format, size, query: &[(&str, &str)]| {
+            processor_version(format, size, &resolved(query))
+        };
+        // Small JPEGs, and large ones barely reduced: unchanged; 1/8 from 16 on, as before.
+        assert_eq!(version(jpeg, Some((1600, 1200)), &[("w", "400")]), 4);
+        assert_eq!(version(jpeg, Some((1200, 1800)), &[("w", "64")]), 4);
+        assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "1500")]), 4);
+        // Once made from the mezzanine, or from a 1/4 decode of a progressive file.
+        assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "800")]), 5);
+        assert_eq!(version(jpeg, Some((2400, 1600)), &[("w", "250")]), 5);
+        // Unknown size: counted in. Other formats, and bytes of no known format: unchanged.
+        assert_eq!(version(None, None, &[("w", "400")]), 4);
+        assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
+        let png = Some(SourceFormat::Png);
+        assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! outputs are made, so that the second and later specs of an original decode a file of a few
 //! hundred kilobytes at a reduced DCT scale instead of the whole original again.
 //!
-//! It is built cheaply: a JPEG original is decoded at half the mezzanine's reduction (the
-//! scale shrink-on-load picks for it, and the one specs too large for the mezzanine pick, so
-//! a `srcset` burst shares one decode), then averaged 2 × 2; other formats are decoded whole
-//! and averaged over the whole reduction.
+//! Only sources that cannot shrink on load have one (PNG, WebP, AVIF, TIFF, …: there it
+//! saves most of the decoding of every later spec). A JPEG original decodes at the DCT scale
+//! each output picks, for about what decoding a mezzanine would cost, so it makes every
+//! output itself: a mezzanine would only add its build to the first request. The build
+//! decodes the original whole and averages it over the whole reduction.
 //!
 //! Whether a spec is made from the mezzanine is decided by [`serves`] from the spec and the
 //! source's header facts alone (stored size, alpha), never from what happens to be stored or
@@ -25,7 +26,6 @@
 
 use crate::decode::{open, Limits, SourceInfo};
 use crate::error::ProcessError;
-use crate::geometry;
 use crate::spec::OutputFormat;
 use crate::spec::ResolvedSpec;
 use crate::{layout, ops, Decodes, InputKind, Processed};
@@ -50,11 +50,12 @@ const FRAME: usize = MAGIC.len() + 16;
 const STRIPE_ROWS: u32 = 8;
 
 /// How much more resolution than the output the mezzanine must hold, along the output's
-/// less-reduced axis, for a spec to be made from it: twice, the margin shrink-on-load keeps.
-/// The outputs it serves are those the original's own path would decode at a reduced DCT
-/// scale, which is about what the mezzanine's 2 × 2 average is; below it, the original's
-/// path decodes at full scale and is sharper (1.25 dB at 1.75, `tests/mezzanine_quality.rs`).
-const MARGIN: f64 = 2.0;
+/// less-reduced axis, for a spec to be made from it: four times. The originals that have a
+/// mezzanine decode whole on their own path, the sharpest there is; against that, outputs
+/// holding less margin lose visibly (0.95 dB at twice, where a JPEG original's own path,
+/// decoding at a reduced DCT scale, lost as much as the mezzanine), and outputs within it
+/// lose at most 0.35 dB (`tests/mezzanine_quality.rs`).
+const MARGIN: f64 = 4.0;
 
 /// Whether a spec is made from the mezzanine of a source with these header facts and this
 /// upright size (after EXIF orientation): the source is opaque and large (long side ≥
@@ -62,8 +63,12 @@ const MARGIN: f64 = 2.0;
 /// along the less-reduced axis.
 pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bool {
     let long = info.width.max(info.height);
-    // A mezzanine is a still: animations are made from their original's frames.
-    if info.has_alpha || spec.animated || long < FROM_SIDE || !info.format.can_decode() {
+    // A mezzanine is a still: animations are made from their original's frames. A source
+    // that shrinks on load (JPEG) decodes at the scale each output picks, for about what
+    // a mezzanine's decode would cost, so a mezzanine would only add its own build (a
+    // decode and an encode) to the first request: measured 2.8x dearer first variants.
+    let no_mezzanine = info.has_alpha || spec.animated || info.format.shrinks_on_load();
+    if no_mezzanine || long < FROM_SIDE || !info.format.can_decode() {
         return false;
     }
     let mezzanine = size_for((info.width, info.height));
@@ -100,8 +105,8 @@ pub fn size_for(upright: (u32, u32)) -> (u32, u32) {
 }
 
 /// Builds the mezzanine of an original (whose header must satisfy [`serves`] for some spec).
-/// The original is decoded through `decodes` at the DCT scale this size picks, as any spec
-/// would, so a concurrent spec that needs that same decode shares it.
+/// The original is decoded through `decodes` (whole: sources with a mezzanine do not shrink
+/// on load), so a concurrent spec that needs that same decode shares it.
 pub fn build(
     original: &[u8],
     limits: &Limits,
@@ -111,13 +116,8 @@ pub fn build(
     let upright = source.upright_size();
     let size = size_for(upright);
     let k = reduction(upright.0.max(upright.1));
-    // The scale shrink-on-load picks for this reduction (it keeps twice the output's
-    // resolution): k / 2, at most 1/8.
-    let denominator = if source.can_shrink_on_load() {
-        geometry::shrink_denominator(f64::from(k))
-    } else {
-        1
-    };
+    // 1 for every source [`serves`] gives a mezzanine.
+    let denominator = source.shrink_denominator(f64::from(k));
     let decoded = decodes.decoded(InputKind::Original, denominator, &mut || {
         source.decode(limits, denominator)
     })?;
@@ -181,16 +181,10 @@ fn split_row(height: u32) -> u32 {
 }
 
 /// What building the mezzanine of a source with these header facts costs, in pixels
-/// touched (as [`crate::cost`] counts a run): the decode at the scale the build picks.
+/// touched (as [`crate::cost`] counts a run): a whole decode (sources with a mezzanine do
+/// not shrink on load).
 pub fn build_cost(info: &SourceInfo) -> u64 {
-    let (w, h) = (info.width.max(1), info.height.max(1));
-    let k = reduction(w.max(h).max(FROM_SIDE));
-    let denominator = if info.format == crate::sniff::SourceFormat::Jpeg {
-        u64::from(geometry::shrink_denominator(f64::from(k)))
-    } else {
-        1
-    };
-    u64::from(w) * u64::from(h) / (denominator * denominator)
+    u64::from(info.width.max(1)) * u64::from(info.height.max(1))
 }
 
 /// A stored mezzanine, read: the original's upright size and the JPEGs of its stripes, top
@@ -287,7 +281,7 @@ mod tests {
 
     fn info(width: u32, height: u32, has_alpha: bool) -> SourceInfo {
         SourceInfo {
-            format: SourceFormat::Jpeg,
+            format: SourceFormat::Png,
             width,
             height,
             has_alpha,
@@ -298,20 +292,26 @@ mod tests {
     fn serves_small_outputs_of_large_opaque_sources() {
         let photo = info(4000, 3000, false);
         let (landscape, portrait) = ((4000, 3000), (3000, 4000));
-        // The mezzanine is 2000 × 1500: outputs up to half of it, 1000 × 750.
+        // The mezzanine is 2000 × 1500: outputs up to a quarter of it, 500 × 375.
         assert!(serves(&photo, landscape, &spec(&[("w", "400")])));
-        assert!(serves(&photo, landscape, &spec(&[("w", "1000")])));
-        assert!(!serves(&photo, landscape, &spec(&[("w", "1010")])));
-        assert!(serves(&photo, landscape, &spec(&[("h", "750")])));
-        assert!(!serves(&photo, landscape, &spec(&[("h", "760")])));
+        assert!(serves(&photo, landscape, &spec(&[("w", "500")])));
+        assert!(!serves(&photo, landscape, &spec(&[("w", "510")])));
+        assert!(serves(&photo, landscape, &spec(&[("h", "375")])));
+        assert!(!serves(&photo, landscape, &spec(&[("h", "380")])));
         // Turned by its EXIF orientation, the same width is a larger share of the picture.
-        assert!(!serves(&photo, portrait, &spec(&[("w", "1000")])));
-        assert!(may_serve(&photo, &spec(&[("w", "1000")])));
-        assert!(!may_serve(&photo, &spec(&[("w", "1010")])));
+        assert!(!serves(&photo, portrait, &spec(&[("w", "500")])));
+        assert!(may_serve(&photo, &spec(&[("w", "500")])));
+        assert!(!may_serve(&photo, &spec(&[("w", "510")])));
         // No resize at all, alpha, or a small source: the original.
         assert!(!may_serve(&photo, &spec(&[("format", "webp")])));
         assert!(!may_serve(&info(4000, 3000, true), &spec(&[("w", "400")])));
         assert!(!may_serve(&info(3000, 2000, false), &spec(&[("w", "400")])));
+        // A JPEG shrinks on load instead, whatever the output.
+        let jpeg = SourceInfo {
+            format: SourceFormat::Jpeg,
+            ..photo
+        };
+        assert!(!may_serve(&jpeg, &spec(&[("w", "400")])));
         // A crop to a small part of the picture needs its detail.
         assert!(!serves(
             &photo,

@@ -16,6 +16,13 @@ pub enum SourceFormat {
 }
 
 impl SourceFormat {
+    /// Whether its decoder can downscale while decoding (JPEG's DCT scaling): such
+    /// sources make every output from the original, at the scale the output picks, and
+    /// have no mezzanine.
+    pub fn shrinks_on_load(self) -> bool {
+        self == SourceFormat::Jpeg
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             SourceFormat::Jpeg => "jpeg",

@@ -10,7 +10,9 @@
 use std::fmt;
 
 /// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
-/// variants made by older code stop matching by themselves.
+/// variants made by older code stop matching by themselves. When a change touches only some
+/// variants, those alone take a later version (see [`crate::processor_version`]), so an
+/// upgrade does not make every stored variant again.
 pub const PROCESSOR_VERSION: u32 = 4;
 
 /// Largest `w`/`h` a client may ask for (before `dpr`).

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use image::codecs::jpeg::JpegEncoder;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Rgb, RgbImage};
 use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
-use imgcas_processors::Limits;
+use imgcas_processors::{Decode, Limits};
 use sha2::{Digest, Sha256};
 
 const REPORT_RADIUS: u32 = 8;
@@ -255,7 +255,7 @@ fn measure(dir: &Path, name: &str, sha: &str) -> Photo {
         "{name} is not the pinned file"
     );
     let limits = Limits::default();
-    let fp = |b: &[u8]| fingerprint(b, &limits).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let fp = |b: &[u8]| fingerprint(b, &limits, &Decode).unwrap_or_else(|e| panic!("{name}: {e}"));
     let up = upright(&bytes);
     Photo {
         name: name.to_string(),

@@ -1,8 +1,9 @@
 //! Decoded sources shared by runs: for a few seconds after a decode, another run that needs
 //! the same decode of the same bytes (one original or its mezzanine, at one DCT scale) takes
 //! it instead of decoding again, and runs that need it at the same moment wait for one
-//! decode. This is what makes a `srcset` burst on a new original cost one decode: its widths
-//! and the mezzanine's build pick scales on their own, and those that pick the same share.
+//! decode. This is what makes a `srcset` burst on a new original cost one decode per scale:
+//! its widths and the mezzanine's build pick scales on their own, and those that pick the
+//! same share. A new original's facts and fingerprint share their one small decode so.
 //!
 //! Bounded in bytes (`limits.decode_cache_bytes`), and short-lived: a decode is large (a
 //! 12 MP photo is 36 MB of RGB) and useful only to work arriving together. So a decode is
@@ -106,7 +107,9 @@ impl DecodeCache {
         }
     }
 
-    /// The decode hook of one run on the original `hash` (or its mezzanine).
+    /// The decode hook of one run on the original `hash` (or its mezzanine), or of what is
+    /// computed once per original (facts, fingerprint: their small decode is shared alike,
+    /// and is a decode of the original like any other).
     pub(super) fn of<'a>(&'a self, hash: ContentHash, stats: &'a Stats) -> RunDecodes<'a> {
         RunDecodes {
             cache: self,

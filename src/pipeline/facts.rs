@@ -49,10 +49,16 @@ impl Pipeline {
         let _slot = self.fingerprint_slot().await?;
         let bytes = self.original_bytes(hash).await?;
         let limits = self.limits();
-        // Counted apart from the processing runs' decodes (`decodes_original`): this one
-        // happens once per original, off the request path.
+        // Counted apart from the processing runs (`processing_runs`): this happens once per
+        // original, off the request path. Its decode counts among `decodes_original`.
         Stats::bump(&s.stats.facts_computed);
-        let computed = blocking(move || Ok(processors::facts::facts(&bytes, &limits))).await?;
+        let this = self.clone();
+        let h = *hash;
+        let computed = blocking(move || {
+            let decodes = this.shared.decodes.of(h, &this.shared.stats);
+            Ok(processors::facts::facts(&bytes, &limits, &decodes))
+        })
+        .await?;
         let computed = match computed {
             Ok(facts) => Some(facts),
             // What the bytes are, for good: kept as no picture, never computed again.
@@ -82,13 +88,16 @@ impl Pipeline {
         Ok(facts.picture)
     }
 
-    /// Computes a newly stored original's facts after the current request.
+    /// Computes a newly stored original's facts after the current request. Its small
+    /// decode is kept meanwhile for the fingerprint, which needs the same one.
     pub(super) fn facts_in_background(&self, hash: ContentHash) {
         let this = self.clone();
+        let interest = self.shared.decodes.interest(hash);
         self.in_background(async move {
             if let Err(e) = this.facts_of(&hash).await {
                 tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");
             }
+            drop(interest);
         });
     }
 

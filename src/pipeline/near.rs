@@ -54,19 +54,30 @@ impl Pipeline {
 
     /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture. The
     /// caller holds a slot.
-    async fn fingerprint_bytes(&self, bytes: Bytes) -> Result<Option<Fingerprint>, Error> {
+    async fn fingerprint_bytes(
+        &self,
+        hash: &ContentHash,
+        bytes: Bytes,
+    ) -> Result<Option<Fingerprint>, Error> {
         let limits = self.limits();
         Stats::bump(&self.shared.stats.fingerprints_computed);
-        blocking(move || Ok(fingerprint(&bytes, &limits).ok())).await
+        let (this, h) = (self.clone(), *hash);
+        blocking(move || {
+            // The small decode the facts take too (see `decoded`).
+            let decodes = this.shared.decodes.of(h, &this.shared.stats);
+            Ok(fingerprint(&bytes, &limits, &decodes).ok())
+        })
+        .await
     }
 
     /// [`Pipeline::fingerprint_bytes`] in a slot of its own, for bytes already in hand.
     pub(super) async fn compute_fingerprint(
         &self,
+        hash: &ContentHash,
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
         let _slot = self.fingerprint_slot().await?;
-        self.fingerprint_bytes(bytes).await
+        self.fingerprint_bytes(hash, bytes).await
     }
 
     /// Stores a fingerprint computed for a newly stored original, and counts it in the
@@ -102,7 +113,7 @@ impl Pipeline {
         if !self.near_dedup_on() {
             return Ok(());
         }
-        let computed = self.compute_fingerprint(bytes).await?;
+        let computed = self.compute_fingerprint(hash, bytes).await?;
         self.keep_fingerprint(hash, computed).await
     }
 
@@ -130,7 +141,7 @@ impl Pipeline {
         }
         let _slot = self.fingerprint_slot().await?;
         let bytes = self.original_bytes(hash).await?;
-        let computed = self.fingerprint_bytes(bytes).await?;
+        let computed = self.fingerprint_bytes(hash, bytes).await?;
         self.keep_fingerprint(hash, computed).await?;
         Ok(computed)
     }
@@ -253,7 +264,7 @@ impl Pipeline {
                 let slot = self.fingerprint_slot().await?;
                 match self.shared.blobs.get(&hash).await? {
                     Some(bytes) => {
-                        let computed = self.fingerprint_bytes(bytes).await?;
+                        let computed = self.fingerprint_bytes(&hash, bytes).await?;
                         drop(slot);
                         self.keep_fingerprint(&hash, computed).await?;
                         done += 1;

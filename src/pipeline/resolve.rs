@@ -352,7 +352,7 @@ impl Pipeline {
             let decided = match known {
                 Some(c) => Some(c),
                 None => {
-                    computed = Some(self.compute_fingerprint(bytes.clone()).await?);
+                    computed = Some(self.compute_fingerprint(&hash, bytes.clone()).await?);
                     match &computed {
                         Some(Some(fp)) => {
                             let guards = self.canonical_guards();
@@ -403,12 +403,15 @@ impl Pipeline {
                 Some(fp) => self.keep_fingerprint(&hash, fp).await?,
                 None => {
                     // Off the request's path: the answer does not wait for it. (The task
-                    // holds the hash; the bytes are read again once a slot is free.)
+                    // holds the hash; the bytes are read again once a slot is free.) The
+                    // facts' small decode is kept for it meanwhile.
                     let this = self.clone();
+                    let interest = s.decodes.interest(hash);
                     self.in_background(async move {
                         if let Err(e) = this.fingerprint_of(&hash).await {
                             tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
                         }
+                        drop(interest);
                     });
                 }
             }

@@ -58,6 +58,9 @@ impl Pipeline {
             return Err(super::taken_down(&hash));
         }
         if inserted {
+            // The facts (behind the answer) and the fingerprint (before it) share one small
+            // decode: kept while this upload runs.
+            let _interest = s.decodes.interest(hash);
             self.facts_in_background(hash);
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.

@@ -284,7 +284,11 @@ impl Pipeline {
         let key = VariantKey {
             hash,
             canonical_spec: resolved.canonical(),
-            processor_version: PROCESSOR_VERSION,
+            processor_version: processors::processor_version(
+                source_format,
+                info.width.zip(info.height),
+                &resolved,
+            ),
         };
         let etag = format!("\"{}\"", hex::encode(&key_digest(&key)[..16]));
         Ok(Target {
