@@ -171,24 +171,50 @@ struct Grid {
 
 impl Grid {
     fn of(image: &DynamicImage) -> Grid {
+        // Opaque RGB is read as it is (below); anything else as RGBA.
         let rgba = match image {
-            DynamicImage::ImageRgba8(i) => std::borrow::Cow::Borrowed(i),
-            other => std::borrow::Cow::Owned(other.to_rgba8()),
+            DynamicImage::ImageRgb8(_) => None,
+            DynamicImage::ImageRgba8(i) => Some(std::borrow::Cow::Borrowed(i)),
+            other => Some(std::borrow::Cow::Owned(other.to_rgba8())),
         };
-        let (w, h) = (rgba.width().max(1) as usize, rgba.height().max(1) as usize);
+        let (w, h) = (
+            image.width().max(1) as usize,
+            image.height().max(1) as usize,
+        );
         let mut sums = vec![[0f64; 3]; GRID * GRID];
         let mut counts = vec![0u32; GRID * GRID];
         let cols: Vec<usize> = (0..w).map(|x| x * GRID / w).collect();
-        for (y, row) in rgba.rows().enumerate() {
-            let by = y * GRID / h;
-            for (x, p) in row.enumerate() {
-                let cell = by * GRID + cols[x];
-                let [r, g, b] = flatten(p.0);
-                let s = &mut sums[cell];
-                s[0] += f64::from(r);
-                s[1] += f64::from(g);
-                s[2] += f64::from(b);
-                counts[cell] += 1;
+        if let (DynamicImage::ImageRgb8(rgb), None) = (image, &rgba) {
+            // Opaque: flattening keeps every value as it is, and sums of whole numbers are
+            // exact in u64 as in f64, so this is the general path's result without a copy
+            // of the picture into RGBA or a float operation per pixel.
+            let mut whole = vec![[0u64; 3]; GRID * GRID];
+            for (y, row) in rgb.as_raw().chunks_exact(w * 3).enumerate() {
+                let by = y * GRID / h;
+                for (x, p) in row.chunks_exact(3).enumerate() {
+                    let cell = by * GRID + cols[x];
+                    let s = &mut whole[cell];
+                    s[0] += u64::from(p[0]);
+                    s[1] += u64::from(p[1]);
+                    s[2] += u64::from(p[2]);
+                    counts[cell] += 1;
+                }
+            }
+            for (sum, exact) in sums.iter_mut().zip(&whole) {
+                *sum = exact.map(|v| v as f64);
+            }
+        } else if let Some(rgba) = &rgba {
+            for (y, row) in rgba.rows().enumerate() {
+                let by = y * GRID / h;
+                for (x, p) in row.enumerate() {
+                    let cell = by * GRID + cols[x];
+                    let [r, g, b] = flatten(p.0);
+                    let s = &mut sums[cell];
+                    s[0] += f64::from(r);
+                    s[1] += f64::from(g);
+                    s[2] += f64::from(b);
+                    counts[cell] += 1;
+                }
             }
         }
         let mut grid = Grid {
@@ -203,8 +229,15 @@ impl Grid {
             } else {
                 // Pictures under 32 pixels a side: the nearest pixel stands for the cell.
                 let (x, y) = ((cell % GRID) * w / GRID, (cell / GRID) * h / GRID);
-                let p = rgba.get_pixel(x as u32, y as u32);
-                flatten(p.0).map(f64::from)
+                let p = match (&rgba, image) {
+                    (Some(rgba), _) => rgba.get_pixel(x as u32, y as u32).0,
+                    (None, DynamicImage::ImageRgb8(rgb)) => {
+                        let [r, g, b] = rgb.get_pixel(x as u32, y as u32).0;
+                        [r, g, b, 255]
+                    }
+                    (None, _) => [255; 4],
+                };
+                flatten(p).map(f64::from)
             };
             grid.luma[cell] = (0.299 * r + 0.587 * g + 0.114 * b) as f32;
             grid.cb[cell] = (128.0 - 0.168_736 * r - 0.331_264 * g + 0.5 * b) as f32;
@@ -312,6 +345,22 @@ mod tests {
             let w = ((x as f32 / 30.0 + seed as f32).sin() * 120.0 + 128.0) as u32;
             Rgb([v as u8, w as u8, ((x ^ y) % 256) as u8])
         }))
+    }
+
+    #[test]
+    fn opaque_rgb_is_read_as_its_rgba_would_be() {
+        // The opaque path sums whole numbers; the general one flattens in floats: equal.
+        for (w, h) in [(320, 240), (1000, 3), (7, 9)] {
+            let rgb = DynamicImage::ImageRgb8(RgbImage::from_fn(w, h, |x, y| {
+                Rgb([
+                    (x * 7 % 256) as u8,
+                    (y * 13 % 256) as u8,
+                    ((x + y) % 256) as u8,
+                ])
+            }));
+            let rgba = DynamicImage::ImageRgba8(rgb.to_rgba8());
+            assert_eq!(of_image(&rgb, (w, h)), of_image(&rgba, (w, h)), "{w}x{h}");
+        }
     }
 
     #[test]
