@@ -285,7 +285,7 @@ def save(name, data):
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
-def chart(name, title, groups, series, ylabel, notes=""):
+def chart(name, title, groups, series, ylabel, notes="", figsize=(8, 4.5)):
     """A grouped bar chart: `series` maps a label to one value per group."""
     import matplotlib
 
@@ -293,7 +293,7 @@ def chart(name, title, groups, series, ylabel, notes=""):
     import matplotlib.pyplot as plt
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=figsize, dpi=100)
     n = len(series)
     width = 0.8 / n
     for i, (label, values) in enumerate(series.items()):
