@@ -6,9 +6,10 @@
 //! The walk of one request: [`sniff`] the format, [`open`](decode::open) its headers (limits
 //! checked there), [`plan`](geometry::plan) the geometry, decode (DCT-downscaled for JPEG when
 //! the output is much smaller), orient and [`rotate`](ops::rotate), resize and pad, filter,
-//! [`encode`](encode::encode). Outputs much smaller than a large original are made from its
-//! [`mezzanine`] instead; decodes go through a [`Decodes`] hook, by which the service shares
-//! one decode between runs. Animated sources asked for an animated output take their own
+//! [`encode`](encode::encode). Outputs much smaller than a large original that cannot shrink
+//! on load are made from its [`mezzanine`] instead; decodes go through a [`Decodes`] hook, by
+//! which the service shares one decode between runs (and with an original's facts and
+//! fingerprint). Animated sources asked for an animated output take their own
 //! walk, frame by frame ([`animation`]).
 
 #![forbid(unsafe_code)]
