@@ -198,7 +198,7 @@ def run_wrk(base, script, seconds):
     }
 
 
-def psnr(pyvips, reference, output):
+def psnr(reference, output):
     a, b = reference.cast("float"), output.cast("float")
     if a.bands != b.bands:
         a, b = a[:3], b[:3]
@@ -220,7 +220,7 @@ def quality(pyvips, base, make_path, files, run):
             out = out.flatten(background=[255, 255, 255])
         reference = full.cast("float").resize(out.width / full.width, vscale=out.height / full.height, kernel="lanczos3")
         sizes.append(len(body))
-        scores.append(psnr(pyvips, reference, out))
+        scores.append(psnr(reference, out))
     return sum(sizes) / len(sizes), sum(scores) / len(scores)
 
 
@@ -312,6 +312,7 @@ def main():
                         imgcas_proc.wait(timeout=30)
                         shutil.rmtree(work / f"data-{set_name}-{fmt}", ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
+    lib.save("peers", {"phase_s": PHASE, "clients": CLIENTS, "box": BOX, "quality": QUALITY, "results": results})
     report(results)
 
 
@@ -330,7 +331,6 @@ def report(results):
         rows.append(row)
     print()
     lib.table(["set -> output"] + [f"{e}: req/s / p95 / bytes / PSNR" for e in ENGINES] + ["imgcas / faster peer"], rows)
-    lib.save("peers", {"phase_s": PHASE, "clients": CLIENTS, "box": BOX, "quality": QUALITY, "results": results})
     lib.chart(
         "peers",
         f"imgproxy's benchmark shape: fit {BOX}x{BOX}, {CLIENTS} clients, every request a new original",

@@ -1,6 +1,7 @@
 //! Bytes to upright pixels. [`open`] reads only headers (format, size, orientation, alpha,
 //! ICC) and enforces the limits there, before any pixel buffer exists; [`Source::decode`]
-//! then produces 8-bit RGB or RGBA, DCT-downscaled for JPEG when the caller allows it.
+//! then produces 8-bit RGB or RGBA, DCT-downscaled for JPEG at the scale
+//! [`Source::shrink_denominator`] picks for an output.
 
 use std::io::Cursor;
 

@@ -229,13 +229,10 @@ impl Grid {
             } else {
                 // Pictures under 32 pixels a side: the nearest pixel stands for the cell.
                 let (x, y) = ((cell % GRID) * w / GRID, (cell / GRID) * h / GRID);
-                let p = match (&rgba, image) {
-                    (Some(rgba), _) => rgba.get_pixel(x as u32, y as u32).0,
-                    (None, DynamicImage::ImageRgb8(rgb)) => {
-                        let [r, g, b] = rgb.get_pixel(x as u32, y as u32).0;
-                        [r, g, b, 255]
-                    }
-                    (None, _) => [255; 4],
+                // Opaque RGB reads as RGBA with alpha 255.
+                let p = match &rgba {
+                    Some(rgba) => rgba.get_pixel(x as u32, y as u32).0,
+                    None => image::GenericImageView::get_pixel(image, x as u32, y as u32).0,
                 };
                 flatten(p).map(f64::from)
             };

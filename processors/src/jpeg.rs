@@ -1,6 +1,8 @@
 //! JPEG: a marker walker that reads what decisions need before libjpeg is touched (frame
-//! size and type, scan count, EXIF, ICC, Adobe transform), and a libjpeg-turbo decode
-//! (through the `mozjpeg` crate) with DCT-domain downscaling for shrink-on-load.
+//! size and type, scan count, EXIF, ICC, Adobe transform, and which scans of a progressive
+//! file a 1/8 decode can skip), and a libjpeg-turbo decode (through the `mozjpeg` crate) with
+//! DCT-domain downscaling for shrink-on-load, from the DC scans alone where that gives the
+//! same pixels.
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
