@@ -7,7 +7,9 @@
 //! enlarged to 4000×2667), and sharp's 2725×2225 photo, which is below the mezzanine's
 //! threshold and must not use it. JPEG originals never use it.
 
-use std::path::Path;
+mod common;
+
+use common::{testdata, twelve_megapixels};
 
 use image::DynamicImage;
 use imgcas_processors::compare::psnr;
@@ -17,31 +19,10 @@ use imgcas_processors::{
     ResolvedSpec, Spec,
 };
 
-fn testdata(path: &str) -> Vec<u8> {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata")
-        .join(path);
-    std::fs::read(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
-}
-
 fn spec(query: &[(&str, &str)]) -> ResolvedSpec {
     Spec::from_pairs(query.iter().copied())
         .unwrap()
         .resolve(Some(OutputFormat::Jpeg), false, None)
-}
-
-/// The benchmarks' 12 MP photo: a real photograph enlarged to 4000×2667, JPEG q90.
-fn twelve_megapixels() -> Vec<u8> {
-    let source = testdata("exif-orientation/Landscape_1.jpg");
-    let enlarge = spec(&[("w", "4000"), ("enlarge", "1"), ("q", "90")]);
-    process_input(
-        Input::Original(&source),
-        &enlarge,
-        &Limits::default(),
-        &Decode,
-    )
-    .unwrap()
-    .bytes
 }
 
 /// The same picture stored losslessly, as a PNG.

@@ -9,6 +9,7 @@ use base64::Engine;
 use imgcas_processors::{self as processors, FACTS_VERSION};
 
 use super::{blocking, Pipeline};
+use crate::admission::Urgency;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalFacts, PictureFacts};
@@ -35,9 +36,8 @@ impl Pipeline {
             .await
     }
 
-    /// One flight of [`Pipeline::facts_of`]: decodes the original once (in a slot of the
-    /// fingerprints', so background work never takes more of the CPU than processing may)
-    /// and keeps what it found.
+    /// One flight of [`Pipeline::facts_of`]: decodes the original once (in a CPU slot,
+    /// queued behind the requests that came with it) and keeps what it found.
     async fn compute_facts(&self, hash: &ContentHash) -> Result<Option<PictureFacts>, Error> {
         let s = &self.shared;
         // A flight that just ended may have kept them.
@@ -46,7 +46,7 @@ impl Pipeline {
                 return Ok(kept.picture.clone());
             }
         }
-        let _slot = self.fingerprint_slot().await?;
+        let _slot = self.fingerprint_slot(Urgency::Background).await;
         let bytes = self.original_bytes(hash).await?;
         let limits = self.limits();
         // Counted apart from the processing runs (`processing_runs`): this happens once per

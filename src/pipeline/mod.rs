@@ -102,9 +102,6 @@ struct Shared {
     upkeep: upkeep::Upkeep,
     /// This node's name in claims (`cluster.node_id`).
     node_id: String,
-    /// Fingerprint computations at once (`limits.process_concurrency`): background ones
-    /// (downloads, the backfill) must not take more of the CPU than processing may.
-    fingerprint_slots: tokio::sync::Semaphore,
     /// Work a request left running after its answer (fingerprints of new downloads), waited
     /// for by [`Pipeline::settle`] so that nothing writes to the maps after shutdown.
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
@@ -187,7 +184,6 @@ impl Pipeline {
                 hot: HotVariants::new(config.limits.hot_cache_bytes),
                 upkeep: upkeep::Upkeep::new(&config),
                 node_id: config.cluster.node_id(),
-                fingerprint_slots: tokio::sync::Semaphore::new(config.limits.process_concurrency),
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
                 facts_flights: SingleFlight::default(),

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
 
 use super::{blocking, Pipeline};
+use crate::admission::{Slot, Urgency};
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -42,14 +43,11 @@ impl Pipeline {
         self.shared.config.dedup.report_radius
     }
 
-    /// One of the `limits.process_concurrency` fingerprint slots: taken before a
-    /// computation's bytes are read, so that waiting work holds a hash, not an image.
-    pub(super) async fn fingerprint_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Error> {
-        self.shared
-            .fingerprint_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("fingerprint slots closed".into()))
+    /// A CPU slot for an original's facts or fingerprint (processing's slots, see
+    /// `admission`): taken before the computation's bytes are read, so that waiting work
+    /// holds a hash, not an image.
+    pub(super) async fn fingerprint_slot(&self, urgency: Urgency) -> Slot {
+        self.shared.admission.side_work(urgency).await
     }
 
     /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture. The
@@ -76,7 +74,7 @@ impl Pipeline {
         hash: &ContentHash,
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
-        let _slot = self.fingerprint_slot().await?;
+        let _slot = self.fingerprint_slot(Urgency::Request).await;
         self.fingerprint_bytes(hash, bytes).await
     }
 
@@ -139,7 +137,7 @@ impl Pipeline {
         if let Some(known) = self.shared.maps.fingerprint(hash).await? {
             return Ok(known.picture().copied());
         }
-        let _slot = self.fingerprint_slot().await?;
+        let _slot = self.fingerprint_slot(Urgency::Background).await;
         let bytes = self.original_bytes(hash).await?;
         let computed = self.fingerprint_bytes(hash, bytes).await?;
         self.keep_fingerprint(hash, computed).await?;
@@ -261,7 +259,7 @@ impl Pipeline {
             };
             after = Some(*last);
             for hash in batch {
-                let slot = self.fingerprint_slot().await?;
+                let slot = self.fingerprint_slot(Urgency::Background).await;
                 match self.shared.blobs.get(&hash).await? {
                     Some(bytes) => {
                         let computed = self.fingerprint_bytes(&hash, bytes).await?;
