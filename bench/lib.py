@@ -157,6 +157,15 @@ def serve_static(procs, work, body, name="variant.jpg", access_log=False):
     return f"{base}/{name}"
 
 
+def serve_loopback(handler):
+    """A threaded HTTP server of `handler` on a free loopback port, serving from a daemon
+    thread; returns the server (its port: `server_address[1]`)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class StaticOrigin:
     """A threaded origin on loopback serving bytes by path, with ETag/Last-Modified and 304s.
     `set(path, bytes)` changes what a path serves (a new ETag with it)."""
@@ -198,10 +207,8 @@ class StaticOrigin:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve_loopback(Handler)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def set(self, path, body):
         import hashlib

@@ -91,8 +91,9 @@ struct Shared {
     url_flights: SingleFlight<String, Result<Resolved, Failure>>,
     /// One processing run per variant key at a time.
     variant_flights: SingleFlight<Vec<u8>, Result<(VariantRow, bool), Error>>,
-    /// Processing admission: at most `limits.process_concurrency` runs use the CPU at once,
-    /// on the blocking pool, and work that would wait past `limits.queue_target` is refused.
+    /// Processing admission: at most `limits.process_concurrency` runs (facts and
+    /// fingerprints among them) use the CPU at once, on the blocking pool, and work that
+    /// would wait past `limits.queue_target` is refused.
     admission: Admission,
     /// Work counters.
     stats: Stats,
