@@ -228,6 +228,7 @@ impl Metrics {
                 .absolute(s.decodes_original);
             counter!("imgcas_source_decodes_total", "from" => "mezzanine")
                 .absolute(s.decodes_mezzanine);
+            counter!("imgcas_small_decodes_spared_total").absolute(s.small_decodes_spared);
             counter!("imgcas_animation_frames_decoded_total").absolute(s.frames_decoded);
             gauge!("imgcas_coalesced_waiters").set(readings.coalesced_waiters as f64);
             gauge!("imgcas_flights", "kind" => "download").set(readings.download_flights as f64);

@@ -39,6 +39,9 @@ pub struct Stats {
     pub decodes_original: AtomicU64,
     /// Decodes of a mezzanine's bytes.
     pub decodes_mezzanine: AtomicU64,
+    /// New originals' small pixels (for facts, fingerprint) taken from a run's decode, itself
+    /// or reduced: each a small decode they need not make.
+    pub small_decodes_spared: AtomicU64,
     /// Frames of animations decoded (`animated=1` runs decode every frame, one by one).
     pub frames_decoded: AtomicU64,
     /// Mezzanines built (each original's once, unless evicted or lost).
@@ -78,6 +81,7 @@ impl Stats {
             facts_computed: Self::get(&self.facts_computed),
             decodes_original: Self::get(&self.decodes_original),
             decodes_mezzanine: Self::get(&self.decodes_mezzanine),
+            small_decodes_spared: Self::get(&self.small_decodes_spared),
             frames_decoded: Self::get(&self.frames_decoded),
             mezzanines_built: Self::get(&self.mezzanines_built),
         }
@@ -104,6 +108,7 @@ pub struct StatsSnapshot {
     pub facts_computed: u64,
     pub decodes_original: u64,
     pub decodes_mezzanine: u64,
+    pub small_decodes_spared: u64,
     pub frames_decoded: u64,
     pub mezzanines_built: u64,
 }

@@ -4,7 +4,8 @@
 //! and the variant were evicted, in another app, or offline by `processors::process` is the
 //! same bytes. Originals that cannot shrink on load (PNG here) are decoded once and their
 //! mezzanine serves the small outputs; JPEG originals build no mezzanine: each output
-//! decodes at its own DCT scale, and outputs at one scale share that decode.
+//! decodes at its own DCT scale, and outputs at one scale share that decode. A new
+//! original's facts and fingerprint take the reduction of the request's decode.
 
 mod common;
 
@@ -255,5 +256,36 @@ async fn with_the_mezzanine_off_every_width_decodes_the_original() {
         (stats.mezzanines_built, stats.decodes_original - before),
         (0, 4)
     );
+    app.stop().await;
+}
+
+/// A new original's facts and fingerprint need its small decode (1/8 of a 4000 × 3000 JPEG);
+/// the request that downloaded it decodes it larger (1/1 for 1280 px) and leaves them a
+/// reduction of that decode: one decode in all, where there were two. The request's bytes,
+/// and those of a width decoded at the small scale next, are offline's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_originals_facts_and_fingerprint_take_the_requests_decode() {
+    let original = jpeg(4000, 3000, 13);
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", original.clone());
+    let app = spawn_app().await;
+    let response = app
+        .image_by_url(&origin.url("/photo.jpg"), &query(1280))
+        .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.bytes().await.expect("body") == offline(&original, 1280));
+    app.pipeline.settle().await;
+    let stats = app.stats();
+    assert_eq!((stats.facts_computed, stats.fingerprints_computed), (1, 1));
+    assert_eq!(stats.small_decodes_spared, 1);
+    assert_eq!(
+        stats.decodes_original, 1,
+        "the facts and the fingerprint decoded nothing of their own"
+    );
+    let response = app
+        .image_by_url(&origin.url("/photo.jpg"), &query(200))
+        .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.bytes().await.expect("body") == offline(&original, 200));
     app.stop().await;
 }

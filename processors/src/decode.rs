@@ -356,6 +356,19 @@ impl<'a> Source<'a> {
         matches!(self.kind, Kind::Jpeg(_))
     }
 
+    /// The scale of [`decode_small`]: the smallest that keeps both sides at least
+    /// [`SMALL_DECODE_SIDE`] (1 where the format cannot shrink on load).
+    pub fn small_denominator(&self) -> u32 {
+        if !self.can_shrink_on_load() {
+            return 1;
+        }
+        let (width, height) = self.upright_size();
+        [8, 4, 2]
+            .into_iter()
+            .find(|d| width.min(height) / d >= SMALL_DECODE_SIDE)
+            .unwrap_or(1)
+    }
+
     /// The scale to decode at (1/denominator) for an output `reduction` times smaller than
     /// the source: 1 where the format cannot shrink on load. JPEG keeps twice the output's
     /// resolution ([`geometry::shrink_denominator`], libvips' rule: the DCT's block shrink
@@ -475,18 +488,34 @@ pub fn decode_small(
 ) -> Result<(crate::Pixels, (u32, u32)), ProcessError> {
     let source = open(bytes, limits)?;
     let (width, height) = source.upright_size();
-    let denominator = if source.can_shrink_on_load() {
-        [8, 4, 2]
-            .into_iter()
-            .find(|d| width.min(height) / d >= SMALL_DECODE_SIDE)
-            .unwrap_or(1)
-    } else {
-        1
-    };
-    let image = decodes.decoded(crate::InputKind::Original, denominator, &mut || {
-        source.decode(limits, denominator)
-    })?;
+    let denominator = source.small_denominator();
+    let image = decodes.small(denominator, &mut || source.decode(limits, denominator))?;
     Ok((image, (width, height)))
+}
+
+/// Offers a run's decode of `source` at 1/`denominator` for its small pixels (see
+/// [`crate::Decodes::offer_small`]): the decode itself when it is at the small decode's
+/// scale, a box reduction of it to the small decode's size when larger (JPEG: a scaled decode
+/// is `ceil(side / denominator)` pixels a side, and the reduction's blocks are whole
+/// multiples of that).
+pub(crate) fn offer_small(
+    source: &Source<'_>,
+    denominator: u32,
+    decoded: &crate::Pixels,
+    decodes: &dyn crate::Decodes,
+) {
+    let small = source.small_denominator();
+    if denominator == small {
+        decodes.offer_small(small, &mut || decoded.clone());
+    } else if denominator < small {
+        let (width, height) = source.upright_size();
+        let size = (width.div_ceil(small), height.div_ceil(small));
+        decodes.offer_small(small, &mut || {
+            crate::Pixels::new(DynamicImage::ImageRgb8(crate::ops::reduce_box(
+                decoded, size,
+            )))
+        });
+    }
 }
 
 /// Decodes at full size, upright (EXIF orientation applied; first frame only).

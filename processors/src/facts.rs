@@ -9,8 +9,10 @@ use crate::decode::{self, Limits};
 use crate::error::ProcessError;
 use crate::Decodes;
 
-/// Bumped when what [`facts`] computes changes: facts of another version are computed again.
-/// 2: a GIF cut short counts the frames before the cut (it counted 1), as processing does.
+/// Bumped when facts already kept are wrong or lack something: facts of another version are
+/// computed again. 2: a GIF cut short counts the frames before the cut (it counted 1), as
+/// processing does. (A change that moves placeholders by rounding alone, as ThumbHash's
+/// smaller input did, leaves kept ones be: recomputing every original's is not worth it.)
 pub const FACTS_VERSION: u32 = 2;
 
 /// BlurHash components across and down (landscape-friendly, the usual choice).
@@ -18,6 +20,12 @@ const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);
 
 /// The side the placeholders are computed at (ThumbHash takes at most 100 × 100).
 const PLACEHOLDER_SIDE: u32 = 100;
+
+/// The side ThumbHash is computed at. It keeps at most 7 frequencies a side, which 32 pixels
+/// hold as well as 100 (the hashes differ in rounding, the pictures they paint do not), and
+/// its encoder visits every pixel once per frequency: at 100 px it took most of the facts'
+/// time, a cost every new original pays.
+const THUMBHASH_SIDE: u32 = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
@@ -58,7 +66,15 @@ pub fn of_image(image: &DynamicImage, frames: u32) -> Facts {
     let (cx, cy) = BLURHASH_COMPONENTS;
     // Components in range and a buffer of w × h × 4: it cannot fail.
     let blurhash = blurhash::encode(cx, cy, w, h, rgba).unwrap_or_default();
-    let thumbhash = thumbhash::rgba_to_thumb_hash(w as usize, h as usize, rgba);
+    let thumbhash = if w.max(h) > THUMBHASH_SIDE {
+        let scale = f64::from(THUMBHASH_SIDE) / f64::from(w.max(h));
+        let side = |s: u32| ((f64::from(s) * scale).round() as u32).clamp(1, THUMBHASH_SIDE);
+        let (tw, th) = (side(w), side(h));
+        let thumb = image::imageops::thumbnail(&small, tw, th);
+        thumbhash::rgba_to_thumb_hash(tw as usize, th as usize, thumb.as_raw())
+    } else {
+        thumbhash::rgba_to_thumb_hash(w as usize, h as usize, rgba)
+    };
     Facts {
         blurhash,
         thumbhash,
@@ -154,5 +170,54 @@ mod tests {
         };
         assert_eq!(frame_count(&animated), 7);
         assert_eq!(frame_count(b"not an image"), 1);
+    }
+
+    /// Mean absolute difference, per channel value, of a ThumbHash's painted placeholder
+    /// from the picture reduced to the placeholder's size.
+    fn painted_error(hash: &[u8], picture: &image::RgbaImage) -> f64 {
+        let (w, h, painted) = thumbhash::thumb_hash_to_rgba(hash).unwrap();
+        let truth = image::imageops::thumbnail(picture, w as u32, h as u32);
+        let total: f64 = painted
+            .iter()
+            .zip(truth.as_raw())
+            .map(|(a, b)| f64::from((i16::from(*a) - i16::from(*b)).abs()))
+            .sum();
+        total / painted.len() as f64
+    }
+
+    #[test]
+    fn thumbhash_from_fewer_pixels_paints_the_picture_as_well_as_from_100() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+        let mut photos = Vec::new();
+        for sub in ["photos", "exif-orientation", "sharp"] {
+            for entry in std::fs::read_dir(dir.join(sub)).unwrap().flatten() {
+                if entry.path().extension().is_some_and(|e| e == "jpg") {
+                    photos.push(entry.path());
+                }
+            }
+        }
+        assert!(photos.len() >= 6, "{photos:?}");
+        let limits = Limits::default();
+        let (mut ours, mut full) = (0.0, 0.0);
+        for path in &photos {
+            let bytes = std::fs::read(path).unwrap();
+            let (image, _) = decode::decode_small(&bytes, &limits, &crate::Decode).unwrap();
+            let picture = image
+                .thumbnail(PLACEHOLDER_SIDE, PLACEHOLDER_SIDE)
+                .into_rgba8();
+            let at_100 = thumbhash::rgba_to_thumb_hash(
+                picture.width() as usize,
+                picture.height() as usize,
+                picture.as_raw(),
+            );
+            ours += painted_error(&of_image(&image, 1).thumbhash, &picture);
+            full += painted_error(&at_100, &picture);
+        }
+        let n = photos.len() as f64;
+        let (ours, full) = (ours / n, full / n);
+        assert!(
+            ours <= full + 0.5,
+            "{THUMBHASH_SIDE} px: {ours:.2}, 100 px: {full:.2}"
+        );
     }
 }

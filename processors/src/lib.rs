@@ -95,6 +95,26 @@ pub trait Decodes {
         decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
     ) -> Result<Pixels, ProcessError>;
 
+    /// The small decode of an original (see [`decode::decode_small`]), for what is computed
+    /// once per original from few pixels (placeholders, fingerprint) and never for a variant.
+    /// Unlike [`Decodes::decoded`], an implementation may answer with what a run offered
+    /// through [`Decodes::offer_small`]: a box reduction of a larger decode of the same bytes
+    /// to the same size, the same picture within a level or two.
+    fn small(
+        &self,
+        denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        self.decoded(InputKind::Original, denominator, decode)
+    }
+
+    /// A run decoded its original at the small decode's scale (1/`denominator`) or larger;
+    /// `small` gives the small pixels from it (that decode itself, or a reduction of it). An
+    /// implementation that expects the small decode to be asked for soon (a new original's
+    /// facts) keeps them: for a baseline JPEG, whose entropy decoding is most of any decode,
+    /// that spares a second pass over the file. See [`decode::offer_small`].
+    fn offer_small(&self, _denominator: u32, _small: &mut dyn FnMut() -> Pixels) {}
+
     /// One frame of an animation was decoded (animations are decoded frame by frame and
     /// never shared: they are told here so that they can be counted).
     fn frame_decoded(&self) {}
@@ -194,6 +214,9 @@ pub fn process_input(
             mezzanine::decode(m, limits, denominator)
         })?,
     };
+    if let Opened::Original(source) = &opened {
+        decode::offer_small(source, denominator, &decoded, decodes);
+    }
     let image = match spec.shape.rotate {
         0 => decoded,
         degrees => Arc::new(ops::rotate(&decoded, degrees)),

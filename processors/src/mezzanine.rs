@@ -121,6 +121,7 @@ pub fn build(
     let decoded = decodes.decoded(InputKind::Original, denominator, &mut || {
         source.decode(limits, denominator)
     })?;
+    crate::decode::offer_small(&source, denominator, &decoded, decodes);
     let rgb = ops::reduce_box(&decoded, size);
     drop(decoded);
     let (top, bottom) = encode_stripes(&rgb)?;

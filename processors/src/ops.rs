@@ -111,33 +111,32 @@ pub fn reduce_box(image: &DynamicImage, size: (u32, u32)) -> RgbImage {
     if n == 2 && sw % 2 == 0 && sh % 2 == 0 {
         return halve(raw, stride, w, h);
     }
+    let (n, sw) = (n as usize, sw as usize);
     let mut out = vec![0u8; w as usize * h as usize * 3];
-    let mut sums = vec![0u32; w as usize * 3];
-    let mut counts = vec![0u32; w as usize];
-    for oy in 0..h {
-        sums.iter_mut().for_each(|s| *s = 0);
-        counts.iter_mut().for_each(|c| *c = 0);
-        let rows = (oy * n)..((oy + 1) * n).min(sh);
-        for y in rows {
-            let row = &raw[y as usize * stride..(y as usize + 1) * stride];
-            for (ox, block) in row.chunks(n as usize * 3).take(w as usize).enumerate() {
-                let (mut r, mut g, mut b) = (0u32, 0u32, 0u32);
-                for px in block.chunks_exact(3) {
-                    r += u32::from(px[0]);
-                    g += u32::from(px[1]);
-                    b += u32::from(px[2]);
-                }
-                sums[ox * 3] += r;
-                sums[ox * 3 + 1] += g;
-                sums[ox * 3 + 2] += b;
-                counts[ox] += (block.len() / 3) as u32;
+    // Each band of n rows is first summed down its columns, whole rows at a time (a loop
+    // the compiler vectorises), then across each block of n columns: the same exact sums
+    // as pixel by pixel, in a fraction of the time.
+    let mut band = vec![0u32; stride];
+    for (oy, line) in out.chunks_exact_mut(w as usize * 3).enumerate() {
+        let rows = (oy * n).min(sh as usize)..((oy + 1) * n).min(sh as usize);
+        let height = rows.len();
+        band.iter_mut().for_each(|s| *s = 0);
+        for row in raw[rows.start * stride..rows.end * stride].chunks_exact(stride) {
+            for (sum, &value) in band.iter_mut().zip(row) {
+                *sum += u32::from(value);
             }
         }
-        let line = &mut out[oy as usize * w as usize * 3..(oy as usize + 1) * w as usize * 3];
-        for (ox, count) in counts.iter().enumerate() {
-            let c = (*count).max(1);
-            for channel in 0..3 {
-                line[ox * 3 + channel] = ((sums[ox * 3 + channel] + c / 2) / c) as u8;
+        for (ox, pixel) in line.chunks_exact_mut(3).enumerate() {
+            let columns = (ox * n).min(sw)..((ox + 1) * n).min(sw);
+            let count = (height * columns.len()).max(1) as u32;
+            let mut sums = [0u32; 3];
+            for px in band[columns.start * 3..columns.end * 3].chunks_exact(3) {
+                sums[0] += px[0];
+                sums[1] += px[1];
+                sums[2] += px[2];
+            }
+            for (value, sum) in pixel.iter_mut().zip(sums) {
+                *value = ((sum + count / 2) / count) as u8;
             }
         }
     }
@@ -194,5 +193,59 @@ pub fn flatten(image: DynamicImage, background: Colour) -> RgbImage {
             out
         }
         other => other.into_rgb8(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each output pixel the rounded mean of the source pixels in its block, computed one
+    /// pixel at a time (0 for a block the picture does not reach).
+    fn block_means(source: &RgbImage, size: (u32, u32)) -> RgbImage {
+        let (sw, sh) = source.dimensions();
+        let n = sw.div_ceil(size.0).max(sh.div_ceil(size.1)).max(1);
+        RgbImage::from_fn(size.0, size.1, |ox, oy| {
+            let (mut sums, mut count) = ([0u32; 3], 0u32);
+            for y in (oy * n)..((oy + 1) * n).min(sh) {
+                for x in (ox * n)..((ox + 1) * n).min(sw) {
+                    let px = source.get_pixel(x, y);
+                    for c in 0..3 {
+                        sums[c] += u32::from(px[c]);
+                    }
+                    count += 1;
+                }
+            }
+            let c = count.max(1);
+            image::Rgb(sums.map(|s| ((s + c / 2) / c) as u8))
+        })
+    }
+
+    #[test]
+    fn box_reduction_is_the_mean_of_each_block() {
+        // A pattern with every value and uneven neighbours, so a misplaced block shows.
+        let source = RgbImage::from_fn(203, 131, |x, y| {
+            image::Rgb([
+                (x * 7 + y * 3) as u8,
+                (x * y) as u8,
+                (255 - (x + y * 11) % 256) as u8,
+            ])
+        });
+        let picture = DynamicImage::ImageRgb8(source.clone());
+        for size in [
+            (102, 66), // by 2, odd sides
+            (68, 44),  // by 3
+            (51, 33),  // by 4, partial edge blocks
+            (26, 17),  // by 8
+            (203, 131),
+            (60, 10), // by 14 down: the width's blocks run past the picture
+        ] {
+            let reduced = reduce_box(&picture, size);
+            assert_eq!(reduced.dimensions(), size);
+            assert!(reduced == block_means(&source, size), "{size:?}");
+        }
+        let even = RgbImage::from_fn(64, 48, |x, y| image::Rgb([x as u8 * 4, y as u8 * 5, 9]));
+        let halved = reduce_box(&DynamicImage::ImageRgb8(even.clone()), (32, 24));
+        assert!(halved == block_means(&even, (32, 24)));
     }
 }

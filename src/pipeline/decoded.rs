@@ -3,19 +3,27 @@
 //! it instead of decoding again, and runs that need it at the same moment wait for one
 //! decode. This is what makes a `srcset` burst on a new original cost one decode per scale:
 //! its widths and the mezzanine's build pick scales on their own, and those that pick the
-//! same share. A new original's facts and fingerprint share their one small decode so.
+//! same share.
+//!
+//! A new original's facts and fingerprint share their one small decode so, and while they
+//! are awaited, a run that decodes the original larger leaves them a box reduction of its
+//! decode to that small size: for a baseline JPEG, whose entropy decoding is most of any
+//! decode, that spares a second pass over the whole file. The small pixels serve them only,
+//! never a variant: a variant's bytes depend on its original and spec alone.
 //!
 //! Bounded in bytes (`limits.decode_cache_bytes`), and short-lived: a decode is large (a
 //! 12 MP photo is 36 MB of RGB) and useful only to work arriving together. So a decode is
 //! kept only while some run of its original is under way (each run holds an [`Interest`]
-//! from its start, waiting for a mezzanine included, to its end), and at most 5 s: a cold
-//! burst over many distinct originals holds no more decodes than it has runs.
+//! from its start, waiting for a mezzanine included, to its end), small pixels only while
+//! their facts or fingerprint are awaited, and either at most 5 s: a cold burst over many
+//! distinct originals holds no more decodes than it has runs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
+use tokio::sync::Notify;
 
 use imgcas_processors::{pixels_size, DynamicImage, InputKind, Pixels, ProcessError};
 
@@ -25,41 +33,87 @@ use crate::stats::Stats;
 /// How long a decode is kept after it was made.
 const LIFETIME: Duration = Duration::from_secs(5);
 
-type Key = (ContentHash, InputKind, u32);
+/// What pixels are kept: a decode of an original or a mezzanine for runs, or an original's
+/// small pixels for its facts and fingerprint (its small decode, or a run's reduction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Made {
+    Decode(InputKind),
+    Small,
+}
+
+type Key = (ContentHash, Made, u32);
+
+/// How long a new original's facts and fingerprint wait for the request that brought it to
+/// decode it (and offer them its small pixels) before they decode it themselves: about as
+/// long as `admission` queues them behind that request.
+pub(super) const OFFER_WAIT: Duration = Duration::from_secs(1);
+
+/// Per original: runs under way, and facts or fingerprints awaiting its small pixels (with
+/// what wakes them when a run offers those).
+#[derive(Default)]
+struct Interests {
+    runs: HashMap<ContentHash, usize>,
+    small: HashMap<ContentHash, (usize, Arc<Notify>)>,
+}
 
 pub(super) struct DecodeCache {
     /// `None`: sharing is off (every run decodes).
     decodes: Option<Cache<Key, Pixels>>,
-    /// Runs under way per original; its decodes go when the count falls to 0.
-    interest: Arc<Mutex<HashMap<ContentHash, usize>>>,
+    /// What keeps each original's pixels (they go when its count falls to 0).
+    interest: Arc<Mutex<Interests>>,
 }
 
-/// A run's interest in its original's decodes (see [`DecodeCache::interest`]).
+/// An interest in an original's pixels (see [`DecodeCache::interest`] and
+/// [`DecodeCache::interest_in_small`]).
 pub(super) struct Interest {
     hash: ContentHash,
-    interest: Arc<Mutex<HashMap<ContentHash, usize>>>,
+    /// In its small pixels, not its decodes.
+    small: bool,
+    interest: Arc<Mutex<Interests>>,
     decodes: Option<Cache<Key, Pixels>>,
+}
+
+/// Takes one from `hash`'s count; whether it was the last.
+fn release<T>(
+    counts: &mut HashMap<ContentHash, T>,
+    hash: &ContentHash,
+    count: fn(&mut T) -> &mut usize,
+) -> bool {
+    match counts.get_mut(hash).map(count) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        _ => {
+            counts.remove(hash);
+            true
+        }
+    }
 }
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let mut counts = self.interest.lock().unwrap_or_else(|p| p.into_inner());
-        let last = match counts.get_mut(&self.hash) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            _ => {
-                counts.remove(&self.hash);
-                true
-            }
+        let mut interests = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        let last = if self.small {
+            release(&mut interests.small, &self.hash, |(n, _)| n)
+        } else {
+            release(&mut interests.runs, &self.hash, |n| n)
         };
-        drop(counts);
-        if let (true, Some(cache)) = (last, &self.decodes) {
-            for from in [InputKind::Original, InputKind::Mezzanine] {
-                for denominator in [1, 2, 4, 8] {
-                    cache.invalidate(&(self.hash, from, denominator));
-                }
+        drop(interests);
+        let Some(cache) = self.decodes.as_ref().filter(|_| last) else {
+            return;
+        };
+        let made: &[Made] = if self.small {
+            &[Made::Small]
+        } else {
+            &[
+                Made::Decode(InputKind::Original),
+                Made::Decode(InputKind::Mezzanine),
+            ]
+        };
+        for made in made {
+            for denominator in [1, 2, 4, 8] {
+                cache.invalidate(&(self.hash, *made, denominator));
             }
         }
     }
@@ -94,17 +148,61 @@ impl DecodeCache {
     /// decodes are kept for other runs of that original meanwhile, and dropped after the
     /// last.
     pub(super) fn interest(&self, hash: ContentHash) -> Interest {
-        *self
-            .interest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(hash)
-            .or_default() += 1;
+        self.interest_of(hash, false)
+    }
+
+    /// Declares the original's facts or fingerprint awaited until the returned value is
+    /// dropped: its small pixels are kept for them meanwhile, and a run that decodes the
+    /// original larger leaves them a reduction of its decode (see the module's doc).
+    pub(super) fn interest_in_small(&self, hash: ContentHash) -> Interest {
+        self.interest_of(hash, true)
+    }
+
+    fn interest_of(&self, hash: ContentHash, small: bool) -> Interest {
+        let mut interests = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        if small {
+            interests.small.entry(hash).or_default().0 += 1;
+        } else {
+            *interests.runs.entry(hash).or_default() += 1;
+        }
+        drop(interests);
         Interest {
             hash,
+            small,
             interest: self.interest.clone(),
             decodes: self.decodes.clone(),
         }
+    }
+
+    /// What wakes the facts or fingerprint computations awaiting `hash`'s small pixels, if
+    /// any awaits them.
+    fn small_awaited(&self, hash: &ContentHash) -> Option<Arc<Notify>> {
+        self.interest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .small
+            .get(hash)
+            .map(|(_, wake)| wake.clone())
+    }
+
+    /// Waits, for at most `wait`, until a run offers `hash`'s small pixels (at once if one
+    /// has, or if nothing is kept at all). For a computation holding
+    /// [`DecodeCache::interest_in_small`] of `hash`.
+    pub(super) async fn small_offered(&self, hash: &ContentHash, wait: Duration) {
+        let (Some(cache), Some(wake)) = (&self.decodes, self.small_awaited(hash)) else {
+            return;
+        };
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        // Registered before the look, so an offer between the two still wakes it.
+        woken.as_mut().enable();
+        if [1, 2, 4, 8]
+            .iter()
+            .any(|d| cache.contains_key(&(*hash, Made::Small, *d)))
+        {
+            return;
+        }
+        let _ = tokio::time::timeout(wait, woken).await;
     }
 
     /// The decode hook of one run on the original `hash` (or its mezzanine), or of what is
@@ -144,8 +242,46 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
             // Concurrent callers of one key wait for one decode (they are on the blocking
             // pool); a failed decode is not kept, and each waiter gets its error.
             Some(cache) => cache
-                .try_get_with((self.hash, from, denominator), counted)
+                .try_get_with((self.hash, Made::Decode(from), denominator), counted)
                 .map_err(|e| (*e).clone()),
+        }
+    }
+
+    fn small(
+        &self,
+        denominator: u32,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        let Some(cache) = &self.cache.decodes else {
+            return self.decoded(InputKind::Original, denominator, decode);
+        };
+        let original = (self.hash, Made::Decode(InputKind::Original), denominator);
+        cache
+            .try_get_with((self.hash, Made::Small, denominator), || {
+                // A run's decode at that very scale is the small decode itself.
+                match cache.get(&original) {
+                    Some(pixels) => Ok(pixels),
+                    None => {
+                        Stats::bump(&self.stats.decodes_original);
+                        decode().map(Pixels::new)
+                    }
+                }
+            })
+            .map_err(|e| (*e).clone())
+    }
+
+    fn offer_small(&self, denominator: u32, small: &mut dyn FnMut() -> Pixels) {
+        let Some(cache) = &self.cache.decodes else {
+            return;
+        };
+        let key = (self.hash, Made::Small, denominator);
+        let Some(wake) = self.cache.small_awaited(&self.hash) else {
+            return;
+        };
+        if !cache.contains_key(&key) {
+            cache.insert(key, small());
+            Stats::bump(&self.stats.small_decodes_spared);
+            wake.notify_waiters();
         }
     }
 

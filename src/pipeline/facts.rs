@@ -1,6 +1,7 @@
 //! Facts of an original's pixels — placeholders (BlurHash, ThumbHash, dominant colour) and
 //! its frames — computed once, by one small decode, and kept with its originals-index entry:
-//! in the background right after a new original is stored, by the backfill for originals
+//! in the background right after a new original is stored (from the request's own decode,
+//! reduced, when one comes: see `decoded`), by the backfill for originals
 //! stored before facts existed, and on demand for an original asked about before either got
 //! to it. Answering `info` or `format=json` then reads the entry, never decodes.
 
@@ -89,11 +90,16 @@ impl Pipeline {
     }
 
     /// Computes a newly stored original's facts after the current request. Its small
-    /// decode is kept meanwhile for the fingerprint, which needs the same one.
+    /// decode is kept meanwhile for the fingerprint, which needs the same one; a request
+    /// that decodes the original larger meanwhile leaves them its reduction instead.
     pub(super) fn facts_in_background(&self, hash: ContentHash) {
         let this = self.clone();
-        let interest = self.shared.decodes.interest(hash);
+        let interest = self.shared.decodes.interest_in_small(hash);
         self.in_background(async move {
+            let decodes = &this.shared.decodes;
+            decodes
+                .small_offered(&hash, super::decoded::OFFER_WAIT)
+                .await;
             if let Err(e) = this.facts_of(&hash).await {
                 tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");
             }

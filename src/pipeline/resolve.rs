@@ -406,8 +406,10 @@ impl Pipeline {
                     // holds the hash; the bytes are read again once a slot is free.) The
                     // facts' small decode is kept for it meanwhile.
                     let this = self.clone();
-                    let interest = s.decodes.interest(hash);
+                    let interest = s.decodes.interest_in_small(hash);
                     self.in_background(async move {
+                        let decodes = &this.shared.decodes;
+                        decodes.small_offered(&hash, super::decoded::OFFER_WAIT).await;
                         if let Err(e) = this.fingerprint_of(&hash).await {
                             tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
                         }
