@@ -86,7 +86,7 @@ pub fn pixels_size(pixels: &Pixels) -> usize {
 /// original and scale, for seconds), or [`Decode`], which decodes every time. An
 /// implementation must return what `decode` returns, or what an earlier call of it for the
 /// same bytes and `denominator` returned: a decode is a pure function of those, so sharing one
-/// never changes an output.
+/// never changes an output. ([`Decodes::small`], which serves no variant, is held to less.)
 pub trait Decodes {
     fn decoded(
         &self,

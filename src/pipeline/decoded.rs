@@ -46,72 +46,109 @@ type Key = (ContentHash, Made, u32);
 /// How long a new original's facts and fingerprint wait for the request that brought it to
 /// decode it (and offer them its small pixels) before they decode it themselves: about as
 /// long as `admission` queues them behind that request.
-pub(super) const OFFER_WAIT: Duration = Duration::from_secs(1);
+const OFFER_WAIT: Duration = Duration::from_secs(1);
 
-/// Per original: runs under way, and facts or fingerprints awaiting its small pixels (with
-/// what wakes them when a run offers those).
-#[derive(Default)]
-struct Interests {
-    runs: HashMap<ContentHash, usize>,
-    small: HashMap<ContentHash, (usize, Arc<Notify>)>,
+/// What keeps an original's pixels: its runs (their decodes), or its facts and fingerprint
+/// awaiting them (its small pixels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Holder {
+    Runs,
+    Small,
 }
+
+impl Holder {
+    /// The pixels it keeps.
+    fn keeps(self) -> &'static [Made] {
+        match self {
+            Holder::Runs => &[
+                Made::Decode(InputKind::Original),
+                Made::Decode(InputKind::Mezzanine),
+            ],
+            Holder::Small => &[Made::Small],
+        }
+    }
+}
+
+/// How many of one holder an original has, and what wakes the awaiting ones when a run
+/// offers its small pixels.
+#[derive(Default)]
+struct Held {
+    count: usize,
+    offered: Arc<Notify>,
+}
+
+type Holders = Arc<Mutex<HashMap<(ContentHash, Holder), Held>>>;
 
 pub(super) struct DecodeCache {
     /// `None`: sharing is off (every run decodes).
     decodes: Option<Cache<Key, Pixels>>,
-    /// What keeps each original's pixels (they go when its count falls to 0).
-    interest: Arc<Mutex<Interests>>,
+    /// What keeps each original's pixels (they go when its holders' count falls to 0).
+    holders: Holders,
 }
 
 /// An interest in an original's pixels (see [`DecodeCache::interest`] and
 /// [`DecodeCache::interest_in_small`]).
 pub(super) struct Interest {
     hash: ContentHash,
-    /// In its small pixels, not its decodes.
-    small: bool,
-    interest: Arc<Mutex<Interests>>,
+    holder: Holder,
+    holders: Holders,
     decodes: Option<Cache<Key, Pixels>>,
 }
 
-/// Takes one from `hash`'s count; whether it was the last.
-fn release<T>(
-    counts: &mut HashMap<ContentHash, T>,
-    hash: &ContentHash,
-    count: fn(&mut T) -> &mut usize,
-) -> bool {
-    match counts.get_mut(hash).map(count) {
-        Some(n) if *n > 1 => {
-            *n -= 1;
-            false
+impl Interest {
+    /// For facts or a fingerprint ([`DecodeCache::interest_in_small`]): waits, for at most
+    /// [`OFFER_WAIT`], until a run offers the original's small pixels (at once if one has,
+    /// or if nothing is kept at all).
+    pub(super) async fn offered(&self) {
+        let Some(cache) = &self.decodes else {
+            return;
+        };
+        let Some(offered) = offered_wake(&self.holders, &self.hash) else {
+            return;
+        };
+        let woken = offered.notified();
+        tokio::pin!(woken);
+        // Registered before the look, so an offer between the two still wakes it.
+        woken.as_mut().enable();
+        if [1, 2, 4, 8]
+            .iter()
+            .any(|d| cache.contains_key(&(self.hash, Made::Small, *d)))
+        {
+            return;
         }
-        _ => {
-            counts.remove(hash);
-            true
-        }
+        let _ = tokio::time::timeout(OFFER_WAIT, woken).await;
     }
+}
+
+/// What wakes the facts or fingerprint computations awaiting `hash`'s small pixels, if any
+/// awaits them.
+fn offered_wake(holders: &Holders, hash: &ContentHash) -> Option<Arc<Notify>> {
+    holders
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(*hash, Holder::Small))
+        .map(|held| held.offered.clone())
 }
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let mut interests = self.interest.lock().unwrap_or_else(|p| p.into_inner());
-        let last = if self.small {
-            release(&mut interests.small, &self.hash, |(n, _)| n)
-        } else {
-            release(&mut interests.runs, &self.hash, |n| n)
+        let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (self.hash, self.holder);
+        let last = match holders.get_mut(&key) {
+            Some(held) if held.count > 1 => {
+                held.count -= 1;
+                false
+            }
+            _ => {
+                holders.remove(&key);
+                true
+            }
         };
-        drop(interests);
+        drop(holders);
         let Some(cache) = self.decodes.as_ref().filter(|_| last) else {
             return;
         };
-        let made: &[Made] = if self.small {
-            &[Made::Small]
-        } else {
-            &[
-                Made::Decode(InputKind::Original),
-                Made::Decode(InputKind::Mezzanine),
-            ]
-        };
-        for made in made {
+        for made in self.holder.keeps() {
             for denominator in [1, 2, 4, 8] {
                 cache.invalidate(&(self.hash, *made, denominator));
             }
@@ -133,7 +170,7 @@ impl DecodeCache {
         });
         DecodeCache {
             decodes,
-            interest: Arc::default(),
+            holders: Arc::default(),
         }
     }
 
@@ -148,61 +185,30 @@ impl DecodeCache {
     /// decodes are kept for other runs of that original meanwhile, and dropped after the
     /// last.
     pub(super) fn interest(&self, hash: ContentHash) -> Interest {
-        self.interest_of(hash, false)
+        self.interest_of(hash, Holder::Runs)
     }
 
     /// Declares the original's facts or fingerprint awaited until the returned value is
     /// dropped: its small pixels are kept for them meanwhile, and a run that decodes the
-    /// original larger leaves them a reduction of its decode (see the module's doc).
+    /// original larger leaves them a reduction of its decode (see the module's doc and
+    /// [`Interest::offered`]).
     pub(super) fn interest_in_small(&self, hash: ContentHash) -> Interest {
-        self.interest_of(hash, true)
+        self.interest_of(hash, Holder::Small)
     }
 
-    fn interest_of(&self, hash: ContentHash, small: bool) -> Interest {
-        let mut interests = self.interest.lock().unwrap_or_else(|p| p.into_inner());
-        if small {
-            interests.small.entry(hash).or_default().0 += 1;
-        } else {
-            *interests.runs.entry(hash).or_default() += 1;
-        }
-        drop(interests);
-        Interest {
-            hash,
-            small,
-            interest: self.interest.clone(),
-            decodes: self.decodes.clone(),
-        }
-    }
-
-    /// What wakes the facts or fingerprint computations awaiting `hash`'s small pixels, if
-    /// any awaits them.
-    fn small_awaited(&self, hash: &ContentHash) -> Option<Arc<Notify>> {
-        self.interest
+    fn interest_of(&self, hash: ContentHash, holder: Holder) -> Interest {
+        self.holders
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .small
-            .get(hash)
-            .map(|(_, wake)| wake.clone())
-    }
-
-    /// Waits, for at most `wait`, until a run offers `hash`'s small pixels (at once if one
-    /// has, or if nothing is kept at all). For a computation holding
-    /// [`DecodeCache::interest_in_small`] of `hash`.
-    pub(super) async fn small_offered(&self, hash: &ContentHash, wait: Duration) {
-        let (Some(cache), Some(wake)) = (&self.decodes, self.small_awaited(hash)) else {
-            return;
-        };
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        // Registered before the look, so an offer between the two still wakes it.
-        woken.as_mut().enable();
-        if [1, 2, 4, 8]
-            .iter()
-            .any(|d| cache.contains_key(&(*hash, Made::Small, *d)))
-        {
-            return;
+            .entry((hash, holder))
+            .or_default()
+            .count += 1;
+        Interest {
+            hash,
+            holder,
+            holders: self.holders.clone(),
+            decodes: self.decodes.clone(),
         }
-        let _ = tokio::time::timeout(wait, woken).await;
     }
 
     /// The decode hook of one run on the original `hash` (or its mezzanine), or of what is
@@ -223,6 +229,21 @@ pub(super) struct RunDecodes<'a> {
     stats: &'a Stats,
 }
 
+impl RunDecodes<'_> {
+    /// Decodes, counted.
+    fn counted(
+        &self,
+        from: InputKind,
+        decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+    ) -> Result<Pixels, ProcessError> {
+        Stats::bump(match from {
+            InputKind::Original => &self.stats.decodes_original,
+            InputKind::Mezzanine => &self.stats.decodes_mezzanine,
+        });
+        decode().map(Pixels::new)
+    }
+}
+
 impl imgcas_processors::Decodes for RunDecodes<'_> {
     fn decoded(
         &self,
@@ -230,13 +251,7 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
         denominator: u32,
         decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
     ) -> Result<Pixels, ProcessError> {
-        let mut counted = || {
-            Stats::bump(match from {
-                InputKind::Original => &self.stats.decodes_original,
-                InputKind::Mezzanine => &self.stats.decodes_mezzanine,
-            });
-            decode().map(Pixels::new)
-        };
+        let mut counted = || self.counted(from, decode);
         match &self.cache.decodes {
             None => counted(),
             // Concurrent callers of one key wait for one decode (they are on the blocking
@@ -261,10 +276,7 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
                 // A run's decode at that very scale is the small decode itself.
                 match cache.get(&original) {
                     Some(pixels) => Ok(pixels),
-                    None => {
-                        Stats::bump(&self.stats.decodes_original);
-                        decode().map(Pixels::new)
-                    }
+                    None => self.counted(InputKind::Original, decode),
                 }
             })
             .map_err(|e| (*e).clone())
@@ -274,14 +286,16 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
         let Some(cache) = &self.cache.decodes else {
             return;
         };
-        let key = (self.hash, Made::Small, denominator);
-        let Some(wake) = self.cache.small_awaited(&self.hash) else {
+        let Some(offered) = offered_wake(&self.cache.holders, &self.hash) else {
             return;
         };
-        if !cache.contains_key(&key) {
-            cache.insert(key, small());
+        // Kept once, however many runs offer at the same moment.
+        let kept = cache
+            .entry((self.hash, Made::Small, denominator))
+            .or_insert_with(small);
+        if kept.is_fresh() {
             Stats::bump(&self.stats.small_decodes_spared);
-            wake.notify_waiters();
+            offered.notify_waiters();
         }
     }
 

@@ -96,10 +96,7 @@ impl Pipeline {
         let this = self.clone();
         let interest = self.shared.decodes.interest_in_small(hash);
         self.in_background(async move {
-            let decodes = &this.shared.decodes;
-            decodes
-                .small_offered(&hash, super::decoded::OFFER_WAIT)
-                .await;
+            interest.offered().await;
             if let Err(e) = this.facts_of(&hash).await {
                 tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");
             }

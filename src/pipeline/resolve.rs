@@ -408,8 +408,7 @@ impl Pipeline {
                     let this = self.clone();
                     let interest = s.decodes.interest_in_small(hash);
                     self.in_background(async move {
-                        let decodes = &this.shared.decodes;
-                        decodes.small_offered(&hash, super::decoded::OFFER_WAIT).await;
+                        interest.offered().await;
                         if let Err(e) = this.fingerprint_of(&hash).await {
                             tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
                         }

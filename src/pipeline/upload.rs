@@ -59,8 +59,7 @@ impl Pipeline {
         }
         if inserted {
             // The facts (behind the answer) and the fingerprint (before it) share one small
-            // decode: kept while this upload runs.
-            let _interest = s.decodes.interest(hash);
+            // decode, kept for the facts from here (`facts_in_background` holds it).
             self.facts_in_background(hash);
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.
