@@ -369,6 +369,19 @@ impl<'a> Source<'a> {
             .unwrap_or(1)
     }
 
+    /// The size of [`decode_small`]'s pixels: the decode at [`Source::small_denominator`],
+    /// then reduced by the largest whole factor that keeps both sides at least
+    /// [`SMALL_DECODE_SIDE`]. A format without shrink-on-load decodes at full size, and the
+    /// placeholders' and fingerprint's own reductions of a full-size photo cost more than
+    /// the decode's box reduction (a 640 × 960 PNG photo: its small pixels are 128 × 192).
+    pub fn small_size(&self) -> (u32, u32) {
+        let denominator = self.small_denominator();
+        let (width, height) = self.upright_size();
+        let (width, height) = (width.div_ceil(denominator), height.div_ceil(denominator));
+        let factor = (width.min(height) / SMALL_DECODE_SIDE).max(1);
+        (width.div_ceil(factor), height.div_ceil(factor))
+    }
+
     /// The scale to decode at (1/denominator) for an output `reduction` times smaller than
     /// the source: 1 where the format cannot shrink on load. JPEG keeps twice the output's
     /// resolution ([`geometry::shrink_denominator`], libvips' rule: the DCT's block shrink
@@ -477,10 +490,10 @@ fn normalize(image: DynamicImage) -> DynamicImage {
 pub const SMALL_DECODE_SIDE: u32 = 128;
 
 /// Decodes as small as keeps both sides at least [`SMALL_DECODE_SIDE`] (JPEG shrinks on
-/// load; other formats decode at full size), upright, through `decodes`; with the
-/// picture's full upright size. For what is computed once per original (fingerprint,
-/// placeholders), which needs few pixels: both take this one decode, so the service makes
-/// it once for the two.
+/// load; other formats decode at full size), upright, through `decodes`, and box-reduces that
+/// decode to [`Source::small_size`]; with the picture's full upright size. For what is
+/// computed once per original (fingerprint, placeholders), which needs few pixels: both take
+/// this one decode, so the service makes it once for the two.
 pub fn decode_small(
     bytes: &[u8],
     limits: &Limits,
@@ -489,15 +502,32 @@ pub fn decode_small(
     let source = open(bytes, limits)?;
     let (width, height) = source.upright_size();
     let denominator = source.small_denominator();
-    let image = decodes.small(denominator, &mut || source.decode(limits, denominator))?;
+    let size = source.small_size();
+    let image = decodes.small(
+        denominator,
+        &mut || source.decode(limits, denominator),
+        &|decoded| reduce_small(decoded, size),
+    )?;
     Ok((image, (width, height)))
 }
 
+/// `decoded` box-reduced to `size` (whole blocks: see [`crate::ops::reduce_box`]); as it is
+/// when no larger, or when it has alpha (which the placeholders and the fingerprint read, and
+/// the box reduction drops).
+fn reduce_small(decoded: &crate::Pixels, size: (u32, u32)) -> crate::Pixels {
+    if decoded.color().has_alpha() || (decoded.width() <= size.0 && decoded.height() <= size.1) {
+        return decoded.clone();
+    }
+    crate::Pixels::new(DynamicImage::ImageRgb8(crate::ops::reduce_box(
+        decoded, size,
+    )))
+}
+
 /// Offers a run's decode of `source` at 1/`denominator` for its small pixels (see
-/// [`crate::Decodes::offer_small`]): the decode itself when it is at the small decode's
-/// scale, a box reduction of it to the small decode's size when larger (JPEG: a scaled decode
-/// is `ceil(side / denominator)` pixels a side, and the reduction's blocks are whole
-/// multiples of that).
+/// [`crate::Decodes::offer_small`]) when it is at the small decode's scale or larger: reduced
+/// to [`Source::small_size`] as [`decode_small`] reduces its own (JPEG: a scaled decode is
+/// `ceil(side / denominator)` pixels a side, and the reduction's blocks are whole multiples
+/// of that).
 pub(crate) fn offer_small(
     source: &Source<'_>,
     denominator: u32,
@@ -505,16 +535,9 @@ pub(crate) fn offer_small(
     decodes: &dyn crate::Decodes,
 ) {
     let small = source.small_denominator();
-    if denominator == small {
-        decodes.offer_small(small, &mut || decoded.clone());
-    } else if denominator < small {
-        let (width, height) = source.upright_size();
-        let size = (width.div_ceil(small), height.div_ceil(small));
-        decodes.offer_small(small, &mut || {
-            crate::Pixels::new(DynamicImage::ImageRgb8(crate::ops::reduce_box(
-                decoded, size,
-            )))
-        });
+    if denominator <= small {
+        let size = source.small_size();
+        decodes.offer_small(small, &mut || reduce_small(decoded, size));
     }
 }
 
@@ -567,5 +590,64 @@ mod tests {
         }
         // An animation is left to the frame walk (and its first frame to the image crate).
         assert!(webp_still(&testdata("sharp/animated-loop-3.webp")).is_none());
+    }
+
+    /// Keeps what a run offers, as the service's decode cache does.
+    #[derive(Default)]
+    struct Offered(std::cell::RefCell<Option<crate::Pixels>>);
+
+    impl crate::Decodes for Offered {
+        fn decoded(
+            &self,
+            _from: crate::InputKind,
+            _denominator: u32,
+            decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+        ) -> Result<crate::Pixels, ProcessError> {
+            decode().map(std::sync::Arc::new)
+        }
+
+        fn offer_small(&self, _denominator: u32, small: &mut dyn FnMut() -> crate::Pixels) {
+            *self.0.borrow_mut() = Some(small());
+        }
+    }
+
+    #[test]
+    fn a_full_size_decode_is_box_reduced_for_the_small_pixels() {
+        let limits = Limits::default();
+        // A PNG decodes whole: 640 × 427 (a photo at a quarter) is reduced 3 times.
+        let photo = testdata("exif-orientation/Landscape_1.jpg");
+        let quarter = open(&photo, &limits).unwrap().decode(&limits, 4).unwrap();
+        let mut png = Vec::new();
+        quarter
+            .write_to(&mut std::io::Cursor::new(&mut png), ImageFormat::Png)
+            .unwrap();
+        let source = open(&png, &limits).unwrap();
+        let (w, h) = (quarter.width(), quarter.height());
+        let factor = w.min(h) / SMALL_DECODE_SIDE;
+        assert!(factor >= 2, "{w} x {h}");
+        assert_eq!(
+            source.small_size(),
+            (w.div_ceil(factor), h.div_ceil(factor))
+        );
+
+        let (small, size) = decode_small(&png, &limits, &crate::Decode).unwrap();
+        assert_eq!(size, (w, h));
+        assert_eq!((small.width(), small.height()), source.small_size());
+        let reduced = crate::ops::reduce_box(&quarter, source.small_size());
+        assert!(small.as_bytes() == reduced.as_raw().as_slice());
+
+        // A run's whole decode offered for the small pixels gives the very same pixels.
+        let offered = Offered::default();
+        offer_small(&source, 1, &std::sync::Arc::new(quarter.clone()), &offered);
+        let kept = offered.0.borrow().clone().expect("offered");
+        assert!(kept.as_bytes() == small.as_bytes());
+
+        // A picture with alpha is kept whole: the box reduction drops alpha.
+        let mut rgba = Vec::new();
+        DynamicImage::ImageRgba8(quarter.to_rgba8())
+            .write_to(&mut std::io::Cursor::new(&mut rgba), ImageFormat::Png)
+            .unwrap();
+        let (small, _) = decode_small(&rgba, &limits, &crate::Decode).unwrap();
+        assert_eq!((small.width(), small.height()), (w, h));
     }
 }

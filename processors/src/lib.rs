@@ -100,12 +100,17 @@ pub trait Decodes {
     /// Unlike [`Decodes::decoded`], an implementation may answer with what a run offered
     /// through [`Decodes::offer_small`]: a box reduction of a larger decode of the same bytes
     /// to the same size, the same picture within a level or two.
+    ///
+    /// `decode` decodes at 1/`denominator`; `reduce` takes such a decode to the small size
+    /// (see [`decode::Source::small_size`]).
     fn small(
         &self,
         denominator: u32,
         decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+        reduce: &dyn Fn(&Pixels) -> Pixels,
     ) -> Result<Pixels, ProcessError> {
         self.decoded(InputKind::Original, denominator, decode)
+            .map(|decoded| reduce(&decoded))
     }
 
     /// A run decoded its original at the small decode's scale (1/`denominator`) or larger;

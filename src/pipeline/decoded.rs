@@ -266,18 +266,22 @@ impl imgcas_processors::Decodes for RunDecodes<'_> {
         &self,
         denominator: u32,
         decode: &mut dyn FnMut() -> Result<DynamicImage, ProcessError>,
+        reduce: &dyn Fn(&Pixels) -> Pixels,
     ) -> Result<Pixels, ProcessError> {
         let Some(cache) = &self.cache.decodes else {
-            return self.decoded(InputKind::Original, denominator, decode);
+            return self
+                .decoded(InputKind::Original, denominator, decode)
+                .map(|decoded| reduce(&decoded));
         };
         let original = (self.hash, Made::Decode(InputKind::Original), denominator);
         cache
             .try_get_with((self.hash, Made::Small, denominator), || {
-                // A run's decode at that very scale is the small decode itself.
-                match cache.get(&original) {
-                    Some(pixels) => Ok(pixels),
-                    None => self.counted(InputKind::Original, decode),
-                }
+                // A run's decode at that very scale, reduced, is the small decode itself.
+                let decoded = match cache.get(&original) {
+                    Some(pixels) => pixels,
+                    None => self.counted(InputKind::Original, decode)?,
+                };
+                Ok::<_, ProcessError>(reduce(&decoded))
             })
             .map_err(|e| (*e).clone())
     }
