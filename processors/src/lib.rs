@@ -294,11 +294,16 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 /// at least the mezzanine's threshold, or reduced 8 to 16 times of any; other variants'
 /// bytes are unchanged and keep their version (a baseline JPEG reduced 8 to 16 times is
 /// counted in: its header is not in the index).
+///
+/// 6: AVIF outputs keep full chroma (4:4:4; they were 4:2:0), whatever their original.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
+    if spec.format == OutputFormat::Avif {
+        return 6;
+    }
     if !format.is_some_and(SourceFormat::shrinks_on_load) {
         return PROCESSOR_VERSION;
     }
@@ -367,6 +372,11 @@ mod tests {
         assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
         let png = Some(SourceFormat::Png);
         assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
+        // Every AVIF output, of any original.
+        for format in [jpeg, png, None] {
+            let avif = [("w", "400"), ("format", "avif")];
+            assert_eq!(version(format, Some((1600, 1200)), &avif), 6);
+        }
     }
 
     #[test]
