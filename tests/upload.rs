@@ -148,6 +148,21 @@ async fn bad_uploads_are_refused_and_store_nothing() {
     assert_eq!(r.status(), 422);
     assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
 
+    // An AVIF whose `ipma` declares 2^32 - 1 entries in 106 bytes: refused from its header
+    // (its walk once read zeros past the box's end for seconds, outside admission).
+    let ipma_bomb = std::fs::read("testdata/crafted/avif-ipma-count.avif").unwrap();
+    let r = app.upload(ipma_bomb).await;
+    assert_eq!(r.status(), 422);
+    let body = json(r).await;
+    assert_eq!(body["error"]["code"], "undecodable");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ipma"),
+        "{body}"
+    );
+
     assert!(app.stored_blobs().await.is_empty());
 }
 

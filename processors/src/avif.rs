@@ -88,7 +88,7 @@ fn child<'a>(b: &'a [u8], kind: &[u8; 4]) -> Option<&'a [u8]> {
 pub fn parse(b: &[u8]) -> Result<AvifHeader, ProcessError> {
     let mut h = AvifHeader::default();
     if let Some(meta) = child(b, b"meta").and_then(|m| m.get(4..)) {
-        parse_meta(meta, &mut h);
+        parse_meta(meta, &mut h)?;
     }
     // Offsets of sub-slices within the file; pointer arithmetic on addresses only.
     let offset = |addr: Option<usize>| addr.and_then(|a| a.checked_sub(b.as_ptr() as usize));
@@ -111,44 +111,50 @@ pub fn parse(b: &[u8]) -> Result<AvifHeader, ProcessError> {
     Ok(h)
 }
 
-fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
+/// The primary item's properties, from `ipma`'s associations into `ipco`. Counts are
+/// checked against the bytes of their box before any entry is read: a count the box cannot
+/// hold is undecodable at once.
+fn parse_meta(meta: &[u8], h: &mut AvifHeader) -> Result<(), ProcessError> {
+    let short = |e: crate::bytes::Short| undecodable(&e.to_string());
     let primary = child(meta, b"pitm").and_then(|p| match p.first() {
         Some(0) => u16be(p, 4),
         _ => u32be(p, 4),
     });
     let Some(iprp) = child(meta, b"iprp") else {
-        return;
+        return Ok(());
     };
     let properties: Vec<([u8; 4], &[u8])> = child(iprp, b"ipco").map(boxes).unwrap_or_default();
     let Some(ipma) = child(iprp, b"ipma") else {
-        return;
+        return Ok(());
     };
-    let (version, flags) = (
-        ipma.first().copied().unwrap_or(0),
-        ipma.get(3).copied().unwrap_or(0),
-    );
-    let count = u32be(ipma, 4).unwrap_or(0);
-    let mut at = 8;
+    let mut r = crate::bytes::Reader::new(ipma);
+    let version = r.u8("ipma version").map_err(short)?;
+    let flags = r.take(3, "ipma flags").map_err(short)?[2];
+    let declared = r.u32be("ipma entry count").map_err(short)?;
+    // An entry: the item's id (2 bytes, 4 from version 1) and its association count.
+    let id_bytes = if version < 1 { 2 } else { 4 };
+    let count = r
+        .count(u64::from(declared), id_bytes + 1, "ipma entries")
+        .map_err(short)?;
+    let association_bytes = if flags & 1 != 0 { 2 } else { 1 };
     for _ in 0..count {
         let item = if version < 1 {
-            u16be(ipma, at)
+            u32::from(r.u16be("ipma item").map_err(short)?)
         } else {
-            u32be(ipma, at)
+            r.u32be("ipma item").map_err(short)?
         };
-        at += if version < 1 { 2 } else { 4 };
-        let n = usize::from(ipma.get(at).copied().unwrap_or(0));
-        at += 1;
+        let declared = r.u8("ipma association count").map_err(short)?;
+        let n = r
+            .count(u64::from(declared), association_bytes, "ipma associations")
+            .map_err(short)?;
         let mut indices = Vec::with_capacity(n);
         for _ in 0..n {
-            let association_addr = ipma.get(at).map(|b| b as *const u8 as usize);
-            let index = if flags & 1 != 0 {
-                let v = u16be(ipma, at).unwrap_or(0) & 0x7FFF;
-                at += 2;
-                v
+            // Where the association sits (its first byte holds the "essential" bit).
+            let association_addr = Some(ipma.as_ptr() as usize + r.position());
+            let index = if association_bytes == 2 {
+                u32::from(r.u16be("ipma association").map_err(short)? & 0x7FFF)
             } else {
-                let v = u32::from(ipma.get(at).copied().unwrap_or(0) & 0x7F);
-                at += 1;
-                v
+                u32::from(r.u8("ipma association").map_err(short)? & 0x7F)
             };
             indices.push((index as usize, association_addr));
         }
@@ -156,7 +162,7 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
             let (kind, payload) = i.checked_sub(1).and_then(|i| properties.get(i))?;
             Some((kind, payload, association))
         });
-        let is_primary = item.is_some() && item == primary;
+        let is_primary = Some(item) == primary;
         for (kind, payload, association) in props {
             match (kind, is_primary) {
                 (b"auxC", false) => {
@@ -190,6 +196,7 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) {
             }
         }
     }
+    Ok(())
 }
 
 impl AvifHeader {
@@ -339,6 +346,46 @@ mod tests {
         );
         assert_eq!(h.upright_size(), (20, 40));
         assert!(parse(&full_box(b"ftyp", b"avif")).is_err());
+    }
+
+    /// A file whose `ipma` declares `count` entries, the first of which gives the primary
+    /// item its `ispe`.
+    fn with_ipma_count(count: u32) -> Vec<u8> {
+        let ispe = full_box(b"ispe", &[0, 0, 0, 0, 0, 0, 0, 40, 0, 0, 0, 20]);
+        let ipco = full_box(b"ipco", &ispe);
+        let mut body = vec![0, 0, 0, 0];
+        body.extend_from_slice(&count.to_be_bytes());
+        body.extend_from_slice(&[0, 1, 1, 0x81]);
+        let iprp = full_box(b"iprp", &[ipco, full_box(b"ipma", &body)].concat());
+        let pitm = full_box(b"pitm", &[0, 0, 0, 0, 0, 1]);
+        let meta_body = [vec![0, 0, 0, 0], pitm, iprp].concat();
+        [
+            full_box(b"ftyp", b"avif\0\0\0\0avifmif1"),
+            full_box(b"meta", &meta_body),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_count_its_box_cannot_hold_is_undecodable_at_once() {
+        assert_eq!(parse(&with_ipma_count(1)).map(|h| h.width), Ok(40));
+        // 2^32 - 1 entries in a file of less than 200 bytes: refused before any entry is
+        // read (it read zeros past the box's end, 2^32 times, for seconds).
+        let bomb = with_ipma_count(u32::MAX);
+        assert!(bomb.len() < 200);
+        // The file the service's tests send (testdata/crafted) is this one.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/crafted/avif-ipma-count.avif"
+        );
+        assert_eq!(std::fs::read(path).ok().as_deref(), Some(&bomb[..]));
+        let refused = parse(&bomb).unwrap_err();
+        assert!(
+            matches!(&refused, ProcessError::Undecodable(m) if m.contains("ipma entries")),
+            "{refused:?}"
+        );
+        // One entry more than the box holds is refused the same way.
+        assert!(parse(&with_ipma_count(2)).is_err());
     }
 
     #[test]

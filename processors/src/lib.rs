@@ -19,6 +19,7 @@ use std::sync::Arc;
 pub mod animation;
 pub mod avif;
 mod avif_pixi;
+pub mod bytes;
 pub mod color;
 pub mod compare;
 pub mod decode;
