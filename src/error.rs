@@ -151,7 +151,10 @@ impl From<BlobError> for Error {
 
 impl From<tokio::task::JoinError> for Error {
     fn from(e: tokio::task::JoinError) -> Self {
-        Error::Internal(format!("a background task failed: {e}"))
+        // A panic's text names our code, not the request's fault: it goes to the log, and the
+        // answer says only what failed.
+        tracing::error!(error = %e, "a background task failed");
+        Error::Internal("a background task failed".into())
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Readings {
     pub variant_bytes: u64,
     /// This node's name (`cluster.node_id`), as a label of `imgcas_node_info`.
     pub node_id: String,
+    /// Third-party decoders' panics caught in this process, by source format (each answered
+    /// as `undecodable`).
+    pub decoder_panics: Vec<(&'static str, u64)>,
 }
 
 impl Default for Metrics {
@@ -164,6 +167,10 @@ fn describe() {
         "Perceptual fingerprints computed (one per original, at its first storing or backfill)"
     );
     describe_counter!(
+        "imgcas_decoder_panics_total",
+        "Panics of third-party decoders on input bytes, by source format, each answered undecodable"
+    );
+    describe_counter!(
         "imgcas_facts_computed_total",
         "Originals' facts computed (placeholders and frames: one per original, at its first storing or backfill)"
     );
@@ -238,6 +245,9 @@ impl Metrics {
             gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);
             gauge!("imgcas_variant_bytes").set(readings.variant_bytes as f64);
             gauge!("imgcas_node_info", "node_id" => readings.node_id.clone()).set(1.0);
+            for (format, panics) in &readings.decoder_panics {
+                counter!("imgcas_decoder_panics_total", "format" => *format).absolute(*panics);
+            }
         });
         self.handle.render()
     }

@@ -219,3 +219,46 @@ async fn the_limits_are_settings_and_frames_times_pixels_count() {
     assert_eq!(delays(&r.bytes().await.unwrap()).len(), 11);
     app.stop().await;
 }
+
+/// An animated WebP whose second frame declares itself 1×1 in its `ANMF` header while its
+/// VP8 data and `ALPH` are 370×285 (testdata/crafted, made from the sharp fixture) makes the
+/// image crate's WebP decoder panic. That is the file's failure: 422 `undecodable`, cached,
+/// counted, and no panic text in the answer; its facts and fingerprint fail the same way.
+#[tokio::test]
+async fn a_frame_that_panics_its_decoder_is_undecodable_and_cached() {
+    let origin = Origin::start().await;
+    origin.put(
+        "/crafted.webp",
+        testdata("crafted/webp-anmf-smaller-than-vp8.webp"),
+    );
+    let app = spawn_app().await;
+    let first = app
+        .image_by_url(&origin.url("/crafted.webp"), "format=webp&w=100")
+        .await;
+    assert_eq!(first.status(), 422);
+    let body = json(first).await;
+    assert_eq!(body["error"]["code"], "undecodable");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.contains("panic") && !message.contains(".rs"),
+        "{message}"
+    );
+    let runs = app.processing_runs();
+    let second = app
+        .image_by_url(&origin.url("/crafted.webp"), "format=webp&w=100")
+        .await;
+    assert_eq!(second.status(), 422);
+    assert_eq!(header(&second, "x-imgcas-cache"), Some("error-hit"));
+    assert_eq!(app.processing_runs(), runs, "the error is cached");
+    let panics = metric_value(
+        &app.metrics().await,
+        "imgcas_decoder_panics_total",
+        &[("format", "webp")],
+    );
+    assert!(panics >= 1.0, "{panics}");
+    // Its first frame alone decodes.
+    let still = app
+        .image_by_url(&origin.url("/crafted.webp"), "format=png&w=100")
+        .await;
+    assert_eq!(still.status(), 200);
+}

@@ -200,12 +200,15 @@ pub(crate) fn process(
     let (rotated, plan, _) = crate::layout((uw, uh), spec, false);
     check(header.frames, plan.output_size(), limits)?;
     encode::check_animation_size(spec.format, plan.output_size())?;
-    let mut frames = decoder(bytes, source.info.format, limits)?;
+    // The image crate's frame decoders are third-party code reading input bytes: a panic in
+    // one is the file's failure (see `guarded`), never the server's.
+    let name = source.info.format.name();
+    let mut frames = crate::error::guarded(name, || decoder(bytes, source.info.format, limits))?;
     let mut out: Vec<OutputFrame> = Vec::with_capacity(header.frames as usize);
     let mut crop = None;
     // No more frames than the headers showed: the limits were checked on those.
     while out.len() < header.frames as usize {
-        let frame = match frames.next() {
+        let frame = match crate::error::guarded(name, || Ok(frames.next()))? {
             None => break,
             Some(Ok(frame)) => frame,
             Some(Err(image::ImageError::Limits(_))) => {

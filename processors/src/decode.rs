@@ -470,10 +470,13 @@ fn with_image_crate(
     limits: &Limits,
     dims: (u32, u32),
 ) -> Result<DynamicImage, ProcessError> {
-    let decoder = reader(bytes, format, limits)
-        .into_decoder()
-        .map_err(|e| map_image_error(e, limits, dims))?;
-    DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
+    let name = format.extensions_str().first().copied().unwrap_or("image");
+    crate::error::guarded(name, || {
+        let decoder = reader(bytes, format, limits)
+            .into_decoder()
+            .map_err(|e| map_image_error(e, limits, dims))?;
+        DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
+    })
 }
 
 /// 8-bit RGB, or RGBA when the picture has alpha: the two layouts the pipeline works in.

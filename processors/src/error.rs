@@ -47,6 +47,34 @@ pub enum ProcessError {
     Internal(String),
 }
 
+/// Panics of third-party decoders caught by [`guarded`], by format.
+static DECODER_PANICS: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Runs a third-party decoder on input bytes. A panic in it (a decoder's bug that these
+/// bytes reach) is the input's failure: `undecodable`, cached like any other, its text not
+/// shown (it names the decoder's code, not the file's fault), and counted by format for
+/// [`decoder_panics`].
+pub(crate) fn guarded<T>(
+    format: &'static str,
+    decode: impl FnOnce() -> Result<T, ProcessError>,
+) -> Result<T, ProcessError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|_| {
+        let mut panics = DECODER_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+        *panics.entry(format).or_default() += 1;
+        Err(ProcessError::Undecodable(format!(
+            "the {format} decoder could not read these bytes"
+        )))
+    })
+}
+
+/// Decoder panics caught in this process so far, by format (the service reports them as
+/// `imgcas_decoder_panics_total{format}`).
+pub fn decoder_panics() -> Vec<(&'static str, u64)> {
+    let panics = DECODER_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    panics.iter().map(|(format, n)| (*format, *n)).collect()
+}
+
 impl ProcessError {
     pub(crate) fn too_many_pixels(width: u32, height: u32, limit: u64) -> Self {
         ProcessError::TooManyPixels {

@@ -39,7 +39,7 @@ pub mod spec;
 pub mod tif;
 
 pub use decode::{probe, Limits, SourceInfo};
-pub use error::{ProcessError, ProcessFailure};
+pub use error::{decoder_panics, ProcessError, ProcessFailure};
 pub use facts::{Facts, FACTS_VERSION};
 pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};
 pub use image::DynamicImage;

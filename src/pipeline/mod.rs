@@ -238,6 +238,7 @@ impl Pipeline {
             hot_cache_bytes: s.hot.weighted_size(),
             variant_bytes: s.upkeep.variant_bytes(),
             node_id: s.node_id.clone(),
+            decoder_panics: imgcas_processors::decoder_panics(),
         }
     }
 
