@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -57,13 +58,15 @@ def wait_http(url, timeout=20.0):
 
 
 class Procs:
-    """Child processes, stopped (SIGTERM, then SIGKILL) on exit."""
+    """Child processes, each in a process group of its own, stopped with everything they
+    forked (SIGTERM to the group, then SIGKILL) on exit. thumbor's `--processes` workers are
+    forks: stopping the parent alone left them listening, idle, after every run."""
 
     def __init__(self):
         self.children = []
 
     def start(self, args, **kw):
-        p = subprocess.Popen(args, **kw)
+        p = subprocess.Popen(args, start_new_session=True, **kw)
         self.children.append(p)
         return p
 
@@ -72,12 +75,17 @@ class Procs:
 
     def __exit__(self, *exc):
         for p in reversed(self.children):
-            if p.poll() is None:
-                p.terminate()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
                 try:
                     p.wait(timeout=10)
+                    # The leader is gone; its forks may linger a moment after SIGTERM.
+                    time.sleep(0.2)
                 except subprocess.TimeoutExpired:
-                    p.kill()
+                    pass
 
 
 def start_imgcas(procs, binary, data_dir, log_file=None, **env):
