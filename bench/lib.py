@@ -75,17 +75,21 @@ class Procs:
 
     def __exit__(self, *exc):
         for p in reversed(self.children):
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    p.wait(timeout=10)
-                    # The leader is gone; its forks may linger a moment after SIGTERM.
-                    time.sleep(0.2)
-                except subprocess.TimeoutExpired:
-                    pass
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            # Whatever of the group outlived the leader (or the leader itself, stuck).
+            time.sleep(0.2)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
 
 
 def start_imgcas(procs, binary, data_dir, log_file=None, **env):

@@ -167,8 +167,15 @@ fn orientation_from_exif(tiff: Option<&[u8]>) -> Orientation {
         .unwrap_or(Orientation::NoTransforms)
 }
 
-/// Reads a source's headers and checks them against the limits.
+/// Reads a source's headers and checks them against the limits. Third-party header readers
+/// run here and in [`Source::decode`], both under [`crate::error::guarded`]: a panic in one
+/// is the file's `undecodable`.
 pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
+    let name = sniff(bytes).map_or("unknown", SourceFormat::name);
+    crate::error::guarded(name, || open_headers(bytes, limits))
+}
+
+fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
     let format = sniff(bytes).ok_or_else(|| {
         ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
     })?;
@@ -401,6 +408,16 @@ impl<'a> Source<'a> {
     /// Decodes to upright 8-bit RGB or RGBA, at `1/denominator` scale where the format
     /// allows it (JPEG: 1, 2, 4 or 8; others decode at full size).
     pub fn decode(&self, limits: &Limits, denominator: u32) -> Result<DynamicImage, ProcessError> {
+        crate::error::guarded(self.info.format.name(), || {
+            self.decode_pixels(limits, denominator)
+        })
+    }
+
+    fn decode_pixels(
+        &self,
+        limits: &Limits,
+        denominator: u32,
+    ) -> Result<DynamicImage, ProcessError> {
         let dims = (self.info.width, self.info.height);
         let mut image = match &self.kind {
             Kind::Jpeg(header) => jpeg::decode(self.bytes, header, denominator)?,
@@ -470,13 +487,10 @@ fn with_image_crate(
     limits: &Limits,
     dims: (u32, u32),
 ) -> Result<DynamicImage, ProcessError> {
-    let name = format.extensions_str().first().copied().unwrap_or("image");
-    crate::error::guarded(name, || {
-        let decoder = reader(bytes, format, limits)
-            .into_decoder()
-            .map_err(|e| map_image_error(e, limits, dims))?;
-        DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
-    })
+    let decoder = reader(bytes, format, limits)
+        .into_decoder()
+        .map_err(|e| map_image_error(e, limits, dims))?;
+    DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
 }
 
 /// 8-bit RGB, or RGBA when the picture has alpha: the two layouts the pipeline works in.

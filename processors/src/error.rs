@@ -1,4 +1,5 @@
-//! The one error type of the processing core.
+//! The one error type of the processing core, and the guard that turns a third-party
+//! decoder's panic into the input's `undecodable` ([`guarded`], counted by [`decoder_panics`]).
 //!
 //! Every variant but [`ProcessError::Internal`] is a fact about the input bytes and the spec,
 //! so the service may cache it like a result: [`ProcessError::kind`] names it, and the kind's
