@@ -392,14 +392,19 @@ impl<'a> Source<'a> {
     /// The scale to decode at (1/denominator) for an output `reduction` times smaller than
     /// the source: 1 where the format cannot shrink on load. JPEG keeps twice the output's
     /// resolution ([`geometry::shrink_denominator`], libvips' rule: the DCT's block shrink
-    /// is coarse, the resize after it is the good filter) — except a progressive file whose
-    /// 1/8 decode reads only its DC scans ([`jpeg::JpegHeader::dc_only`]): there 1/8 from a
-    /// reduction of 8 costs an eighth of any other scale (a 16 MP photo: 24 ms against
+    /// is coarse, the resize after it is the good filter) — except, when `coarse_ok` (the
+    /// output's own loss hides it: [`ResolvedSpec::hides_coarse_decode`]), a progressive file
+    /// whose 1/8 decode reads only its DC scans ([`jpeg::JpegHeader::dc_only`]): there 1/8
+    /// from a reduction of 8 costs an eighth of any other scale (a 16 MP photo: 24 ms against
     /// 185 ms, the AC scans' entropy decoding being most of a progressive decode), and
     /// keeps as much resolution as sharp's and Pillow's shrink-on-load keep by default.
-    pub fn shrink_denominator(&self, reduction: f64) -> u32 {
+    pub fn shrink_denominator(&self, reduction: f64, coarse_ok: bool) -> u32 {
         match &self.kind {
-            Kind::Jpeg(header) if reduction >= 8.0 && header.reads_dc_only_at_one_eighth() => 8,
+            Kind::Jpeg(header)
+                if coarse_ok && reduction >= 8.0 && header.reads_dc_only_at_one_eighth() =>
+            {
+                8
+            }
             Kind::Jpeg(_) => geometry::shrink_denominator(reduction),
             _ => 1,
         }
@@ -574,6 +579,39 @@ mod tests {
             .join("../testdata")
             .join(name);
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[test]
+    fn only_an_output_that_hides_it_takes_the_dc_only_eighth() {
+        let limits = Limits::default();
+        let photo = testdata("exif-orientation/Landscape_1.jpg");
+        let rgb = open(&photo, &limits).unwrap().decode(&limits, 1).unwrap();
+        let progressive = crate::jpeg::encode(&rgb.into_rgb8(), 85, true).unwrap();
+        let source = open(&progressive, &limits).unwrap();
+        let spec = |query: &str| {
+            crate::Spec::parse(query)
+                .unwrap()
+                .resolve(None, false, None)
+        };
+        // A q80 JPEG or q75 WebP loses more than the DC scans' 1/8 does: 1/8 from 8 on.
+        for query in ["format=jpeg&q=80", "format=webp&q=75", "format=jpeg"] {
+            assert!(spec(query).hides_coarse_decode(), "{query}");
+            assert_eq!(source.shrink_denominator(10.0, true), 8, "{query}");
+        }
+        // AVIF, lossless and near-lossless outputs keep libvips' margin of two: 1/4 there.
+        for query in [
+            "format=avif&q=65",
+            "format=png",
+            "format=webp&lossless=1",
+            "format=jpeg&q=95",
+            "format=gif",
+        ] {
+            assert!(!spec(query).hides_coarse_decode(), "{query}");
+            assert_eq!(source.shrink_denominator(10.0, false), 4, "{query}");
+        }
+        // From 16 on, 1/8 for every output; below 8 the margin rule for every output.
+        assert_eq!(source.shrink_denominator(16.0, false), 8);
+        assert_eq!(source.shrink_denominator(7.9, true), 2);
     }
 
     #[test]

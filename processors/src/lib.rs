@@ -206,7 +206,9 @@ pub fn process_input(
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
     let reduction = plan.reduction(rotated) / shrunk;
     let denominator = match &opened {
-        Opened::Original(source) => source.shrink_denominator(reduction),
+        Opened::Original(source) => {
+            source.shrink_denominator(reduction, spec.hides_coarse_decode())
+        }
         // A mezzanine is a baseline JPEG.
         Opened::Mezzanine(_) => geometry::shrink_denominator(reduction),
     };
@@ -297,18 +299,25 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 /// counted in: its header is not in the index).
 ///
 /// 6: AVIF outputs keep full chroma (4:4:4; they were 4:2:0), whatever their original.
+///
+/// 7: AVIF outputs are encoded at libaom speed 7 (it was 8), whatever their original; and
+/// outputs whose own loss would not hide a 1/8 decode from the DC scans (PNG, GIF, lossless
+/// WebP, JPEG or WebP above q90: [`ResolvedSpec::hides_coarse_decode`]) of JPEG originals
+/// reduced 8 to 16 times decode at 1/4 again, as before version 5.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
     if spec.format == OutputFormat::Avif {
-        return 6;
+        return 7;
     }
     if !format.is_some_and(SourceFormat::shrinks_on_load) {
         return PROCESSOR_VERSION;
     }
-    let Some((w, h)) = size else { return 5 };
+    let Some((w, h)) = size else {
+        return if spec.hides_coarse_decode() { 5 } else { 7 };
+    };
     let long = w.max(h);
     // Either orientation: the stored size's EXIF orientation is not in the index.
     let reduced = |upright: (u32, u32)| {
@@ -318,6 +327,9 @@ pub fn processor_version(
     let reductions = [reduced((w, h)), reduced((h, w))];
     // From 16 on, both decode at 1/8: the DC scans give the same pixels as the whole file.
     let one_quarter_before = reductions.iter().any(|r| (8.0..16.0).contains(r));
+    if one_quarter_before && !spec.hides_coarse_decode() {
+        return 7;
+    }
     // A mezzanine served outputs it held twice the resolution of, and it was at least
     // twice smaller than its original: reductions from 4.
     let mezzanine_before = long >= mezzanine::FROM_SIDE && reductions.iter().any(|r| *r >= 4.0);
@@ -373,10 +385,20 @@ mod tests {
         assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
         let png = Some(SourceFormat::Png);
         assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
-        // Every AVIF output, of any original.
+        // Every AVIF output, of any original (libaom speed 7).
         for format in [jpeg, png, None] {
             let avif = [("w", "400"), ("format", "avif")];
-            assert_eq!(version(format, Some((1600, 1200)), &avif), 6);
+            assert_eq!(version(format, Some((1600, 1200)), &avif), 7);
+        }
+        // Outputs whose own loss does not hide the DC scans' 1/8, reduced 8 to 16 times of a
+        // JPEG: back at 1/4. Reduced less, or of other originals, they keep their version.
+        for output in [&[("format", "png")][..], &[("format", "jpeg"), ("q", "95")]] {
+            let reduced_10 = [&[("w", "400")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_10), 7);
+            assert_eq!(version(jpeg, None, &reduced_10), 7);
+            assert_eq!(version(png, Some((4000, 3000)), &reduced_10), 4);
+            let reduced_2 = [&[("w", "2000")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
         }
     }
 

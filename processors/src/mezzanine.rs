@@ -117,7 +117,7 @@ pub fn build(
     let size = size_for(upright);
     let k = reduction(upright.0.max(upright.1));
     // 1 for every source [`serves`] gives a mezzanine.
-    let denominator = source.shrink_denominator(f64::from(k));
+    let denominator = source.shrink_denominator(f64::from(k), false);
     let decoded = decodes.decoded(InputKind::Original, denominator, &mut || {
         source.decode(limits, denominator)
     })?;

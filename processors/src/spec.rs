@@ -852,6 +852,22 @@ pub struct ResolvedSpec {
 }
 
 impl ResolvedSpec {
+    /// Whether the output's own loss hides a coarse shrink-on-load: lossy JPEG or WebP at
+    /// quality 90 or less. Measured on the large photos of `bench/peers.py`, a progressive
+    /// JPEG decoded at 1/8 from its DC scans alone lands 44.5 dB from a full decode and
+    /// Lanczos3 (52.5 dB at 1/4 then Lanczos3); a q80 JPEG or q75 WebP loses more than that
+    /// by itself (about 35 dB), so the shortcut costs them nothing measurable, while an AVIF
+    /// at q65 (about 39 dB) lost 1.1 dB to it, and a lossless output all of the difference.
+    pub fn hides_coarse_decode(&self) -> bool {
+        let lossy =
+            matches!(self.format, OutputFormat::Jpeg | OutputFormat::Webp) && !self.lossless;
+        let quality = self
+            .quality
+            .or(self.format.default_quality())
+            .unwrap_or(100);
+        lossy && quality <= 90
+    }
+
     /// The variant-key form: every field that shapes the output, defaults dropped, sorted.
     /// The format is always present.
     pub fn canonical(&self) -> String {
