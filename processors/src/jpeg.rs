@@ -267,10 +267,11 @@ const FULL_CHROMA_FROM_QUALITY: u8 = 90;
 /// Largest side libjpeg writes.
 pub const MAX_SIDE: u32 = 65_500;
 
-/// Encodes RGB as JPEG with libjpeg-turbo's own settings (the `mozjpeg` crate's "fastest"
+/// Encodes RGB as JPEG with libjpeg-turbo's own settings (the `mozjpeg` library's "fastest"
 /// profile: no trellis quantization), optimized Huffman tables, chroma at 4:2:0 below quality
-/// 90 and full resolution from 90 up (as libvips does): the same bytes per quality as libvips
-/// writes, at libjpeg-turbo's SIMD speed.
+/// 90 and full resolution from 90 up (as libvips does): the same coefficients per quality as
+/// libvips writes, at libjpeg-turbo's SIMD speed. Progressive files order them in five scans
+/// without refinement passes ([`crate::jpeg_encode`]).
 pub fn encode(rgb: &RgbImage, quality: u8, progressive: bool) -> Result<Vec<u8>, ProcessError> {
     encode_rows(rgb.as_raw(), rgb.width(), quality, progressive, true)
 }
@@ -286,31 +287,15 @@ pub fn encode_rows(
     progressive: bool,
     optimize_coding: bool,
 ) -> Result<Vec<u8>, ProcessError> {
-    let w = width as usize;
-    let h = rows.len() / (w * 3).max(1);
-    let result = catch_unwind(AssertUnwindSafe(|| -> std::io::Result<Vec<u8>> {
-        let mut c = mozjpeg::Compress::new(mozjpeg::ColorSpace::JCS_RGB);
-        c.set_fastest_defaults();
-        c.set_size(w, h);
-        c.set_quality(f32::from(quality));
-        c.set_optimize_coding(optimize_coding);
-        if quality >= FULL_CHROMA_FROM_QUALITY {
-            c.set_chroma_sampling_pixel_sizes((1, 1), (1, 1));
-        }
-        if progressive {
-            c.set_progressive_mode();
-        }
-        let mut started = c.start_compress(Vec::with_capacity(w * h / 4))?;
-        started.write_scanlines(&rows[..w * h * 3])?;
-        started.finish()
-    }));
-    match result {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => Err(ProcessError::Internal(format!("JPEG encoding failed: {e}"))),
-        Err(_) => Err(ProcessError::Internal(
-            "JPEG encoding failed inside libjpeg".into(),
-        )),
-    }
+    let height = rows.len() / (width as usize * 3).max(1);
+    let settings = crate::jpeg_encode::Settings {
+        quality,
+        progressive,
+        optimize_coding,
+        full_chroma: quality >= FULL_CHROMA_FROM_QUALITY,
+    };
+    crate::jpeg_encode::encode(rows, width, height as u32, &settings)
+        .map_err(|e| ProcessError::Internal(format!("JPEG encoding failed: {e}")))
 }
 
 /// Decodes at `1/denominator` scale (1, 2, 4 or 8), DCT-domain, to RGB.

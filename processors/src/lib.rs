@@ -12,7 +12,9 @@
 //! fingerprint). Animated sources asked for an animated output take their own
 //! walk, frame by frame ([`animation`]).
 
-#![forbid(unsafe_code)]
+// No unsafe code but in the one module that drives a C library the safe wrappers cannot
+// configure (`jpeg_encode`: libjpeg's progressive scan script); it allows it alone.
+#![deny(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -31,6 +33,8 @@ pub mod geometry;
 pub mod gif;
 pub mod ico;
 pub mod jpeg;
+#[allow(unsafe_code)]
+mod jpeg_encode;
 pub mod mezzanine;
 pub mod ops;
 pub mod smart;
@@ -304,11 +308,17 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 /// outputs whose own loss would not hide a 1/8 decode from the DC scans (PNG, GIF, lossless
 /// WebP, JPEG or WebP above q90: [`ResolvedSpec::hides_coarse_decode`]) of JPEG originals
 /// reduced 8 to 16 times decode at 1/4 again, as before version 5.
+///
+/// 8: progressive JPEG outputs order their coefficients in five scans without refinement
+/// passes ([`jpeg_encode`]): the same pixels in other bytes, whatever their original.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
+    if spec.format == OutputFormat::Jpeg && spec.progressive {
+        return 8;
+    }
     if spec.format == OutputFormat::Avif {
         return 7;
     }
@@ -385,6 +395,11 @@ mod tests {
         assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
         let png = Some(SourceFormat::Png);
         assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
+        // Every progressive JPEG output, of any original (its scan script).
+        for format in [jpeg, png, None] {
+            let progressive = [("w", "400"), ("progressive", "1")];
+            assert_eq!(version(format, Some((1600, 1200)), &progressive), 8);
+        }
         // Every AVIF output, of any original (libaom speed 7).
         for format in [jpeg, png, None] {
             let avif = [("w", "400"), ("format", "avif")];

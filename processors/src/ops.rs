@@ -115,15 +115,30 @@ pub fn reduce_box(image: &DynamicImage, size: (u32, u32)) -> RgbImage {
     let mut out = vec![0u8; w as usize * h as usize * 3];
     // Each band of n rows is first summed down its columns, whole rows at a time (a loop
     // the compiler vectorises), then across each block of n columns: the same exact sums
-    // as pixel by pixel, in a fraction of the time.
+    // as pixel by pixel, in a fraction of the time. Up to 257 rows a column sum fits 16 bits,
+    // twice the lanes of 32 (the facts' small decode, every cold request, reduces so).
     let mut band = vec![0u32; stride];
+    let mut band16 = vec![0u16; if n <= 257 { stride } else { 0 }];
     for (oy, line) in out.chunks_exact_mut(w as usize * 3).enumerate() {
         let rows = (oy * n).min(sh as usize)..((oy + 1) * n).min(sh as usize);
         let height = rows.len();
-        band.iter_mut().for_each(|s| *s = 0);
-        for row in raw[rows.start * stride..rows.end * stride].chunks_exact(stride) {
-            for (sum, &value) in band.iter_mut().zip(row) {
-                *sum += u32::from(value);
+        let band_rows = raw[rows.start * stride..rows.end * stride].chunks_exact(stride);
+        if band16.is_empty() {
+            band.iter_mut().for_each(|s| *s = 0);
+            for row in band_rows {
+                for (sum, &value) in band.iter_mut().zip(row) {
+                    *sum += u32::from(value);
+                }
+            }
+        } else {
+            band16.iter_mut().for_each(|s| *s = 0);
+            for row in band_rows {
+                for (sum, &value) in band16.iter_mut().zip(row) {
+                    *sum += u16::from(value);
+                }
+            }
+            for (wide, &sum) in band.iter_mut().zip(&band16) {
+                *wide = u32::from(sum);
             }
         }
         for (ox, pixel) in line.chunks_exact_mut(3).enumerate() {
@@ -244,6 +259,10 @@ mod tests {
             assert_eq!(reduced.dimensions(), size);
             assert!(reduced == block_means(&source, size), "{size:?}");
         }
+        // Blocks of more than 257 rows: column sums past 16 bits.
+        let tall = RgbImage::from_fn(4, 600, |x, y| image::Rgb([255, (x * y) as u8, y as u8]));
+        let reduced = reduce_box(&DynamicImage::ImageRgb8(tall.clone()), (1, 2));
+        assert!(reduced == block_means(&tall, (1, 2)));
         let even = RgbImage::from_fn(64, 48, |x, y| image::Rgb([x as u8 * 4, y as u8 * 5, 9]));
         let halved = reduce_box(&DynamicImage::ImageRgb8(even.clone()), (32, 24));
         assert!(halved == block_means(&even, (32, 24)));
