@@ -186,16 +186,15 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
                     limit: u64::from(WEBP_MAX_SIDE) * u64::from(WEBP_MAX_SIDE),
                 });
             }
-            let encoder = match &image {
-                DynamicImage::ImageRgba8(img) => webp::Encoder::from_rgba(img.as_raw(), w, h),
-                DynamicImage::ImageRgb8(img) => webp::Encoder::from_rgb(img.as_raw(), w, h),
+            let (pixels, alpha) = match &image {
+                DynamicImage::ImageRgba8(img) => (img.as_raw(), true),
+                DynamicImage::ImageRgb8(img) => (img.as_raw(), false),
                 _ => return Err(ProcessError::Internal("WebP expects RGB or RGBA".into())),
             };
             let config = webp_config(spec, q)?;
-            let memory = encoder
-                .encode_advanced(&config)
-                .map_err(|e| internal("WebP", &format!("{e:?}")))?;
-            out.extend_from_slice(&memory);
+            let encoded = crate::webp_encode::encode(pixels, w, h, alpha, &config)
+                .map_err(|e| internal("WebP", &e))?;
+            out.extend_from_slice(&encoded);
         }
         OutputFormat::Gif => {
             let rgba = image.into_rgba8();

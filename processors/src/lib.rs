@@ -12,8 +12,9 @@
 //! fingerprint). Animated sources asked for an animated output take their own
 //! walk, frame by frame ([`animation`]).
 
-// No unsafe code but in the one module that drives a C library the safe wrappers cannot
-// configure (`jpeg_encode`: libjpeg's progressive scan script); it allows it alone.
+// No unsafe code but in the modules that drive a C library for a setting its safe wrapper
+// cannot reach (`jpeg_encode`: libjpeg's progressive scan script; `webp_encode`: libwebp's
+// RGB import without an ARGB pass); they allow it alone.
 #![deny(unsafe_code)]
 
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub mod smart;
 pub mod sniff;
 pub mod spec;
 pub mod tif;
+#[allow(unsafe_code)]
+mod webp_encode;
 
 pub use decode::{probe, Limits, SourceInfo};
 pub use error::{decoder_panics, ProcessError, ProcessFailure};
