@@ -63,14 +63,19 @@ fn rows(root: &Path) -> Vec<Row> {
 
 /// Runs `imgcas process <file> --spec format=png` in a limited child.
 fn run(file: &Path, out: &Path) -> Outcome {
+    run_spec(file, "format=png", out)
+}
+
+fn run_spec(file: &Path, spec: &str, out: &Path) -> Outcome {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "ulimit -v {MEMORY_KIB}; exec \"$0\" process \"$1\" --spec format=png -o \"$2\""
+            "ulimit -v {MEMORY_KIB}; exec \"$0\" process \"$1\" --spec \"$3\" -o \"$2\""
         ))
         .arg(env!("CARGO_BIN_EXE_imgcas"))
         .arg(file)
         .arg(out)
+        .arg(spec)
         .env("IMGCAS_LOG", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -243,30 +248,13 @@ fn corpus_expectations_hold() {
         .into_iter()
         .filter(|r| !matches!(r.expect.as_str(), "doc" | "reference"))
         .collect();
-    let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                let scratch = tempfile::tempdir().expect("scratch dir");
-                loop {
-                    let i = {
-                        let mut n = next.lock().unwrap();
-                        *n += 1;
-                        *n - 1
-                    };
-                    let Some(row) = rows.get(i) else { break };
-                    if let Err(why) = check(&root, row, scratch.path()) {
-                        failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("{} [{}]: {why}", row.path, row.expect));
-                    }
-                }
-            });
-        }
+    let failures = on_two_threads(&rows, |row, scratch| {
+        check(&root, row, scratch)
+            .err()
+            .map(|why| format!("{} [{}]: {why}", row.path, row.expect))
+            .into_iter()
+            .collect()
     });
-    let failures = failures.into_inner().unwrap();
     let known = known_failures();
     let failed_paths: Vec<&str> = failures
         .iter()
@@ -294,6 +282,102 @@ fn corpus_expectations_hold() {
         unexpected.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
         fixed.len(),
         fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
+    );
+}
+
+/// `work` on every item, two at a time (each worker with a scratch dir of its own): what the
+/// calls return, gathered.
+fn on_two_threads<T: Sync>(
+    items: &[T],
+    work: impl Fn(&T, &Path) -> Vec<String> + Sync,
+) -> Vec<String> {
+    let next = Mutex::new(0usize);
+    let found = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let scratch = tempfile::tempdir().expect("scratch dir");
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(item) = items.get(i) else { break };
+                    let more = work(item, scratch.path());
+                    found.lock().unwrap().extend(more);
+                }
+            });
+        }
+    });
+    found.into_inner().unwrap()
+}
+
+/// Every file under `dir`, recursively, in name order.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue 35: `imgcas process` answers every file of `testdata/` and of the corpus (images,
+/// crafted bounds, licences and notes alike) with an output or an error, never a crash, a
+/// hang or a runaway allocation; an animated output walks the frame decoders too.
+#[test]
+fn no_file_of_testdata_or_the_corpus_crashes_imgcas_process() {
+    let mut files = files_under(Path::new("testdata"));
+    let root = corpus_root();
+    if root.exists() {
+        files.extend(files_under(&root));
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "corpus not found at {}: CI must run this test",
+            root.display()
+        );
+    }
+    let crashes = on_two_threads(&files, |file, scratch| {
+        let mut crashes = Vec::new();
+        for (spec, name) in [
+            ("w=64&format=png", "out.png"),
+            ("w=64&format=webp&animated=1", "out.webp"),
+        ] {
+            match run_spec(file, spec, &scratch.join(name)) {
+                Outcome::Decoded(_) | Outcome::Failed(_) => {}
+                Outcome::Crashed(why) => {
+                    crashes.push(format!("{} ({spec}): {why}", file.display()))
+                }
+                Outcome::TimedOut => crashes.push(format!(
+                    "{} ({spec}): no answer in {DEADLINE:?}",
+                    file.display()
+                )),
+            }
+        }
+        crashes
+    });
+    eprintln!("{} files answered, {} crashed", files.len(), crashes.len());
+    assert!(
+        crashes.is_empty(),
+        "crashed:
+{}",
+        crashes.join(
+            "
+"
+        )
     );
 }
 

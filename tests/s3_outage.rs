@@ -50,8 +50,14 @@ async fn an_s3_outage_serves_hits_refuses_misses_cleanly_and_heals() {
     ] {
         assert_eq!(response.status(), 503);
         assert!(response.headers().contains_key("retry-after"));
+        // What failed inside (the store's address, its error) is for the log; the answer
+        // carries a request id the log line carries too (issue 35).
+        let id = header(&response, "x-request-id").map(str::to_string);
         let body = json(response).await;
         assert_eq!(body["error"]["code"], "storage_unavailable", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        let id = id.expect("x-request-id");
+        assert_eq!(message, format!("storage unavailable (request id {id})"));
     }
 
     target.server = Some(InProcessS3::start_on(root, addr));

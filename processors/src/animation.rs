@@ -45,6 +45,77 @@ impl AnimationHeader {
     }
 }
 
+/// Bytes an `fcTL` chunk takes with its length, type and CRC: every APNG frame has one.
+const FCTL_CHUNK_BYTES: usize = 12 + 26;
+
+/// What a WebP or PNG container declares, checked against the bytes present before anything
+/// trusts it (issue 35): every RIFF chunk of a WebP lies within the file (an `ANMF` of 4 GB
+/// in 68 bytes is refused here, not walked), and an APNG's `acTL` frame count fits the bytes
+/// after it, one `fcTL` chunk a frame at the least. Other formats: nothing to check here.
+pub fn check_declared(format: SourceFormat, bytes: &[u8]) -> Result<(), ProcessError> {
+    let refused =
+        |name: &str, e: crate::bytes::Short| ProcessError::Undecodable(format!("{name}: {e}"));
+    match format {
+        SourceFormat::Webp => {
+            // Within the RIFF's own length: bytes after it are not the container's (decoders
+            // ignore them; a file cut short is walked as far as it goes).
+            let riff = bytes
+                .get(4..8)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+            let end = riff.saturating_add(8).min(bytes.len());
+            let mut r = crate::bytes::Reader::new(bytes.get(12..end).unwrap_or_default());
+            while r.left() >= 8 {
+                let fourcc = r.take(4, "chunk type").map_err(|e| refused("WebP", e))?;
+                let len = r.u32le("chunk length").map_err(|e| refused("WebP", e))?;
+                let what = match fourcc {
+                    b"ANMF" => "an ANMF chunk",
+                    b"ANIM" => "an ANIM chunk",
+                    b"ALPH" => "an ALPH chunk",
+                    b"VP8X" => "a VP8X chunk",
+                    b"VP8 " | b"VP8L" => "the image chunk",
+                    _ => "a chunk",
+                };
+                r.chunk(u64::from(len), what)
+                    .map_err(|e| refused("WebP", e))?;
+                // RIFF pads odd chunks to even lengths; a file may end without the pad.
+                if len % 2 == 1 && r.left() > 0 {
+                    r.take(1, "padding").map_err(|e| refused("WebP", e))?;
+                }
+            }
+            Ok(())
+        }
+        SourceFormat::Png => {
+            let mut r = crate::bytes::Reader::new(bytes.get(8..).unwrap_or_default());
+            // Chunks up to the first IDAT; a walk cut short leaves the rest to the decoder.
+            while let Ok(len) = r.u32be("chunk length") {
+                let Ok(kind) = r.take(4, "chunk type") else {
+                    break;
+                };
+                let Ok(data) = r.chunk(u64::from(len), "chunk") else {
+                    break;
+                };
+                if kind == b"IDAT" || r.take(4, "CRC").is_err() {
+                    break;
+                }
+                if kind == b"acTL" {
+                    let frames = crate::bytes::Reader::new(data)
+                        .u32be("acTL frame count")
+                        .map_err(|e| refused("APNG", e))?;
+                    r.count(
+                        u64::from(frames),
+                        FCTL_CHUNK_BYTES,
+                        "acTL frames (an fcTL each)",
+                    )
+                    .map_err(|e| refused("APNG", e))?;
+                    break;
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The animation facts of GIF, WebP and PNG bytes, from their headers; `None` for other
 /// formats and for a container too damaged to walk (its decode says why).
 pub fn header(bytes: &[u8]) -> Option<AnimationHeader> {

@@ -76,6 +76,23 @@ impl<'a> Reader<'a> {
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    pub fn u16le(&mut self, what: &'static str) -> Result<u16, Short> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    pub fn u32le(&mut self, what: &'static str) -> Result<u32, Short> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The next `declared` bytes of a chunk or box whose length the file gives: an error when
+    /// fewer are left (a length is checked like a count, never trusted past the end).
+    pub fn chunk(&mut self, declared: u64, what: &'static str) -> Result<&'a [u8], Short> {
+        let n = self.count(declared, 1, what)?;
+        self.take(n, what)
+    }
+
     /// A declared count of entries, each at least `entry_bytes` long (at least 1: an entry
     /// of no bytes would let any count through): as a `usize` when the bytes left can hold
     /// that many, else an error before any entry is read.
@@ -114,6 +131,16 @@ mod tests {
         assert_eq!(r.take(2, "d"), Ok(&[3u8, 4][..]));
         assert_eq!(r.left(), 0);
         assert!(r.u8("e").is_err());
+    }
+
+    #[test]
+    fn little_endian_fields_and_declared_chunks() {
+        let mut r = Reader::new(&[1, 0, 2, 0, 0, 0, 9, 9, 9]);
+        assert_eq!(r.u16le("a"), Ok(1));
+        assert_eq!(r.u32le("b"), Ok(2));
+        assert!(r.chunk(4, "c").is_err());
+        assert!(r.chunk(u64::from(u32::MAX), "c").is_err());
+        assert_eq!(r.chunk(3, "c"), Ok(&[9u8, 9, 9][..]));
     }
 
     #[test]

@@ -185,6 +185,10 @@ fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, Proc
             format.name()
         )));
     }
+    crate::animation::check_declared(format, bytes)?;
+    if format == SourceFormat::Tiff {
+        crate::tif::check_first_ifd(bytes)?;
+    }
     // Headers the `image` crate misreads or refuses, read once here for the arms below.
     let tiff_refused = (format == SourceFormat::Tiff)
         .then(|| crate::tif::refused_kind_header(bytes))

@@ -26,13 +26,17 @@ fn undecodable(m: &str) -> ProcessError {
 
 /// The best (largest, then deepest) entry.
 pub fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
-    let count = u16le(b, 4).ok_or_else(|| undecodable("truncated header"))? as usize;
+    let short = |e: crate::bytes::Short| undecodable(&e.to_string());
+    let mut r = crate::bytes::Reader::new(b);
+    r.take(4, "header").map_err(short)?;
+    let declared = r.u16le("entry count").map_err(short)?;
+    // A directory larger than the file is refused before any entry is read.
+    let count = r
+        .count(u64::from(declared), 16, "directory entries")
+        .map_err(short)?;
     let mut best: Option<(u64, u32, &[u8])> = None;
-    for i in 0..count {
-        let at = 6 + 16 * i;
-        let Some(entry) = b.get(at..at + 16) else {
-            break;
-        };
+    for _ in 0..count {
+        let entry = r.take(16, "directory entry").map_err(short)?;
         let side = |v: u8| if v == 0 { 256u64 } else { u64::from(v) };
         let area = side(entry[0]) * side(entry[1]);
         let bpp = u16le(entry, 6).unwrap_or(0);

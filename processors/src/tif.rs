@@ -41,6 +41,45 @@ pub fn refused_kind_header(bytes: &[u8]) -> Option<(u32, u32, u8)> {
     Some((w, h, orientation))
 }
 
+/// Bytes of one IFD entry: tag, type, count and value or offset.
+const IFD_ENTRY_BYTES: usize = 12;
+
+/// The first IFD's declared entry count, checked against the bytes from its offset before
+/// the `tiff` crate walks it (issue 35): a directory of 65,535 entries in a 22-byte file is
+/// `undecodable` here. Offsets past the end are left to the decoder, which refuses them.
+pub fn check_first_ifd(bytes: &[u8]) -> Result<(), ProcessError> {
+    let short = |e: crate::bytes::Short| undecodable(format!("the first IFD: {e}"));
+    let mut r = crate::bytes::Reader::new(bytes);
+    let order = r.take(2, "byte order").map_err(short)?;
+    let little = order == b"II";
+    let field32 = |r: &mut crate::bytes::Reader<'_>, what| {
+        if little {
+            r.u32le(what)
+        } else {
+            r.u32be(what)
+        }
+    };
+    let magic = r.take(2, "version").map_err(short)?;
+    if magic != [42, 0] && magic != [0, 42] {
+        // BigTIFF (43) and others: the decoder's own checks.
+        return Ok(());
+    }
+    let offset = field32(&mut r, "IFD offset").map_err(short)? as usize;
+    let Some(ifd) = bytes.get(offset..) else {
+        return Ok(());
+    };
+    let mut r = crate::bytes::Reader::new(ifd);
+    let declared = if little {
+        r.u16le("IFD entry count")
+    } else {
+        r.u16be("IFD entry count")
+    }
+    .map_err(short)?;
+    r.count(u64::from(declared), IFD_ENTRY_BYTES, "IFD entries")
+        .map_err(short)?;
+    Ok(())
+}
+
 /// Largest embedded ICC profile read (CMYK profiles with big tables run to ~2 MB).
 const MAX_ICC_BYTES: usize = 4 << 20;
 

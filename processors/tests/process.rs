@@ -585,16 +585,22 @@ fn a_lossless_webp_header_declaring_16384_squared_is_refused_before_decoding() {
 }
 
 #[test]
-fn an_apng_declaring_two_billion_frames_costs_one() {
+fn an_apng_declaring_two_billion_frames_is_refused_from_its_header() {
     let still = encode(&gradient(16, 16), ImageFormat::Png);
-    // acTL: num_frames = 2^31, plays forever.
+    // acTL: num_frames = 2^31, plays forever: frames the 156 bytes after it cannot hold
+    // (issue 35; before, the still was served and the facts said 2^31 frames).
     let mut actl = 0x8000_0000u32.to_be_bytes().to_vec();
     actl.extend_from_slice(&0u32.to_be_bytes());
     let apng = with_chunk_after_ihdr(&still, b"acTL", &actl);
-    let started = std::time::Instant::now();
-    let out = run(&apng, "format=png").unwrap();
-    assert_eq!(out.dimensions(), (16, 16));
-    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    match run(&apng, "format=png") {
+        Err(ProcessError::Undecodable(m)) => assert!(m.contains("acTL frames"), "{m}"),
+        other => panic!("{:?}", other.map(|i| i.dimensions())),
+    }
+    // A count the bytes can hold is the decoder's to check, as before.
+    let mut actl = 2u32.to_be_bytes().to_vec();
+    actl.extend_from_slice(&0u32.to_be_bytes());
+    let apng = with_chunk_after_ihdr(&still, b"acTL", &actl);
+    assert!(probe(&apng, &Limits::default()).is_ok());
 }
 
 #[test]
@@ -635,4 +641,41 @@ fn a_text_chunk_bomb_does_not_stop_the_picture() {
     let out = run(&png, "format=png").unwrap();
     assert_eq!(out.dimensions(), (16, 16));
     assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
+
+/// Issue 35: containers whose declared counts and sizes the bytes cannot hold are refused
+/// from their headers, before anything walks them (`testdata/crafted/`, see its licence row).
+#[test]
+fn declared_counts_and_sizes_past_the_bytes_are_refused_from_the_headers() {
+    for (name, says) in [
+        ("crafted/avif-ipma-count.avif", "ipma"),
+        ("crafted/ico-65535-entries.ico", "directory entries"),
+        ("crafted/tiff-ifd-65535-entries.tif", "IFD entries"),
+        ("crafted/apng-actl-2pow31-frames.png", "acTL frames"),
+        ("crafted/webp-anmf-4gb.webp", "ANMF"),
+    ] {
+        let bytes = testdata(name);
+        match probe(&bytes, &Limits::default()) {
+            Err(ProcessError::Undecodable(message)) => {
+                assert!(message.contains(says), "{name}: {message}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        // The whole run answers the same, as a still and as an animation.
+        for query in ["w=64&format=png", "w=64&format=webp&animated=1"] {
+            assert!(
+                matches!(run(&bytes, query), Err(ProcessError::Undecodable(_))),
+                "{name} {query}"
+            );
+        }
+    }
+    // A GIF whose image data runs in sub-blocks to the end of the file, never terminated:
+    // every walk ends with the bytes (each sub-block is at least its length byte), and the
+    // picture is what the data before the end holds, as browsers show a GIF cut short.
+    let endless = testdata("crafted/gif-endless-sub-blocks.gif");
+    assert_eq!(imgcas_processors::animation::frame_count(&endless), 1);
+    for query in ["w=64&format=png", "w=64&format=webp&animated=1"] {
+        let out = run(&endless, query).unwrap();
+        assert_eq!(out.dimensions(), (16, 16), "{query}");
+    }
 }

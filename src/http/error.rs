@@ -45,17 +45,52 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
     }
 }
 
+/// A new request id for an answer whose cause only the log may tell: this process's start
+/// time and a count, unique across restarts and nodes in practice, and short enough to quote.
+fn new_request_id() -> String {
+    static STARTED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = *STARTED.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    });
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{started:x}-{n}")
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, cache_control) = classify(&self);
+        // What went wrong inside (a task's failure, a store's error with its paths) is for
+        // the log: the answer says what kind of failure it was and a request id the log line
+        // carries too (issue 35).
+        let request_id =
+            matches!(self, Error::Internal(_) | Error::StorageUnavailable(_)).then(new_request_id);
         if status.is_server_error() {
-            tracing::warn!(code = self.code(), error = %self, "request failed");
+            match &request_id {
+                Some(id) => {
+                    tracing::warn!(code = self.code(), request_id = %id, error = %self, "request failed")
+                }
+                None => tracing::warn!(code = self.code(), error = %self, "request failed"),
+            }
         }
-        let body = ErrorAnswer {
-            error: ErrorBody::from(&self),
+        let error = match (&request_id, &self) {
+            (Some(id), Error::StorageUnavailable(_)) => ErrorBody {
+                code: self.code().to_string(),
+                message: format!("storage unavailable (request id {id})"),
+            },
+            (Some(id), _) => ErrorBody {
+                code: self.code().to_string(),
+                message: format!("internal error (request id {id})"),
+            },
+            (None, _) => ErrorBody::from(&self),
         };
-        let mut response = (status, Json(body)).into_response();
+        let mut response = (status, Json(ErrorAnswer { error })).into_response();
         let headers = response.headers_mut();
+        if let Some(id) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            headers.insert("x-request-id", id);
+        }
         headers.insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static(cache_control),

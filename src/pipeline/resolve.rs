@@ -14,6 +14,7 @@ use imgcas_processors::{self as processors, sniff, Limits};
 
 use super::claims::{Backoff, Turn};
 use super::{blocking, Failure, Pipeline};
+use crate::admission::Urgency;
 use crate::blob::PutOutcome;
 use crate::config::NearDedup;
 use crate::error::Error;
@@ -90,6 +91,28 @@ pub(super) fn describe(bytes: &[u8], limits: &Limits) -> (ContentHash, OriginalI
 }
 
 impl Pipeline {
+    /// [`describe`] on the blocking pool, holding a processing slot while it hashes and
+    /// probes (issue 35): a probe is CPU like a run, so it waits its turn with the runs
+    /// instead of beside them, and a flood of crafted uploads queues behind the cold
+    /// requests that came first rather than sharing the cores with them. With `readable`,
+    /// bytes the probe cannot read are refused (uploads) instead of described.
+    pub(super) async fn describe_in_turn(
+        &self,
+        bytes: Bytes,
+        readable: bool,
+    ) -> Result<(ContentHash, OriginalInfo), Error> {
+        let limits = self.limits();
+        let slot = self.shared.admission.side_work(Urgency::Request).await;
+        blocking(move || {
+            let _slot = slot;
+            if readable {
+                processors::probe(&bytes, &limits)?;
+            }
+            Ok(describe(&bytes, &limits))
+        })
+        .await
+    }
+
     /// The hash behind a URL, asking the origin only when the mapping is stale or when
     /// `recheck` asks for a conditional request regardless (ingest: the caller says the
     /// content may have changed).
@@ -316,9 +339,7 @@ impl Pipeline {
         publish_url: bool,
     ) -> Result<(ContentHash, ContentHash, bool), Error> {
         let s = &self.shared;
-        let limits = self.limits();
-        let b = bytes.clone();
-        let (hash, info) = blocking(move || Ok(describe(&b, &limits))).await?;
+        let (hash, info) = self.describe_in_turn(bytes.clone(), false).await?;
         let size = bytes.len() as u64;
         let now = now_ms();
         let mut entry = UrlEntry {

@@ -3,10 +3,7 @@
 
 use bytes::Bytes;
 
-use imgcas_processors as processors;
-
-use super::resolve::describe;
-use super::{blocking, Pipeline};
+use super::Pipeline;
 use crate::blob::PutOutcome;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -27,13 +24,7 @@ impl Pipeline {
     /// Validates that the bytes are a readable image and stores them once.
     pub async fn upload(&self, bytes: Bytes) -> Result<Uploaded, Error> {
         let s = &self.shared;
-        let limits = self.limits();
-        let b = bytes.clone();
-        let (hash, info) = blocking(move || {
-            processors::probe(&b, &limits)?;
-            Ok(describe(&b, &limits))
-        })
-        .await?;
+        let (hash, info) = self.describe_in_turn(bytes.clone(), true).await?;
         if self.listed_now(&hash).await? {
             return Err(super::taken_down(&hash));
         }

@@ -1,0 +1,57 @@
+//! The checks of the image fuzz targets, shared by `fuzz/fuzz_targets/*.rs` and the replay of
+//! found inputs in plain `cargo test` (`processors/tests/fuzz_replay.rs`): each takes any
+//! bytes and returns what they must give (`ok`, or the error's code); a panic, a hang or a
+//! runaway allocation is the bug. A small pixel limit keeps each input's work bounded.
+// Each target uses one check of this file.
+#![allow(dead_code)]
+
+use imgcas_processors::{Decode, Limits, OutputFormat, ProcessError, Spec};
+
+fn limits() -> Limits {
+    Limits {
+        max_pixels: 4_000_000,
+        ..Limits::default()
+    }
+}
+
+fn outcome<T>(r: Result<T, ProcessError>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => e.kind().map_or("internal", |k| k.code()).into(),
+    }
+}
+
+/// `probe`: every format's header walker (sizes, counts, containers, animation headers).
+pub fn probe(data: &[u8]) -> String {
+    let _ = imgcas_processors::animation::frame_count(data);
+    outcome(imgcas_processors::probe(data, &limits()))
+}
+
+/// The facts (placeholders, frame count) of any bytes.
+pub fn facts(data: &[u8]) -> String {
+    outcome(imgcas_processors::facts::facts(data, &limits(), &Decode))
+}
+
+/// The near-duplicate fingerprint of any bytes.
+pub fn fingerprint(data: &[u8]) -> String {
+    outcome(imgcas_processors::fingerprint::fingerprint(
+        data,
+        &limits(),
+        &Decode,
+    ))
+}
+
+/// The whole processing path, still and animated.
+pub fn decode(data: &[u8]) -> String {
+    let still = Spec::from_pairs([("w", "48"), ("h", "48"), ("fit", "cover")])
+        .expect("a valid spec")
+        .resolve(Some(OutputFormat::Png), false, None);
+    let _ = imgcas_processors::process(data, &still, &limits());
+    // Resolved for the frames the headers declare, as the service does: an animated source
+    // walks the frame decoders.
+    let frames = imgcas_processors::animation::frame_count(data);
+    let animated = Spec::from_pairs([("w", "48"), ("format", "webp"), ("animated", "1")])
+        .expect("a valid spec")
+        .resolve_frames(None, false, frames, None);
+    outcome(imgcas_processors::process(data, &animated, &limits()))
+}

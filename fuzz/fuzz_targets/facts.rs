@@ -1,0 +1,9 @@
+//! Any bytes through the facts (placeholders and frame count) of an original.
+#![no_main]
+
+#[path = "../checks/image.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    checks::facts(data);
+});

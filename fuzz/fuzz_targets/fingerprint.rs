@@ -1,0 +1,9 @@
+//! Any bytes through the near-duplicate fingerprint of an original.
+#![no_main]
+
+#[path = "../checks/image.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    checks::fingerprint(data);
+});

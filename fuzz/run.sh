@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# fuzz/run.sh TARGET [MINUTES]: one coverage-guided run of a fuzz target (fuzz/fuzz_targets),
+# seeded from ../shared/corpus, testdata/ and the target's earlier finds.
+#
+# What a run finds (crash-, timeout-, oom- and slow-unit files) is copied to
+# testdata/fuzz/TARGET/, where plain `cargo test` replays it (processors/tests/fuzz_replay.rs,
+# tests/fuzz_replay.rs) and fails until the input gets its expectation: fix the cause, then
+# write what the input must give (`ok` or the error code) in NAME.expect beside it.
+# The run's figures (time, executions, coverage, finds) are appended to fuzz/runs.tsv.
+#
+# Needs cargo-fuzz (installed here if missing) and a C++ compiler for libFuzzer. The machines
+# have the stable toolchain only: RUSTC_BOOTSTRAP lets it take the flags cargo-fuzz passes.
+set -euo pipefail
+target=${1:?usage: fuzz/run.sh TARGET [MINUTES]}
+minutes=${2:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+cd "$here"
+[ -f "fuzz_targets/$target.rs" ] || { echo "no target fuzz_targets/$target.rs"; exit 1; }
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+export RUSTC_BOOTSTRAP=1
+
+# Seeds: image files (up to 2 MB: libFuzzer mutates small inputs best) for the image targets;
+# URLs and signed paths are text, seeded from the tests' own.
+seeds="$here/seeds/$target"
+rm -rf "$seeds" && mkdir -p "$seeds"
+case "$target" in
+  url|signature)
+    grep -rhoE "https?://[^\"' )]+" "$repo/tests" "$repo/README.md" | sort -u | head -500 |
+      while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
+    ;;
+  spec_parse)
+    grep -rhoE "[a-z_]+=[^&\"' ]+(&[a-z_]+=[^&\"' ]+)*" "$repo/tests" "$repo/README.md" | sort -u | head -2000 |
+      while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
+    ;;
+  *)
+    for dir in "$repo/../shared/corpus" "$repo/testdata"; do
+      [ -d "$dir" ] && find "$dir" -type f -size -2M -exec cp -t "$seeds" {} + 2>/dev/null || true
+    done
+    ;;
+esac
+[ -d "$repo/testdata/fuzz/$target" ] && find "$repo/testdata/fuzz/$target" -type f ! -name '*.expect' -exec cp -t "$seeds" {} +
+
+artifacts="$here/artifacts/$target"
+mkdir -p "$artifacts"
+log="$here/artifacts/$target.log"
+started=$(date -u +%Y-%m-%dT%H:%MZ)
+cargo fuzz run --sanitizer none --release "$target" "$seeds" -- \
+  -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
+  -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|NEW)|ERROR|SUMMARY" | tail -20 || true
+
+finds=0
+mkdir -p "$repo/testdata/fuzz/$target"
+for f in "$artifacts"/*; do
+  [ -f "$f" ] || continue
+  name="$(basename "$f" | cut -d- -f1)-$(sha256sum "$f" | cut -c1-16)"
+  cp "$f" "$repo/testdata/fuzz/$target/$name"
+  finds=$((finds + 1))
+done
+rm -f "$artifacts"/*
+execs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
+cov=$(grep -oE "cov: [0-9]+" "$log" | tail -1 | grep -oE "[0-9]+")
+[ -f runs.tsv ] || printf 'started\ttarget\tminutes\texecutions\tcoverage (edges)\tfinds\n' >runs.tsv
+printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$started" "$target" "$minutes" "${execs:-?}" "${cov:-?}" "$finds" >>runs.tsv
+echo "$target: ${minutes} min, ${execs:-?} executions, coverage ${cov:-?}, $finds finds (testdata/fuzz/$target)"
