@@ -190,11 +190,38 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
+/// Panics go to the log as one line (where, and what) instead of the default hook's message and
+/// backtrace on stderr: most are caught and answered (a third-party decoder's panic is its
+/// file's `undecodable`, counted in `imgcas_decoder_panics_total`), and a line that the log's
+/// filter and format govern is what an operator reads. With `RUST_BACKTRACE` set the default
+/// hook runs too, for debugging.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    let backtrace = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(%at, "panic: {what}");
+        if backtrace {
+            default(info);
+        }
+    }));
+}
+
 /// No async runtime for the offline commands: `imgcas process` is one CPU-bound call, and
 /// starting worker threads would only add to its wall time.
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = init_logging();
+    install_panic_hook();
     let code = run(cli).unwrap_or_else(|outcome| outcome).exit_code();
     drop(logs);
     code

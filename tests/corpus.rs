@@ -77,6 +77,7 @@ fn run_spec(file: &Path, spec: &str, out: &Path) -> Outcome {
         .arg(out)
         .arg(spec)
         .env("IMGCAS_LOG", "off")
+        .env_remove("RUST_BACKTRACE")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -283,6 +284,24 @@ fn corpus_expectations_hold() {
         fixed.len(),
         fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
     );
+}
+
+/// A decoder's panic that imgcas catches is the file's error on stderr, not a panic message
+/// and a backtrace from the default hook (the panic itself goes to the log as one line).
+#[test]
+fn a_caught_decoder_panic_prints_its_error_not_a_backtrace() {
+    let scratch = tempfile::tempdir().expect("scratch dir");
+    let file = Path::new("testdata/crafted/webp-anmf-smaller-than-vp8.webp");
+    match run_spec(file, "w=100&format=webp", &scratch.path().join("out.webp")) {
+        Outcome::Failed(stderr) => {
+            assert!(stderr.starts_with("undecodable"), "{stderr}");
+            assert!(
+                !stderr.contains("panicked") && !stderr.contains("backtrace"),
+                "{stderr}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// `work` on every item, two at a time (each worker with a scratch dir of its own): what the
