@@ -1,7 +1,9 @@
 //! Animated sources (GIF, WebP and APNG of more than one frame) in, animated GIF or WebP out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
-//! block headers alone ([`header`]: no LZW, VP8 or zlib decoding), and the limits are checked
+//! block headers alone ([`header`]: no LZW, VP8 or zlib decoding; the RIFF and PNG chunk
+//! walks go through the bounded reader, and [`check_declared`] refuses, at `open`, chunk
+//! lengths and frame counts the bytes cannot hold), and the limits are checked
 //! on that before any frame is decoded ([`check`]): an animation's pixels are frames × width
 //! × height, and a 2,000-frame file must be refused without decoding 2,000 frames to learn
 //! it. Frames are then decoded one at a time, composited onto the canvas (disposal and
@@ -15,6 +17,7 @@ use image::codecs::png::PngDecoder;
 use image::codecs::webp::WebPDecoder;
 use image::{AnimationDecoder, DynamicImage, Frames, ImageDecoder, RgbaImage};
 
+use crate::bytes::{Reader, Short};
 use crate::decode::{Limits, Source};
 use crate::error::ProcessError;
 use crate::gif::{Block, Blocks};
@@ -48,65 +51,130 @@ impl AnimationHeader {
 /// Bytes an `fcTL` chunk takes with its length, type and CRC: every APNG frame has one.
 const FCTL_CHUNK_BYTES: usize = 12 + 26;
 
+/// The chunks of a WebP's RIFF, read through the bounded reader: type and data, in order,
+/// within the RIFF's own length (bytes after it are not the container's: decoders ignore
+/// them). A chunk whose declared length runs past the bytes is an `Err`, and the walk ends.
+struct RiffChunks<'a> {
+    r: Reader<'a>,
+    done: bool,
+}
+
+impl<'a> RiffChunks<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        let riff = bytes
+            .get(4..8)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let end = riff.saturating_add(8).min(bytes.len());
+        RiffChunks {
+            r: Reader::new(bytes.get(12..end).unwrap_or_default()),
+            done: false,
+        }
+    }
+
+    fn chunk(&mut self) -> Result<(&'a [u8], &'a [u8]), Short> {
+        let fourcc = self.r.take(4, "chunk type")?;
+        let len = self.r.u32le("chunk length")?;
+        let what = match fourcc {
+            b"ANMF" => "an ANMF chunk",
+            b"ANIM" => "an ANIM chunk",
+            b"ALPH" => "an ALPH chunk",
+            b"VP8X" => "a VP8X chunk",
+            b"VP8 " | b"VP8L" => "the image chunk",
+            _ => "a chunk",
+        };
+        let data = self.r.chunk(u64::from(len), what)?;
+        // RIFF pads odd chunks to even lengths; a file may end without the pad.
+        if len % 2 == 1 && self.r.left() > 0 {
+            self.r.take(1, "padding")?;
+        }
+        Ok((fourcc, data))
+    }
+}
+
+impl<'a> Iterator for RiffChunks<'a> {
+    type Item = Result<(&'a [u8], &'a [u8]), Short>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.r.left() < 8 {
+            return None;
+        }
+        let chunk = self.chunk();
+        self.done = chunk.is_err();
+        Some(chunk)
+    }
+}
+
+/// The chunks of a PNG up to its first `IDAT` (the image data: what comes after is frames,
+/// never headers), read through the bounded reader: type and data. A walk cut short by the
+/// bytes ends there, its rest left to the decoder.
+struct PngChunks<'a> {
+    r: Reader<'a>,
+    done: bool,
+}
+
+impl<'a> PngChunks<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        PngChunks {
+            r: Reader::new(bytes.get(8..).unwrap_or_default()),
+            done: false,
+        }
+    }
+
+    /// Bytes after the chunks read so far.
+    fn left(&self) -> usize {
+        self.r.left()
+    }
+
+    fn chunk(&mut self) -> Result<(&'a [u8], &'a [u8]), Short> {
+        let len = self.r.u32be("chunk length")?;
+        let kind = self.r.take(4, "chunk type")?;
+        let data = self.r.chunk(u64::from(len), "chunk")?;
+        self.r.take(4, "CRC")?;
+        Ok((kind, data))
+    }
+}
+
+impl<'a> Iterator for PngChunks<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let chunk = self.chunk().ok();
+        self.done = chunk.is_none_or(|(kind, _)| kind == b"IDAT");
+        chunk
+    }
+}
+
+/// The `acTL` chunk's frame count and plays.
+fn actl(data: &[u8]) -> Result<(u32, u32), Short> {
+    let mut r = Reader::new(data);
+    Ok((r.u32be("acTL frame count")?, r.u32be("acTL plays")?))
+}
+
 /// What a WebP or PNG container declares, checked against the bytes present before anything
 /// trusts it (issue 35): every RIFF chunk of a WebP lies within the file (an `ANMF` of 4 GB
 /// in 68 bytes is refused here, not walked), and an APNG's `acTL` frame count fits the bytes
 /// after it, one `fcTL` chunk a frame at the least. Other formats: nothing to check here.
 pub fn check_declared(format: SourceFormat, bytes: &[u8]) -> Result<(), ProcessError> {
-    let refused =
-        |name: &str, e: crate::bytes::Short| ProcessError::Undecodable(format!("{name}: {e}"));
+    let refused = |name: &str, e: Short| ProcessError::Undecodable(format!("{name}: {e}"));
     match format {
-        SourceFormat::Webp => {
-            // Within the RIFF's own length: bytes after it are not the container's (decoders
-            // ignore them; a file cut short is walked as far as it goes).
-            let riff = bytes
-                .get(4..8)
-                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
-            let end = riff.saturating_add(8).min(bytes.len());
-            let mut r = crate::bytes::Reader::new(bytes.get(12..end).unwrap_or_default());
-            while r.left() >= 8 {
-                let fourcc = r.take(4, "chunk type").map_err(|e| refused("WebP", e))?;
-                let len = r.u32le("chunk length").map_err(|e| refused("WebP", e))?;
-                let what = match fourcc {
-                    b"ANMF" => "an ANMF chunk",
-                    b"ANIM" => "an ANIM chunk",
-                    b"ALPH" => "an ALPH chunk",
-                    b"VP8X" => "a VP8X chunk",
-                    b"VP8 " | b"VP8L" => "the image chunk",
-                    _ => "a chunk",
-                };
-                r.chunk(u64::from(len), what)
-                    .map_err(|e| refused("WebP", e))?;
-                // RIFF pads odd chunks to even lengths; a file may end without the pad.
-                if len % 2 == 1 && r.left() > 0 {
-                    r.take(1, "padding").map_err(|e| refused("WebP", e))?;
-                }
-            }
-            Ok(())
-        }
+        SourceFormat::Webp => RiffChunks::new(bytes)
+            .try_for_each(|chunk| chunk.map(drop))
+            .map_err(|e| refused("WebP", e)),
         SourceFormat::Png => {
-            let mut r = crate::bytes::Reader::new(bytes.get(8..).unwrap_or_default());
-            // Chunks up to the first IDAT; a walk cut short leaves the rest to the decoder.
-            while let Ok(len) = r.u32be("chunk length") {
-                let Ok(kind) = r.take(4, "chunk type") else {
-                    break;
-                };
-                let Ok(data) = r.chunk(u64::from(len), "chunk") else {
-                    break;
-                };
-                if kind == b"IDAT" || r.take(4, "CRC").is_err() {
-                    break;
-                }
+            let mut chunks = PngChunks::new(bytes);
+            while let Some((kind, data)) = chunks.next() {
                 if kind == b"acTL" {
-                    let frames = crate::bytes::Reader::new(data)
-                        .u32be("acTL frame count")
+                    let (frames, _) = actl(data).map_err(|e| refused("APNG", e))?;
+                    Reader::new(&bytes[bytes.len() - chunks.left()..])
+                        .count(
+                            u64::from(frames),
+                            FCTL_CHUNK_BYTES,
+                            "acTL frames (an fcTL each)",
+                        )
                         .map_err(|e| refused("APNG", e))?;
-                    r.count(
-                        u64::from(frames),
-                        FCTL_CHUNK_BYTES,
-                        "acTL frames (an fcTL each)",
-                    )
-                    .map_err(|e| refused("APNG", e))?;
                     break;
                 }
             }
@@ -188,26 +256,20 @@ fn gif_header(b: &[u8]) -> Option<AnimationHeader> {
     Some(header)
 }
 
-/// WebP: `ANMF` chunks of a file with an `ANIM` chunk (whose loop count is the plays); RIFF
-/// chunks are padded to even lengths.
+/// WebP: `ANMF` chunks of a file with an `ANIM` chunk (whose loop count is the plays), as
+/// far as the chunks can be walked.
 fn webp_header(b: &[u8]) -> Option<AnimationHeader> {
-    let mut at = 12usize;
     let mut frames = 0u32;
     let mut plays = None;
-    while let Some(chunk) = b.get(at..at.checked_add(8)?) {
-        let fourcc = &chunk[..4];
-        let len = u32::from_le_bytes(chunk[4..8].try_into().ok()?) as usize;
+    for (fourcc, data) in RiffChunks::new(b).map_while(Result::ok) {
         match fourcc {
             b"ANIM" => {
-                plays = Some(u32::from(u16::from_le_bytes([
-                    *b.get(at + 12)?,
-                    *b.get(at + 13)?,
-                ])))
+                let loops = data.get(4..6)?;
+                plays = Some(u32::from(u16::from_le_bytes([loops[0], loops[1]])));
             }
             b"ANMF" => frames += 1,
             _ => {}
         }
-        at = at.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
     }
     Some(match plays {
         Some(plays) => AnimationHeader::of(frames, plays),
@@ -217,24 +279,12 @@ fn webp_header(b: &[u8]) -> Option<AnimationHeader> {
 
 /// APNG: the frame count and plays its `acTL` chunk declares (before the image data).
 fn apng_header(b: &[u8]) -> Option<AnimationHeader> {
-    let mut at = 8usize;
-    while let Some(chunk) = b.get(at..at.checked_add(8)?) {
-        let len = u32::from_be_bytes(chunk[..4].try_into().ok()?) as usize;
-        match &chunk[4..8] {
-            b"acTL" => {
-                let field = |i: usize| -> Option<u32> {
-                    Some(u32::from_be_bytes(
-                        b.get(at + 8 + i..at + 12 + i)?.try_into().ok()?,
-                    ))
-                };
-                return Some(AnimationHeader::of(field(0)?, field(4)?));
-            }
-            b"IDAT" => break,
-            _ => {}
-        }
-        at = at.checked_add(12)?.checked_add(len)?;
+    match PngChunks::new(b).find(|(kind, _)| *kind == b"acTL") {
+        Some((_, data)) => actl(data)
+            .ok()
+            .map(|(frames, plays)| AnimationHeader::of(frames, plays)),
+        None => Some(AnimationHeader::of(1, 1)),
     }
-    Some(AnimationHeader::of(1, 1))
 }
 
 /// The longest a frame shows (ms): WebP's limit (24-bit durations).

@@ -1,5 +1,6 @@
 //! Bytes to upright pixels. [`open`] reads only headers (format, size, orientation, alpha,
-//! ICC) and enforces the limits there, before any pixel buffer exists; [`Source::decode`]
+//! ICC) and enforces the limits there, and refuses counts and lengths a container declares
+//! that its bytes cannot hold, before any pixel buffer exists; [`Source::decode`]
 //! then produces 8-bit RGB or RGBA, DCT-downscaled for JPEG at the scale
 //! [`Source::shrink_denominator`] picks for an output.
 

@@ -65,26 +65,22 @@ impl IntoResponse for Error {
         // What went wrong inside (a task's failure, a store's error with its paths) is for
         // the log: the answer says what kind of failure it was and a request id the log line
         // carries too (issue 35).
-        let request_id =
-            matches!(self, Error::Internal(_) | Error::StorageUnavailable(_)).then(new_request_id);
+        let hidden = match self {
+            Error::Internal(_) => Some("internal error"),
+            Error::StorageUnavailable(_) => Some("storage unavailable"),
+            _ => None,
+        };
+        let request_id = hidden.map(|_| new_request_id());
         if status.is_server_error() {
-            match &request_id {
-                Some(id) => {
-                    tracing::warn!(code = self.code(), request_id = %id, error = %self, "request failed")
-                }
-                None => tracing::warn!(code = self.code(), error = %self, "request failed"),
-            }
+            let id = request_id.as_deref();
+            tracing::warn!(code = self.code(), request_id = id, error = %self, "request failed");
         }
-        let error = match (&request_id, &self) {
-            (Some(id), Error::StorageUnavailable(_)) => ErrorBody {
+        let error = match (hidden, &request_id) {
+            (Some(kind), Some(id)) => ErrorBody {
                 code: self.code().to_string(),
-                message: format!("storage unavailable (request id {id})"),
+                message: format!("{kind} (request id {id})"),
             },
-            (Some(id), _) => ErrorBody {
-                code: self.code().to_string(),
-                message: format!("internal error (request id {id})"),
-            },
-            (None, _) => ErrorBody::from(&self),
+            _ => ErrorBody::from(&self),
         };
         let mut response = (status, Json(ErrorAnswer { error })).into_response();
         let headers = response.headers_mut();

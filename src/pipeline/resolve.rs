@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use url::Url;
 
-use imgcas_processors::{self as processors, sniff, Limits};
+use imgcas_processors::{self as processors, sniff, SourceInfo};
 
 use super::claims::{Backoff, Turn};
 use super::{blocking, Failure, Pipeline};
@@ -73,11 +73,11 @@ fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
     now_ms().saturating_sub(entry.checked_at_ms) < revalidate_after.as_millis() as u64
 }
 
-/// Hash and header facts of any bytes (downloads are stored even when they are no image:
-/// the processing error is then cached per spec like any result).
-pub(super) fn describe(bytes: &[u8], limits: &Limits) -> (ContentHash, OriginalInfo) {
+/// Hash and header facts of any bytes, given what the probe read of them, if anything
+/// (downloads are stored even when they are no image: the processing error is then cached
+/// per spec like any result).
+fn describe(bytes: &[u8], probe: Option<SourceInfo>) -> (ContentHash, OriginalInfo) {
     let hash = ContentHash::of(bytes);
-    let probe = processors::probe(bytes, limits).ok();
     let info = OriginalInfo {
         format: sniff(bytes).map(|f| f.name().to_string()),
         width: probe.map(|p| p.width),
@@ -105,10 +105,12 @@ impl Pipeline {
         let slot = self.shared.admission.side_work(Urgency::Request).await;
         blocking(move || {
             let _slot = slot;
-            if readable {
-                processors::probe(&bytes, &limits)?;
-            }
-            Ok(describe(&bytes, &limits))
+            let probe = match processors::probe(&bytes, &limits) {
+                Ok(info) => Some(info),
+                Err(e) if readable => return Err(e.into()),
+                Err(_) => None,
+            };
+            Ok(describe(&bytes, probe))
         })
         .await
     }
