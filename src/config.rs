@@ -228,6 +228,17 @@ pub struct LimitsConfig {
     /// follows from the spec and the source's header alone; turning it off changes the bytes
     /// of those outputs made from then on (stored ones stay), so a deployment keeps one value.
     pub mezzanine: bool,
+    /// Extension: the longest request target (path and query, as sent) and source URL
+    /// accepted, in bytes (`IMGCAS_MAX_URL_BYTES`). Longer ones answer 414 `url_too_long`
+    /// before any lookup, so no cache ever keys on them (issue 28); nginx's default header
+    /// buffer is the same 8 KiB.
+    pub max_url_bytes: usize,
+    /// Extension: the most work one run may imply, in pixel-equivalents (`IMGCAS_MAX_COST`):
+    /// the decoded pixels, plus the output's pixels once more per pass its encoder, blur and
+    /// sharpen imply (see "Admission control"). A spec over it answers 422 `too_costly`
+    /// before any decode. The default, 10^9, is about 15 s of one core here: a 14 MP GIF is
+    /// admitted, an 8192×6000 one is not.
+    pub max_cost: u64,
 }
 
 /// How the server protects itself from slow, idle and numerous clients.
@@ -352,6 +363,7 @@ impl LimitsConfig {
         imgcas_processors::Limits {
             max_pixels: self.max_pixels,
             max_frames: self.max_frames,
+            max_cost: self.max_cost,
         }
     }
 }
@@ -367,6 +379,8 @@ impl Default for LimitsConfig {
             variants_max_bytes: 10 << 30,
             decode_cache_bytes: 256 << 20,
             mezzanine: true,
+            max_url_bytes: 8 << 10,
+            max_cost: 1_000_000_000,
         }
     }
 }
@@ -550,6 +564,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.variants_max_bytes", "IMGCAS_VARIANTS_MAX_BYTES", limits.variants_max_bytes, number),
     setting!("limits.decode_cache_bytes", "IMGCAS_DECODE_CACHE_BYTES", limits.decode_cache_bytes, number),
     setting!("limits.mezzanine", "IMGCAS_MEZZANINE", limits.mezzanine, boolean),
+    setting!("limits.max_url_bytes", "IMGCAS_MAX_URL_BYTES", limits.max_url_bytes, number),
+    setting!("limits.max_cost", "IMGCAS_MAX_COST", limits.max_cost, number),
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
@@ -839,6 +855,8 @@ mod tests {
             ("IMGCAS_HOT_CACHE_BYTES", ("0", "0")),
             ("IMGCAS_DECODE_CACHE_BYTES", ("1048576", "1048576")),
             ("IMGCAS_MEZZANINE", ("false", "0")),
+            ("IMGCAS_MAX_URL_BYTES", ("16384", "16_384")),
+            ("IMGCAS_MAX_COST", ("2000000000", "2_000_000_000")),
             (
                 "IMGCAS_SIGNING_KEY",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),

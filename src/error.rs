@@ -17,6 +17,9 @@ pub enum Error {
     InvalidOption { option: String, message: String },
     #[error("{0}")]
     SourceNotAllowed(String),
+    /// A request target or source URL longer than `limits.max_url_bytes`.
+    #[error("the URL is longer than the limit of {limit} bytes")]
+    UrlTooLong { limit: usize },
     #[error("{0}")]
     NotFound(String),
     #[error("the source is larger than the limit of {limit} bytes")]
@@ -77,6 +80,7 @@ impl Error {
         match self {
             Error::InvalidOption { .. } => "invalid_option",
             Error::SourceNotAllowed(_) => "source_not_allowed",
+            Error::UrlTooLong { .. } => "url_too_long",
             Error::NotFound(_) => "not_found",
             Error::SourceTooLarge { .. } => "source_too_large",
             Error::Process { kind, .. } => kind.code(),
@@ -122,6 +126,7 @@ impl From<FetchError> for Error {
         let message = e.to_string();
         match e {
             FetchError::BadUrl(m) => Error::invalid_option("url", m),
+            FetchError::UrlTooLong { limit } => Error::UrlTooLong { limit },
             FetchError::NotAllowed(_) => Error::SourceNotAllowed(message),
             FetchError::NotFound(_) => Error::NotFound(message),
             FetchError::TooLarge { limit } => Error::SourceTooLarge { limit },

@@ -128,7 +128,7 @@ pub async fn ingest_urls(
 
 /// One URL: a conditional request when known (a download when new), then the warm specs.
 pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> ItemResult {
-    let url = match canonical_url(&raw) {
+    let url = match canonical_url(&raw, pipeline.max_url_bytes()) {
         Ok(url) => url,
         Err(e) => return ItemResult::failed(raw, &e.into()),
     };

@@ -25,6 +25,9 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// Failure streaks are remembered this long after the last failure, so backoff keeps growing
 /// for an origin that flaps slower than its backoff.
 const STREAK_MEMORY: Duration = Duration::from_secs(3600);
+/// What the held failures may take in memory, URLs and error texts counted (issue 28: a cap
+/// by count let long URLs against a refusing origin take gigabytes).
+const HELD_BYTES: u64 = 32 << 20;
 
 #[derive(Debug, Clone)]
 pub struct UrlFailure {
@@ -35,6 +38,20 @@ pub struct UrlFailure {
 }
 
 impl UrlFailure {
+    /// About what the entry holds in memory: its error's text (which may quote the URL
+    /// again) and a fixed cost for the rest.
+    fn held_bytes(&self) -> usize {
+        let text = match &self.error {
+            FetchError::BadUrl(t)
+            | FetchError::NotAllowed(t)
+            | FetchError::Connect(t)
+            | FetchError::Body(t)
+            | FetchError::BadRedirect(t) => t.len(),
+            _ => 0,
+        };
+        128 + text
+    }
+
     /// Time left, or `None` once the entry no longer holds requests back.
     pub fn remaining(&self) -> Option<Duration> {
         let left = self.until.checked_duration_since(Instant::now())?;
@@ -50,7 +67,10 @@ impl Default for OriginFailures {
     fn default() -> Self {
         OriginFailures {
             entries: Cache::builder()
-                .max_capacity(200_000)
+                .max_capacity(HELD_BYTES)
+                .weigher(|url: &String, failure: &UrlFailure| {
+                    u32::try_from(url.len() + failure.held_bytes()).unwrap_or(u32::MAX)
+                })
                 .time_to_idle(STREAK_MEMORY)
                 .build(),
         }
@@ -63,7 +83,7 @@ pub fn hold_for(error: &FetchError, streak: u32) -> Option<Duration> {
         .saturating_mul(1u32 << streak.saturating_sub(1).min(16))
         .min(MAX_BACKOFF);
     match error {
-        FetchError::BadUrl(_) | FetchError::NotAllowed(_) => None,
+        FetchError::BadUrl(_) | FetchError::UrlTooLong { .. } | FetchError::NotAllowed(_) => None,
         FetchError::NotFound(_) | FetchError::TooLarge { .. } => Some(GONE),
         FetchError::RateLimited {
             retry_after: Some(asked),

@@ -240,3 +240,113 @@ async fn url_entries_unused_for_forget_after_are_dropped_by_the_sweep_and_by_gc(
     assert!(out.contains("removed 2 URL entries"), "{out}");
     assert_eq!(stored_urls(dir.path(), &gc_env), 0);
 }
+
+/// The resident memory of a process, in bytes (Linux's `VmRSS`).
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// Sends `count` requests for distinct source URLs of about `url_bytes` each (the URL of
+/// request `i` made by `source(i)`), 16 at a time; returns how many answered each status.
+async fn distinct_urls(
+    base: &str,
+    count: usize,
+    source: impl Fn(usize) -> String + Send + Sync + 'static,
+) -> std::collections::BTreeMap<u16, usize> {
+    let source = Arc::new(source);
+    let next = Arc::new(AtomicU32::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (client, base, source, next) =
+            (client(), base.to_string(), source.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seen = std::collections::BTreeMap::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                if i >= count {
+                    return seen;
+                }
+                let r = image(&client, &base, &source(i), "w=10").await;
+                *seen.entry(r.status().as_u16()).or_insert(0) += 1;
+            }
+        }));
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for worker in workers {
+        for (status, n) in worker.await.unwrap() {
+            *seen.entry(status).or_insert(0) += n;
+        }
+    }
+    seen
+}
+
+/// Issue 28, item 2: memory does not grow with the length of the URLs asked for. Five
+/// thousand distinct 60 KB source URLs refused by the address guard, then five thousand
+/// against an origin that refuses connections (both on loopback: no traffic leaves the
+/// machine), each leave the server's resident memory within a bound (the caches are bounded
+/// in bytes, a refused URL caches nothing); before, the guard's alone added 277 MB per 4,500.
+/// A URL over `limits.max_url_bytes` answers 414 `url_too_long`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_stays_bounded_however_long_the_urls() {
+    const COUNT: usize = 5_000;
+    const BOUND: u64 = 96 << 20;
+    let s3 = s3_when_asked().await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let padding = "a".repeat(60_000);
+    let long_url = move |i: usize| format!("http://127.0.0.1:{closed}/{i}/{padding}.jpg");
+    for (guarded, expected) in [(true, 403u16), (false, 502u16)] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [
+            // Room for the 60 KB URLs, under hyper's own bound on a request target (64 KiB).
+            ("IMGCAS_MAX_URL_BYTES", "62000".to_string()),
+            ("IMGCAS_ALLOW_PRIVATE_NETWORKS", (!guarded).to_string()),
+        ];
+        let server = start_with(dir.path(), s3.as_ref(), &env);
+        let pid = server.child.id();
+        let source = long_url.clone();
+        // Warm up: threads, pools and allocator arenas, with distinct URLs of their own.
+        let seen = distinct_urls(&server.base, 300, move |i| source(COUNT + i)).await;
+        assert_eq!(
+            seen.keys().copied().collect::<Vec<_>>(),
+            [expected],
+            "{seen:?}"
+        );
+        let before = rss_bytes(pid);
+        let source = long_url.clone();
+        let seen = distinct_urls(&server.base, COUNT, source).await;
+        assert_eq!(seen.get(&expected), Some(&COUNT), "{seen:?}");
+        let after = rss_bytes(pid);
+        let grew = after.saturating_sub(before);
+        eprintln!(
+            "{} distinct 60 KB URLs, {}: RSS {} MB -> {} MB (+{} MB)",
+            COUNT,
+            if guarded {
+                "refused by the address guard"
+            } else {
+                "against a refusing origin"
+            },
+            before >> 20,
+            after >> 20,
+            grew >> 20
+        );
+        assert!(grew < BOUND, "RSS grew by {} MB", grew >> 20);
+
+        // Over the limit: 414 before any lookup.
+        let r = image(
+            &client(),
+            &server.base,
+            &format!("http://e.com/{}", "b".repeat(62_500)),
+            "w=10",
+        )
+        .await;
+        assert_eq!(r.status(), 414);
+        assert_eq!(json(r).await["error"]["code"], "url_too_long");
+        server.terminate();
+    }
+}

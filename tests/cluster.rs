@@ -286,8 +286,9 @@ async fn a_claim_whose_owner_died_is_taken_over_after_its_time_to_live() {
     let waited = started.elapsed();
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "content-type"), Some("image/avif"));
-    // The bound, with room for a loaded machine: the TTL, one run, and half a run of slack.
-    let bound = ttl + one_run + one_run / 2 + Duration::from_secs(1);
+    // The bound, with room for a loaded machine (the run on B may take longer than the one
+    // measured on C, with CI's other work beside it): the TTL, one run, and as much again.
+    let bound = ttl + one_run * 2 + Duration::from_secs(2);
     assert!(
         waited <= bound,
         "B answered after {waited:?}; the bound is {bound:?} (one run took {one_run:?})"
@@ -679,5 +680,51 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
         assert_eq!(r.status(), 451);
         assert!(lifted.elapsed() < Duration::from_secs(2), "C still refuses");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (h) Issue 28: with `revalidate_after = 0` every request asks the origin. A node whose
+/// cached entry is older than another node's check must still ask, not adopt that check:
+/// once it is done, the check it would adopt is itself older than the node's rule allows, and
+/// the origin may have changed since (it has, here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_does_not_adopt_another_nodes_stale_check() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &pg.database("cluster_recheck"),
+        &bucket,
+        &[("IMGCAS_REVALIDATE_AFTER", "0s".to_string())],
+    );
+    for round in 0..3u8 {
+        let source = origin.url(&format!("/changing-{round}.jpg"));
+        let path = format!("/changing-{round}.jpg");
+        origin.put(&path, jpeg(300, 200, 40 + round));
+        // B downloads it (B's own copy of the entry is now this check), then A and C check it
+        // again (each a 304 that publishes a newer check than B's copy).
+        for node in [1, 0, 2] {
+            let r = cluster.image(node, &source, "w=30").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            assert_eq!(dimensions(&r.bytes().await.unwrap()), (30, 20));
+        }
+        origin.put(&path, jpeg(300, 100, 50 + round));
+        let conditional_before = origin.requests();
+        // Each node is asked in turn: every one must see the change, asking the origin.
+        for node in [1, 0, 2] {
+            let r = cluster.image(node, &source, "w=30").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            assert_eq!(
+                dimensions(&r.bytes().await.unwrap()),
+                (30, 10),
+                "round {round}: node {node} served content another node checked before the change"
+            );
+        }
+        assert!(
+            origin.requests() - conditional_before >= 3,
+            "every request asked the origin"
+        );
     }
 }

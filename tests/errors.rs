@@ -62,6 +62,14 @@ async fn bad_options_name_the_option() {
         ("q=101", "q"),
         ("foo=1", "foo"),
         ("rotate=45", "rotate"),
+        // Issue 28: repeated options, `format=json` among them, and values over a bound by
+        // less than the hundredth a value is kept in.
+        ("format=json&format=webp", "format"),
+        ("format=webp&format=json", "format"),
+        ("w=10&w=20", "w"),
+        ("blur=100.0000001", "blur"),
+        ("blur=0.2999", "blur"),
+        ("dpr=0.9999", "dpr"),
     ] {
         let r = app.image_by_url(&origin.url("/a.jpg"), query).await;
         assert_eq!(r.status(), 400, "{query}");
@@ -199,4 +207,71 @@ async fn a_pixel_limit_refusal_is_lifted_by_raising_the_limit() {
     let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
     assert_eq!(r.status(), 200);
     assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 100);
+}
+
+/// Issue 28: a request target over `limits.max_url_bytes` (8 KiB by default) answers 414
+/// `url_too_long` before any lookup, by URL, by hash and on the admin routes alike; a source URL
+/// within it that is longer once canonical is refused the same way; at the limit, it is served.
+#[tokio::test]
+async fn urls_over_the_limit_are_414() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/ok.jpg", jpeg(40, 30, 1));
+    let fits = format!("{}?{}", origin.url("/ok.jpg"), "p".repeat(7_000));
+    let r = app.image_by_url(&fits, "w=10").await;
+    assert_eq!(r.status(), 200);
+
+    let long = format!("{}?{}", origin.url("/ok.jpg"), "p".repeat(9_000));
+    let r = app.image_by_url(&long, "w=10").await;
+    assert_eq!(r.status(), 414);
+    assert_eq!(header(&r, "cache-control"), Some("public, max-age=60"));
+    let body = json(r).await;
+    assert_eq!(body["error"]["code"], "url_too_long");
+    assert!(body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("8192")));
+    let r = app
+        .get(&format!(
+            "/v1/image/{}?w=10&x={}",
+            "0".repeat(64),
+            "q".repeat(9_000)
+        ))
+        .await;
+    assert_eq!(r.status(), 414);
+    assert_eq!(
+        origin.requests(),
+        1,
+        "only the one within the limit was fetched"
+    );
+}
+
+/// Issue 28: a spec implying more work than `limits.max_cost` (an 8192 × 6000 GIF or lossless
+/// WebP made from a tiny PNG: 37 s and 20 s of a core before) answers 422 `too_costly` before
+/// any decode, and is not cached (raising the limit lifts it); the same spec at a size within
+/// the limit, blur and sharpen at their largest included, is made.
+#[tokio::test]
+async fn specs_over_the_cost_limit_are_422_too_costly_before_any_decode() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/tiny.png", png(12, 9, 3));
+    let source = origin.url("/tiny.png");
+    for format in ["format=gif", "format=webp&lossless=1"] {
+        let query = format!("w=8192&h=6000&fit=fill&enlarge=1&{format}");
+        for _ in 0..2 {
+            let r = app.image_by_url(&source, &query).await;
+            assert_eq!(r.status(), 422, "{query}");
+            assert_ne!(header(&r, "x-imgcas-cache"), Some("error-hit"), "{query}");
+            let v = json(r).await;
+            assert_eq!(v["error"]["code"], "too_costly", "{query}");
+        }
+    }
+    assert_eq!(app.processing_runs(), 0, "refused before any run");
+    let r = app
+        .image_by_url(
+            &source,
+            "w=1200&h=900&fit=fill&enlarge=1&blur=100&sharpen=100&format=jpeg",
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dimensions(&r.bytes().await.unwrap()), (1200, 900));
 }

@@ -62,7 +62,15 @@ async fn only_presets_refuses_everything_else_before_any_download() {
     origin.put("/q.jpg", jpeg(300, 200, 8));
     let source = origin.url("/q.jpg");
 
-    for query in ["w=100", "preset=thumb&w=100", "preset=hero&format=png", ""] {
+    // Issue 28: `format=json` beside a preset is an option spelled out like any other.
+    for query in [
+        "w=100",
+        "preset=thumb&w=100",
+        "preset=hero&format=png",
+        "preset=hero&format=json",
+        "format=json",
+        "",
+    ] {
         let r = app.image_by_url(&source, query).await;
         assert_eq!(r.status(), 403, "{query:?}");
         assert_eq!(

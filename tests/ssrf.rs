@@ -71,6 +71,19 @@ async fn every_redirect_hop_is_checked() {
     let r = app.image_by_url(&origin.url("/ok"), "w=10").await;
     assert_eq!(r.status(), 200, "a same-host redirect is followed");
 
+    // Issue 28: credentials in a redirect target are refused as they are in a URL given
+    // directly, and the hop is never requested.
+    let requests = origin.requests();
+    origin.redirect("/cred", &format!("http://user:pw@127.0.0.1:{port}/a.jpg"));
+    let r = app.image_by_url(&origin.url("/cred"), "w=11").await;
+    assert_eq!(r.status(), 502);
+    assert_eq!(json(r).await["error"]["code"], "origin_error");
+    assert_eq!(
+        origin.requests(),
+        requests + 1,
+        "only the redirect was requested"
+    );
+
     for i in 0..7 {
         origin.redirect(&format!("/loop{i}"), &format!("/loop{}", i + 1));
     }

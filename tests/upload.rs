@@ -31,30 +31,35 @@ async fn the_same_bytes_uploaded_twice_are_one_original() {
     assert_eq!(app.stored_blobs().await.len(), 1);
 }
 
-#[tokio::test]
-async fn multipart_uploads_answer_per_file() {
-    let app = spawn_app().await;
-    let (one, two) = (jpeg(64, 64, 2), png(32, 16, 3));
-    let boundary = "imgcas-test-boundary";
+const MULTIPART: &str = "multipart/form-data; boundary=imgcas-test-boundary";
+
+/// A `multipart/form-data` body (boundary as in [`MULTIPART`]) of one file part per
+/// (name, bytes, content type).
+fn multipart(files: &[(&str, &[u8], &str)]) -> Vec<u8> {
     let mut body = Vec::new();
-    for (name, bytes, ct) in [("a.jpg", &one, "image/jpeg"), ("b.png", &two, "image/png")] {
+    for (name, bytes, ct) in files {
         body.extend_from_slice(
             format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: {ct}\r\n\r\n"
+                "--imgcas-test-boundary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: {ct}\r\n\r\n"
             )
             .as_bytes(),
         );
         body.extend_from_slice(bytes);
         body.extend_from_slice(b"\r\n");
     }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body.extend_from_slice(b"--imgcas-test-boundary--\r\n");
+    body
+}
+
+#[tokio::test]
+async fn multipart_uploads_answer_per_file() {
+    let app = spawn_app().await;
+    let (one, two) = (jpeg(64, 64, 2), png(32, 16, 3));
+    let body = multipart(&[("a.jpg", &one, "image/jpeg"), ("b.png", &two, "image/png")]);
     let post = || {
         app.client
             .post(app.url("/v1/originals"))
-            .header(
-                "content-type",
-                format!("multipart/form-data; boundary={boundary}"),
-            )
+            .header("content-type", MULTIPART)
             .body(body.clone())
             .send()
     };
@@ -67,6 +72,32 @@ async fn multipart_uploads_answer_per_file() {
     let again = post().await.unwrap();
     assert_eq!(again.status(), 200);
     assert_eq!(json(again).await[1]["duplicate"], true);
+}
+
+/// Issue 28: a multipart upload refused for one file stores none of them (it used to keep
+/// the files sent before the bad one while answering 415).
+#[tokio::test]
+async fn a_multipart_upload_refused_for_one_file_stores_none() {
+    let app = spawn_app().await;
+    let good = jpeg(64, 48, 12);
+    let body = multipart(&[
+        ("a.jpg", &good, "image/jpeg"),
+        ("b.txt", b"no image at all", "text/plain"),
+    ]);
+    let r = app
+        .client
+        .post(app.url("/v1/originals"))
+        .header("content-type", MULTIPART)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+    assert!(app.stored_blobs().await.is_empty(), "nothing stored");
+    let hash = ContentHash::of(&good).to_hex();
+    let r = app.get(&format!("/v1/originals/{hash}")).await;
+    assert_eq!(r.status(), 404);
 }
 
 #[tokio::test]

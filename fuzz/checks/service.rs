@@ -10,10 +10,12 @@ pub fn url(data: &[u8]) -> String {
     let Ok(raw) = std::str::from_utf8(data) else {
         return "not utf-8".into();
     };
-    match imgcas::fetch::client::canonical_url(raw) {
+    // The default `limits.max_url_bytes`.
+    const LIMIT: usize = 8 << 10;
+    match imgcas::fetch::client::canonical_url(raw, LIMIT) {
         Ok(url) => {
-            let again =
-                imgcas::fetch::client::canonical_url(url.as_str()).expect("a canonical URL parses");
+            let again = imgcas::fetch::client::canonical_url(url.as_str(), LIMIT)
+                .expect("a canonical URL parses");
             assert_eq!(again.as_str(), url.as_str());
             "ok".into()
         }

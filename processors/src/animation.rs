@@ -491,6 +491,7 @@ mod tests {
         let limits = Limits {
             max_pixels: 1000,
             max_frames: 10,
+            ..Limits::default()
         };
         assert!(check(10, (10, 10), &limits).is_ok());
         assert!(matches!(

@@ -25,6 +25,9 @@ pub struct Limits {
     /// Most frames an animation is processed with (`animated=1`); its frames × width ×
     /// height are held to `max_pixels` too.
     pub max_frames: u32,
+    /// The most work one run may imply, in pixel-equivalents ([`crate::cost`]); a spec over
+    /// it is refused with `too_costly` before any decode.
+    pub max_cost: u64,
 }
 
 impl Default for Limits {
@@ -32,6 +35,7 @@ impl Default for Limits {
         Limits {
             max_pixels: 50_000_000,
             max_frames: 500,
+            max_cost: 1_000_000_000,
         }
     }
 }

@@ -36,6 +36,12 @@ pub enum ProcessError {
         max_frames: u32,
         limit: u64,
     },
+    /// The work the spec implies for this source is over `limits.max_cost`.
+    #[error(
+        "the spec asks for about {cost} pixel-equivalents of work, over the limit of {limit} \
+         (ask for a smaller output, another format, or no blur or sharpen)"
+    )]
+    TooCostly { cost: u64, limit: u64 },
     /// The source is smaller than `min_w`/`min_h`.
     #[error("source is {width}x{height}, smaller than the required minimum {min}")]
     SourceTooSmall {
@@ -96,15 +102,17 @@ pub enum ProcessFailure {
     Undecodable,
     TooManyPixels,
     SourceTooSmall,
+    TooCostly,
 }
 
 impl ProcessFailure {
     /// Every kind, for tests of the encoding and the codes.
-    pub const ALL: [ProcessFailure; 4] = [
+    pub const ALL: [ProcessFailure; 5] = [
         ProcessFailure::UnsupportedFormat,
         ProcessFailure::Undecodable,
         ProcessFailure::TooManyPixels,
         ProcessFailure::SourceTooSmall,
+        ProcessFailure::TooCostly,
     ];
 
     /// SPEC's error code for this kind.
@@ -114,6 +122,7 @@ impl ProcessFailure {
             ProcessFailure::Undecodable => "undecodable",
             ProcessFailure::TooManyPixels => "too_many_pixels",
             ProcessFailure::SourceTooSmall => "source_too_small",
+            ProcessFailure::TooCostly => "too_costly",
         }
     }
 
@@ -121,7 +130,10 @@ impl ProcessFailure {
     /// bytes and the spec alone: raising `max_pixels` turns it into a success, so it must not
     /// be stored under hash + spec for good.
     pub fn depends_on_limits(self) -> bool {
-        matches!(self, ProcessFailure::TooManyPixels)
+        matches!(
+            self,
+            ProcessFailure::TooManyPixels | ProcessFailure::TooCostly
+        )
     }
 
     /// The stable byte stored with a cached failure.
@@ -131,6 +143,7 @@ impl ProcessFailure {
             ProcessFailure::Undecodable => 2,
             ProcessFailure::TooManyPixels => 3,
             ProcessFailure::SourceTooSmall => 4,
+            ProcessFailure::TooCostly => 5,
         }
     }
 
@@ -150,6 +163,7 @@ impl ProcessError {
                 Some(ProcessFailure::TooManyPixels)
             }
             ProcessError::SourceTooSmall { .. } => Some(ProcessFailure::SourceTooSmall),
+            ProcessError::TooCostly { .. } => Some(ProcessFailure::TooCostly),
             ProcessError::Internal(_) => None,
         }
     }
@@ -165,7 +179,7 @@ mod tests {
             assert_eq!(ProcessFailure::from_byte(kind.to_byte()), Some(kind));
         }
         assert_eq!(ProcessFailure::from_byte(0), None);
-        assert_eq!(ProcessFailure::from_byte(5), None);
+        assert_eq!(ProcessFailure::from_byte(6), None);
         assert_eq!(ProcessError::Internal("x".into()).kind(), None);
     }
 }

@@ -209,6 +209,13 @@ pub fn process_input(
     if u64::from(ow) * u64::from(oh) > limits.max_pixels {
         return Err(ProcessError::too_many_pixels(ow, oh, limits.max_pixels));
     }
+    // The service checks this before admission; offline, it is checked here, before the
+    // decode (a mezzanine is a JPEG).
+    let format = match &opened {
+        Opened::Original(source) => Some(source.info.format),
+        Opened::Mezzanine(_) => Some(SourceFormat::Jpeg),
+    };
+    check_cost(cost(format, input_size, spec), limits)?;
     // How much smaller than the original the input is (1 for the original itself).
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
     let reduction = plan.reduction(rotated) / shrunk;
@@ -279,10 +286,13 @@ pub(crate) fn layout(
     (rotated, plan, denominator)
 }
 
-/// What a run will cost, in pixels touched: the larger of the decoded source (after
-/// shrink-on-load, which only JPEG has) and the output. Decoding and resizing dominate the
-/// time of a run and scale with this; the service admits processing work by it.
-/// `size` is the stored source size; unknown sizes should be passed as the pixel limit.
+/// What a run will cost, in pixel-equivalents: the larger of the decoded source (after
+/// shrink-on-load, which only JPEG has) and the output, which a decode, a resize and a JPEG
+/// encode touch about once each, plus the output's pixels again for each pass the rest of
+/// the spec implies ([`output_passes`]: encoders dearer than JPEG's, blur and sharpen). The
+/// service admits processing work by it and refuses a spec over `limits.max_cost`
+/// (`too_costly`) before any decode. `size` is the stored source size; unknown sizes should
+/// be passed as the pixel limit.
 pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
     let (w, h) = (size.0.max(1), size.1.max(1));
     let shrinks = format.is_some_and(SourceFormat::shrinks_on_load);
@@ -290,7 +300,41 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
     let denominator = u64::from(denominator);
     let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
     let (ow, oh) = plan.output_size();
-    decoded.max(u64::from(ow) * u64::from(oh)).max(1)
+    let output = u64::from(ow) * u64::from(oh);
+    decoded
+        .max(output)
+        .saturating_add(output.saturating_mul(output_passes(spec)))
+        .max(1)
+}
+
+/// How many times the output's pixels are charged beyond the first, by what the spec asks of
+/// them: measured on a 14 MP photo against its decode and JPEG encode (issue 28: a cost by
+/// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
+/// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8, lossless WebP about 40 and
+/// GIF (a palette chosen per frame) about 50; blur and sharpen, a few box passes each.
+fn output_passes(spec: &ResolvedSpec) -> u64 {
+    let encoder = match spec.format {
+        OutputFormat::Jpeg => 0,
+        OutputFormat::Png => 1,
+        OutputFormat::Webp if spec.lossless => 40,
+        OutputFormat::Webp => 4,
+        OutputFormat::Avif => 8,
+        OutputFormat::Gif => 50,
+    };
+    let blur = if spec.shape.blur.is_some() { 3 } else { 0 };
+    let sharpen = if spec.shape.sharpen.is_some() { 4 } else { 0 };
+    encoder + blur + sharpen
+}
+
+/// Refuses a run whose [`cost`] is over `limits.max_cost`.
+pub fn check_cost(cost: u64, limits: &Limits) -> Result<(), ProcessError> {
+    if cost > limits.max_cost {
+        return Err(ProcessError::TooCostly {
+            cost,
+            limit: limits.max_cost,
+        });
+    }
+    Ok(())
 }
 
 /// The processor version of a variant (part of its key, with the original and the
@@ -314,11 +358,17 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 ///
 /// 8: progressive JPEG outputs order their coefficients in five scans without refinement
 /// passes ([`jpeg_encode`]): the same pixels in other bytes, whatever their original.
+///
+/// 9: `blur` and `sharpen` use three box passes for the Gaussian ([`ops::blur`]): other
+/// pixels, whatever the original and the output.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
+    if spec.shape.blur.is_some() || spec.shape.sharpen.is_some() {
+        return 9;
+    }
     if spec.format == OutputFormat::Jpeg && spec.progressive {
         return 8;
     }
@@ -403,6 +453,13 @@ mod tests {
             let progressive = [("w", "400"), ("progressive", "1")];
             assert_eq!(version(format, Some((1600, 1200)), &progressive), 8);
         }
+        // Every blurred or sharpened output (box passes).
+        for option in ["blur", "sharpen"] {
+            for format in [jpeg, png, None] {
+                let spec = [("w", "400"), (option, "2"), ("format", "avif")];
+                assert_eq!(version(format, Some((1600, 1200)), &spec), 9);
+            }
+        }
         // Every AVIF output, of any original (libaom speed 7).
         for format in [jpeg, png, None] {
             let avif = [("w", "400"), ("format", "avif")];
@@ -434,5 +491,59 @@ mod tests {
         // Enlarging costs the output.
         let big = resolved(&[("w", "2000"), ("enlarge", "1")]);
         assert_eq!(cost(Some(SourceFormat::Png), (100, 100), &big), 2000 * 2000);
+    }
+
+    /// Issue 28: the output is charged again for each pass its encoder and filters imply, so
+    /// the dear specs cost what they take, and the dearest are over the default limit.
+    #[test]
+    fn cost_charges_encoders_and_filters_by_the_output() {
+        let png = Some(SourceFormat::Png);
+        let of = |pairs: &[(&str, &str)]| cost(png, (100, 100), &resolved(pairs));
+        let out = 2000 * 2000;
+        let big = [("w", "2000"), ("enlarge", "1")];
+        let with = |extra: &[(&'static str, &'static str)]| of(&[&big[..], extra].concat());
+        assert_eq!(with(&[("format", "jpeg")]), out);
+        assert_eq!(with(&[("format", "png")]), 2 * out);
+        assert_eq!(with(&[("format", "webp")]), 5 * out);
+        assert_eq!(with(&[("format", "webp"), ("lossless", "1")]), 41 * out);
+        assert_eq!(with(&[("format", "avif")]), 9 * out);
+        assert_eq!(with(&[("format", "gif")]), 51 * out);
+        assert_eq!(with(&[("format", "jpeg"), ("blur", "100")]), 4 * out);
+        assert_eq!(with(&[("format", "jpeg"), ("sharpen", "100")]), 5 * out);
+        assert_eq!(
+            with(&[("format", "jpeg"), ("blur", "1"), ("sharpen", "1")]),
+            8 * out
+        );
+
+        let limits = Limits::default();
+        let huge_gif = [
+            ("w", "8192"),
+            ("h", "6000"),
+            ("fit", "fill"),
+            ("enlarge", "1"),
+            ("format", "gif"),
+        ];
+        let over = cost(png, (100, 100), &resolved(&huge_gif));
+        assert!(matches!(
+            check_cost(over, &limits),
+            Err(ProcessError::TooCostly { .. })
+        ));
+        assert_eq!(
+            ProcessError::TooCostly {
+                cost: over,
+                limit: 1
+            }
+            .kind(),
+            Some(ProcessFailure::TooCostly)
+        );
+        // A 14 MP photo to a GIF of its size, and a 50 MP one to a thumbnail, are admitted.
+        let photo_gif = cost(png, (4608, 3072), &resolved(&[("format", "gif")]));
+        assert!(check_cost(photo_gif, &limits).is_ok(), "{photo_gif}");
+        let thumb = cost(
+            png,
+            (8660, 5773),
+            &resolved(&[("w", "400"), ("format", "avif")]),
+        );
+        assert!(check_cost(thumb, &limits).is_ok());
     }
 }

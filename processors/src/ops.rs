@@ -183,14 +183,46 @@ fn halve(raw: &[u8], stride: usize, w: u32, h: u32) -> RgbImage {
     RgbImage::from_raw(w, h, out).unwrap_or_else(|| RgbImage::new(w, h))
 }
 
-/// Gaussian blur with the given sigma.
+/// Gaussian blur of the given sigma, approximated by three box passes each way (Kovesi's
+/// almost-Gaussian filter, `image`'s `fast_blur`): its time and memory do not grow with sigma
+/// (issue 28: the true Gaussian of sigma 100 on a 7000 × 7000 output took 41 s).
 pub fn blur(image: DynamicImage, sigma: f64) -> DynamicImage {
-    image.blur(sigma as f32)
+    image.fast_blur(sigma as f32)
 }
 
-/// Unsharp mask with the given sigma.
-pub fn sharpen(image: DynamicImage, sigma: f64) -> DynamicImage {
-    image.unsharpen(sigma as f32, 0)
+/// Unsharp mask of the given sigma, amount 1 and no threshold: each sample moved away from
+/// its blurred value by their difference (`2v − blur(v)`, clamped), with [`blur`]'s blur,
+/// in place (the exact Gaussian's mask took 74 s and 1.9 GB at sigma 100 on 7000 × 7000).
+pub fn sharpen(mut image: DynamicImage, sigma: f64) -> DynamicImage {
+    use DynamicImage as D;
+    let blurred = image.fast_blur(sigma as f32);
+    match (&mut image, &blurred) {
+        (D::ImageLuma8(a), D::ImageLuma8(b)) => unsharp(a, b, u8::MAX),
+        (D::ImageLumaA8(a), D::ImageLumaA8(b)) => unsharp(a, b, u8::MAX),
+        (D::ImageRgb8(a), D::ImageRgb8(b)) => unsharp(a, b, u8::MAX),
+        (D::ImageRgba8(a), D::ImageRgba8(b)) => unsharp(a, b, u8::MAX),
+        (D::ImageLuma16(a), D::ImageLuma16(b)) => unsharp(a, b, u16::MAX),
+        (D::ImageLumaA16(a), D::ImageLumaA16(b)) => unsharp(a, b, u16::MAX),
+        (D::ImageRgb16(a), D::ImageRgb16(b)) => unsharp(a, b, u16::MAX),
+        (D::ImageRgba16(a), D::ImageRgba16(b)) => unsharp(a, b, u16::MAX),
+        // Float layouts (never decoded here): the library's own mask.
+        _ => return image.unsharpen(sigma as f32, 0),
+    }
+    image
+}
+
+/// `v ← clamp(2v − b)` over two equal-sized sample buffers.
+fn unsharp<T>(samples: &mut [T], blurred: &[T], max: T)
+where
+    T: Copy + Into<i32> + TryFrom<i32>,
+{
+    let max: i32 = max.into();
+    for (v, b) in samples.iter_mut().zip(blurred) {
+        let (x, y): (i32, i32) = ((*v).into(), (*b).into());
+        if let Ok(sharp) = T::try_from((2 * x - y).clamp(0, max)) {
+            *v = sharp;
+        }
+    }
 }
 
 /// Composites RGBA over an opaque background, for formats without alpha.
@@ -214,6 +246,53 @@ pub fn flatten(image: DynamicImage, background: Colour) -> RgbImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blur and sharpen take any sigma the spec allows on any size, one pixel to wide
+    /// strips, in every sample layout, without panicking or changing the size.
+    #[test]
+    fn blur_and_sharpen_take_every_sigma_on_every_size() {
+        for (w, h) in [(1, 1), (1, 300), (300, 1), (3, 3), (40, 25)] {
+            for sigma in [0.3, 1.0, 20.0, 100.0] {
+                for image in [
+                    DynamicImage::new_luma8(w, h),
+                    DynamicImage::new_rgba8(w, h),
+                    DynamicImage::new_rgb16(w, h),
+                    DynamicImage::new_rgb32f(w, h),
+                ] {
+                    assert_eq!(blur(image.clone(), sigma).width(), w);
+                    assert_eq!(sharpen(image, sigma).height(), h);
+                }
+            }
+        }
+    }
+
+    /// The box approximation blurs as a Gaussian does (a hard edge spreads over about
+    /// sigma on each side), and sharpening steepens an edge: darker on its dark side, lighter
+    /// on its light side.
+    #[test]
+    fn blur_spreads_an_edge_and_sharpen_steepens_it() {
+        let edge = DynamicImage::ImageLuma8(image::GrayImage::from_fn(200, 8, |x, _| {
+            image::Luma([if x < 100 { 50 } else { 200 }])
+        }));
+        let blurred = blur(edge.clone(), 10.0).to_luma8();
+        let at = |img: &image::GrayImage, x: u32| img.get_pixel(x, 4)[0];
+        assert!(
+            (120..=130).contains(&at(&blurred, 99)) || (120..=130).contains(&at(&blurred, 100))
+        );
+        assert!(at(&blurred, 90) > 50 && at(&blurred, 110) < 200);
+        assert!(at(&blurred, 60) <= 52 && at(&blurred, 140) >= 198);
+        let soft = blur(edge, 3.0);
+        let sharp = sharpen(soft.clone(), 3.0).to_luma8();
+        let soft = soft.to_luma8();
+        assert!(
+            at(&sharp, 97) < at(&soft, 97),
+            "{} {}",
+            at(&sharp, 97),
+            at(&soft, 97)
+        );
+        assert!(at(&sharp, 102) > at(&soft, 102));
+        assert_eq!(at(&sharp, 20), 50);
+    }
 
     /// Each output pixel the rounded mean of the source pixels in its block, computed one
     /// pixel at a time (0 for a block the picture does not reach).

@@ -174,11 +174,13 @@ impl Hundredths {
             .ok()
             .filter(|v: &f64| v.is_finite())
             .ok_or_else(|| SpecError::new(option, range()))?;
-        let h = (v * 100.0).round();
-        if h < f64::from(min) || h > f64::from(max) {
+        // The range holds for the value as given, not as rounded to hundredths
+        // (`blur=100.0000001` is over 100). Division is exactly rounded, so a bound written as
+        // a decimal compares equal to itself.
+        if v < f64::from(min) / 100.0 || v > f64::from(max) / 100.0 {
             return Err(SpecError::new(option, range()));
         }
-        Ok(Hundredths(h as u32))
+        Ok(Hundredths((v * 100.0).round() as u32))
     }
 }
 

@@ -89,11 +89,11 @@ impl Done {
     }
 }
 
-fn action(options: &PurgeOptions) -> Result<Action, String> {
+fn action(options: &PurgeOptions, max_url_bytes: usize) -> Result<Action, String> {
     let target = options.target.trim();
     let as_hash = target.parse::<ContentHash>().ok();
     let as_url = || {
-        canonical_url(target).map_err(|e| {
+        canonical_url(target, max_url_bytes).map_err(|e| {
             format!("{target} is neither a SHA-256 (64 hexadecimal digits) nor a source URL: {e}")
         })
     };
@@ -113,7 +113,7 @@ pub async fn run(
     config: Config,
     options: &PurgeOptions,
 ) -> Result<Result<Done, ErrorBody>, String> {
-    let action = action(options)?;
+    let action = action(options, config.limits.max_url_bytes)?;
     match &options.server {
         Some(base) => {
             let token = options

@@ -44,8 +44,14 @@ pub struct Fetcher {
     pub slots: OriginSlots,
 }
 
-/// Parses a client-supplied source URL into the canonical form the URL map is keyed by.
-pub fn canonical_url(raw: &str) -> Result<Url, FetchError> {
+/// Parses a client-supplied source URL into the canonical form the URL map is keyed by;
+/// one longer than `max_bytes` (`limits.max_url_bytes`), as given or once canonical, is
+/// refused before anything keys on it.
+pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
+    let too_long = FetchError::UrlTooLong { limit: max_bytes };
+    if raw.len() > max_bytes {
+        return Err(too_long);
+    }
     let mut url = Url::parse(raw.trim()).map_err(|e| FetchError::BadUrl(format!("{e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(FetchError::BadUrl(
@@ -61,6 +67,10 @@ pub fn canonical_url(raw: &str) -> Result<Url, FetchError> {
         ));
     }
     url.set_fragment(None);
+    // Canonical form can be longer than the text given (percent-encoding, IDNA).
+    if url.as_str().len() > max_bytes {
+        return Err(too_long);
+    }
     Ok(url)
 }
 
@@ -187,6 +197,12 @@ impl Fetcher {
                 current = current
                     .join(location)
                     .map_err(|e| FetchError::BadRedirect(format!("{location}: {e}")))?;
+                // The rule for a URL given directly holds for every hop (issue 28).
+                if !current.username().is_empty() || current.password().is_some() {
+                    return Err(FetchError::BadRedirect(
+                        "a redirect to a URL with credentials is not followed".into(),
+                    ));
+                }
                 continue;
             }
             return match status {
@@ -291,14 +307,33 @@ fn map_send_error(e: reqwest::Error) -> FetchError {
 mod tests {
     use super::*;
 
+    const LIMIT: usize = 8 << 10;
+
     #[test]
     fn canonical_urls() {
-        let u = canonical_url("HTTP://Example.COM:80/a/../b.jpg#frag").unwrap();
+        let u = canonical_url("HTTP://Example.COM:80/a/../b.jpg#frag", LIMIT).unwrap();
         assert_eq!(u.as_str(), "http://example.com/b.jpg");
-        assert!(canonical_url("file:///etc/passwd").is_err());
-        assert!(canonical_url("gopher://x/").is_err());
-        assert!(canonical_url("http://user:pw@example.com/").is_err());
-        assert!(canonical_url("not a url").is_err());
+        assert!(canonical_url("file:///etc/passwd", LIMIT).is_err());
+        assert!(canonical_url("gopher://x/", LIMIT).is_err());
+        assert!(canonical_url("http://user:pw@example.com/", LIMIT).is_err());
+        assert!(canonical_url("not a url", LIMIT).is_err());
+    }
+
+    #[test]
+    fn urls_over_the_limit_are_refused_as_given_and_once_canonical() {
+        let long = format!("http://example.com/{}", "a".repeat(100));
+        assert!(canonical_url(&long, 200).is_ok());
+        assert!(matches!(
+            canonical_url(&long, 100),
+            Err(FetchError::UrlTooLong { limit: 100 })
+        ));
+        // 31 bytes given, 63 once each space is percent-encoded.
+        let spaced = format!("http://e.com/a{}b", " ".repeat(16));
+        assert_eq!(spaced.len(), 31);
+        assert!(matches!(
+            canonical_url(&spaced, 40),
+            Err(FetchError::UrlTooLong { limit: 40 })
+        ));
     }
 
     #[test]
@@ -329,7 +364,7 @@ mod tests {
             "http://LOCALHOST./",
             "http://a.b.localhost/",
         ] {
-            let url = canonical_url(raw).unwrap();
+            let url = canonical_url(raw, LIMIT).unwrap();
             assert!(
                 matches!(fetcher.check(&url), Err(FetchError::NotAllowed(_))),
                 "{raw}"

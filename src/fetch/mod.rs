@@ -12,6 +12,9 @@ pub use client::{FetchOutcome, Fetcher, Validators};
 pub enum FetchError {
     #[error("{0}")]
     BadUrl(String),
+    /// Longer than `limits.max_url_bytes`: refused before any lookup or traffic.
+    #[error("the URL is longer than the limit of {limit} bytes")]
+    UrlTooLong { limit: usize },
     #[error("{0}")]
     NotAllowed(String),
     #[error("the origin answered {0}")]

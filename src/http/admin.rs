@@ -32,7 +32,8 @@ pub async fn forget_url(
         let raw = query
             .url
             .ok_or_else(|| Error::invalid_option("url", "the URL to forget is required"))?;
-        let url = canonical_url(&raw).map_err(Error::from)?;
+        let url =
+            canonical_url(&raw, service.config().limits.max_url_bytes).map_err(Error::from)?;
         let hash = service.pipeline().forget_url(&url).await?;
         Ok(ForgottenUrlAnswer {
             url: url.to_string(),
@@ -94,7 +95,8 @@ pub async fn take_down_url(
         let raw = query.url.ok_or_else(|| {
             Error::invalid_option("url", "the URL whose content to take down is required")
         })?;
-        let url = canonical_url(&raw).map_err(Error::from)?;
+        let url =
+            canonical_url(&raw, service.config().limits.max_url_bytes).map_err(Error::from)?;
         let done = service.pipeline().take_down_url(&url).await?;
         let done = done
             .ok_or_else(|| Error::NotFound(format!("no entry for {url}: take it down by hash")))?;

@@ -21,6 +21,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
     match error {
         Error::InvalidOption { .. } => (StatusCode::BAD_REQUEST, MINUTE),
         Error::SourceNotAllowed(_) => (StatusCode::FORBIDDEN, MINUTE),
+        Error::UrlTooLong { .. } => (StatusCode::URI_TOO_LONG, MINUTE),
         Error::BadSignature(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::PresetRequired(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, NO_STORE),
@@ -36,6 +37,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
             ProcessFailure::Undecodable => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
             ProcessFailure::TooManyPixels => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
             ProcessFailure::SourceTooSmall => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
+            ProcessFailure::TooCostly => (StatusCode::UNPROCESSABLE_ENTITY, FIVE_MINUTES),
         },
         Error::Origin(_) => (StatusCode::BAD_GATEWAY, BRIEF),
         Error::OriginTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, BRIEF),

@@ -58,6 +58,10 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
     type Future = Answer;
 
     fn call(&self, request: Request<hyper::body::Incoming>) -> Answer {
+        // A target over `limits.max_url_bytes` is not looked up: the router answers it 414.
+        if super::target_too_long(&self.service, request.uri()) {
+            return Box::pin(self.router.call(request));
+        }
         if let Some(response) = self.remembered_hit(&request) {
             return Box::pin(std::future::ready(Ok(response)));
         }

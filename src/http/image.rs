@@ -60,6 +60,9 @@ struct Parsed {
 fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Result<Parsed, Error> {
     let pairs = crate::config::option_pairs(query.unwrap_or(""));
     let json = pairs.iter().any(|(k, v)| k == "format" && v == "json");
+    if pairs.iter().filter(|(k, _)| k == "format").count() > 1 {
+        return Err(Error::invalid_option("format", "given more than once"));
+    }
     let mut url = None;
     let mut preset = None;
     let mut explicit: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
@@ -83,7 +86,9 @@ fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Resul
         }
     }
     if service.only_presets() {
-        if let Some((name, _)) = explicit.first() {
+        // `format=json` is an option like any other: facts are not a preset's output.
+        let spelled = explicit.first().map(|(name, _)| *name);
+        if let Some(name) = spelled.or(json.then_some("format")) {
             return Err(Error::PresetRequired(format!(
                 "only presets are allowed here: `{name}` must come from a preset"
             )));
@@ -220,7 +225,7 @@ pub async fn by_url(
     let Some(raw) = parsed.url else {
         return Error::invalid_option("url", "the source URL is required").into_response();
     };
-    let url = match canonical_url(&raw) {
+    let url = match canonical_url(&raw, service.config().limits.max_url_bytes) {
         Ok(url) => url,
         Err(e) => return Error::from(e).into_response(),
     };

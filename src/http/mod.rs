@@ -242,6 +242,7 @@ pub fn router(service: Service) -> Router {
         .merge(admin)
         .route_layer(timed())
         .merge(ingest)
+        .route_layer(middleware::from_fn_with_state(service.clone(), limit_url))
         .route_layer(middleware::from_fn_with_state(
             service.clone(),
             observe::observe,
@@ -249,6 +250,23 @@ pub fn router(service: Service) -> Router {
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(service)
+}
+
+/// Answers 414 `url_too_long` to a request target (path and query) longer than
+/// `limits.max_url_bytes`, before any handler, cache or map sees it (issue 28: caches keyed by
+/// such URLs held hundreds of megabytes).
+async fn limit_url(State(service): State<Service>, request: Request, next: Next) -> Response {
+    if target_too_long(&service, request.uri()) {
+        let limit = service.config().limits.max_url_bytes;
+        return Error::UrlTooLong { limit }.into_response();
+    }
+    next.run(request).await
+}
+
+/// Whether a request's path and query are longer than `limits.max_url_bytes`.
+fn target_too_long(service: &Service, uri: &Uri) -> bool {
+    uri.path_and_query()
+        .is_some_and(|pq| pq.as_str().len() > service.config().limits.max_url_bytes)
 }
 
 /// Ends a request that takes longer than `server.request_timeout` with 503 `overloaded`.

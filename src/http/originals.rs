@@ -145,16 +145,10 @@ pub async fn upload(State(service): State<Service>, request: Request) -> Respons
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let mut answers = Vec::with_capacity(bodies.len());
-    for body in bodies {
-        if body.is_empty() {
-            return Error::invalid_option("body", "the upload is empty").into_response();
-        }
-        match service.pipeline().upload(body).await {
-            Ok(u) => answers.push(u),
-            Err(e) => return e.into_response(),
-        }
-    }
+    let answers = match service.pipeline().upload_all(bodies).await {
+        Ok(answers) => answers,
+        Err(e) => return e.into_response(),
+    };
     let status = if answers.iter().any(|u| !u.duplicate) {
         StatusCode::CREATED
     } else {

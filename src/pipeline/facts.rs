@@ -63,12 +63,7 @@ impl Pipeline {
         let computed = match computed {
             Ok(facts) => Some(facts),
             // What the bytes are, for good: kept as no picture, never computed again.
-            Err(e)
-                if e.kind()
-                    .is_some_and(|k| k != processors::ProcessFailure::TooManyPixels) =>
-            {
-                None
-            }
+            Err(e) if e.kind().is_some_and(|k| !k.depends_on_limits()) => None,
             // A limit (raising it may change the answer) or a fault of ours: not kept.
             Err(e) => {
                 tracing::debug!(%hash, error = %e, "facts not computed");

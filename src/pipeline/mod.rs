@@ -214,6 +214,11 @@ impl Pipeline {
         &self.shared.node_id
     }
 
+    /// The longest source URL accepted (`limits.max_url_bytes`).
+    pub fn max_url_bytes(&self) -> usize {
+        self.shared.config.limits.max_url_bytes
+    }
+
     /// The largest source accepted, from an origin or an upload.
     pub fn max_source_bytes(&self) -> u64 {
         self.shared.config.fetch.max_bytes

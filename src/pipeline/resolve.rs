@@ -279,8 +279,11 @@ impl Pipeline {
         }
     }
 
-    /// The URL's entry, if another node refreshed it since this node read `seen`: what
-    /// waiting for that node's download or check gave.
+    /// The URL's entry, if another node refreshed it since this node read `seen` and that
+    /// check is fresh by this node's own rule (`revalidate_after`): what waiting for that
+    /// node's download or check gave. A check newer than `seen` but older than the rule
+    /// allows is not adopted (issue 28): the origin may have changed since it, and this node
+    /// was about to ask.
     async fn refreshed_elsewhere(
         &self,
         url: &Url,
@@ -291,7 +294,8 @@ impl Pipeline {
             .maps
             .url_now(url.as_str())
             .await
-            .map_err(Error::from)?;
+            .map_err(Error::from)?
+            .filter(|e| is_fresh(e, self.shared.config.fetch.revalidate_after));
         Ok(match (seen, now) {
             (None, Some(e)) => Some(Resolved::known(&e, UrlState::Downloaded)),
             (Some(old), Some(e)) if e.checked_at_ms > old.checked_at_ms => Some(Resolved {

@@ -33,12 +33,18 @@ const NOTED_KEYS: u64 = 1_000_000;
 /// Uses queued between two upkeeps, each kind; more are dropped (the next grain records
 /// them again).
 const QUEUE_LIMIT: usize = 100_000;
+/// The URLs' share of the same: URLs may be kilobytes long, so they are bounded in bytes, as
+/// are the URLs remembered as recorded (issue 28).
+const QUEUE_URL_BYTES: usize = 16 << 20;
+const NOTED_URL_BYTES: u64 = 32 << 20;
 
 /// Use records waiting for the next upkeep.
 #[derive(Default)]
 struct Queued {
     variants: Vec<(VariantKey, u64)>,
     urls: Vec<(String, u64)>,
+    /// The bytes of the URLs in `urls`.
+    url_bytes: usize,
 }
 
 /// The bookkeeping of bounded growth, owned by the pipeline.
@@ -67,7 +73,11 @@ impl Upkeep {
         let sweep_every = url_grain.max(Duration::from_secs(1));
         Upkeep {
             variants_noted: noted(VARIANT_GRAIN),
-            urls_noted: noted(url_grain),
+            urls_noted: Cache::builder()
+                .max_capacity(NOTED_URL_BYTES)
+                .weigher(|url: &String, _: &()| u32::try_from(url.len() + 64).unwrap_or(u32::MAX))
+                .time_to_live(url_grain)
+                .build(),
             queued: Mutex::default(),
             variant_bytes: AtomicU64::new(0),
             evicting: tokio::sync::Mutex::new(()),
@@ -91,26 +101,18 @@ impl Upkeep {
         self.variants_max_bytes - self.variants_max_bytes / 10
     }
 
-    /// Queues a use of `key` unless one was queued within its grain (`noted` forgets after
-    /// it). A key already noted costs one lookup: no allocation, no lock.
-    fn note<K, Q>(
-        &self,
-        noted: &Cache<K, ()>,
-        key: &Q,
-        queue: impl FnOnce(&mut Queued) -> &mut Vec<(K, u64)>,
-    ) where
+    /// Whether a use of `key` is the first within its grain (`noted` forgets after it), and
+    /// so is to be queued. A key already noted costs one lookup: no allocation, no lock.
+    fn first_in_grain<K, Q>(noted: &Cache<K, ()>, key: &Q) -> bool
+    where
         K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
         Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
     {
         if noted.contains_key(key) {
-            return;
+            return false;
         }
         noted.insert(key.to_owned(), ());
-        let mut queued = self.queue();
-        let queue = queue(&mut queued);
-        if queue.len() < QUEUE_LIMIT {
-            queue.push((key.to_owned(), now_ms()));
-        }
+        true
     }
 
     /// URL entries last used before this are forgotten.
@@ -150,13 +152,24 @@ impl Pipeline {
     /// A stored variant was served.
     pub(super) fn note_variant_served(&self, key: &VariantKey) {
         let u = &self.shared.upkeep;
-        u.note(&u.variants_noted, key, |q| &mut q.variants);
+        if Upkeep::first_in_grain(&u.variants_noted, key) {
+            let mut queued = u.queue();
+            if queued.variants.len() < QUEUE_LIMIT {
+                queued.variants.push((key.clone(), now_ms()));
+            }
+        }
     }
 
     /// A URL entry answered a request without being written.
     pub(super) fn note_url_requested(&self, url: &str) {
         let u = &self.shared.upkeep;
-        u.note(&u.urls_noted, url, |q| &mut q.urls);
+        if Upkeep::first_in_grain(&u.urls_noted, url) {
+            let mut queued = u.queue();
+            if queued.urls.len() < QUEUE_LIMIT && queued.url_bytes + url.len() <= QUEUE_URL_BYTES {
+                queued.url_bytes += url.len();
+                queued.urls.push((url.to_string(), now_ms()));
+            }
+        }
     }
 
     /// A variant was just stored (stamped as served by the store): evicts at once when that

@@ -20,14 +20,52 @@ pub struct Uploaded {
     pub near_duplicate_of: Option<ContentHash>,
 }
 
+/// Bytes an upload accepted (a readable image, not taken down), not yet stored.
+struct Accepted {
+    bytes: Bytes,
+    hash: ContentHash,
+    info: OriginalInfo,
+}
+
 impl Pipeline {
     /// Validates that the bytes are a readable image and stores them once.
     pub async fn upload(&self, bytes: Bytes) -> Result<Uploaded, Error> {
-        let s = &self.shared;
+        let accepted = self.accept(bytes).await?;
+        self.store_upload(accepted).await
+    }
+
+    /// The files of one request (a multipart form), all or none: every one is validated
+    /// before any is stored, so a request refused for its third file leaves nothing of the
+    /// first two behind (issue 28). (A storage failure part way through leaves what was
+    /// stored before it: valid originals, which the retry finds as duplicates.)
+    pub async fn upload_all(&self, files: Vec<Bytes>) -> Result<Vec<Uploaded>, Error> {
+        let mut accepted = Vec::with_capacity(files.len());
+        for bytes in files {
+            accepted.push(self.accept(bytes).await?);
+        }
+        let mut uploaded = Vec::with_capacity(accepted.len());
+        for one in accepted {
+            uploaded.push(self.store_upload(one).await?);
+        }
+        Ok(uploaded)
+    }
+
+    /// An upload's checks, before anything is written: readable, and not taken down.
+    async fn accept(&self, bytes: Bytes) -> Result<Accepted, Error> {
+        if bytes.is_empty() {
+            return Err(Error::invalid_option("body", "the upload is empty"));
+        }
         let (hash, info) = self.describe_in_turn(bytes.clone(), true).await?;
         if self.listed_now(&hash).await? {
             return Err(super::taken_down(&hash));
         }
+        Ok(Accepted { bytes, hash, info })
+    }
+
+    /// Stores an accepted upload once.
+    async fn store_upload(&self, accepted: Accepted) -> Result<Uploaded, Error> {
+        let s = &self.shared;
+        let Accepted { bytes, hash, info } = accepted;
         if let Some(existing) = s.maps.original(&hash).await? {
             // The entry may come from a download, committed without fsync: the answer
             // promises the original is kept, so make it durable first (a no-op when nothing

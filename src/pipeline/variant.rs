@@ -573,6 +573,14 @@ impl Pipeline {
                     // would be all the frames') and before any frame is decoded.
                     processors::animation::check(t.source_frames, size, &limits)?;
                 }
+                // A spec implying more work than `limits.max_cost` is refused before
+                // admission and before any decode, a mezzanine's included (issue 28). Only
+                // for a known size: bytes no probe could read get their own error.
+                if t.source_size.is_some() {
+                    let work = processors::cost(t.source_format, size, &t.spec)
+                        .saturating_mul(u64::from(t.frames_made()));
+                    processors::check_cost(work, &limits)?;
+                }
                 match self.route(t).await? {
                     Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
                         Ok(bytes) => {

@@ -116,11 +116,8 @@ impl PostgresMaps {
         let maps = PostgresMaps {
             pool,
             recent: moka::sync::Cache::new(RECENT_ORIGINALS),
-            last_seen_urls: moka::sync::Cache::new(RECENT_ORIGINALS),
-            recent_urls: moka::sync::Cache::builder()
-                .max_capacity(RECENT_ORIGINALS)
-                .time_to_live(URL_FRESH_FOR)
-                .build(),
+            last_seen_urls: super::url_entry_cache(None),
+            recent_urls: super::url_entry_cache(Some(URL_FRESH_FOR)),
         };
         let mut client = maps.client().await?;
         schema::migrate(&mut client).await?;
@@ -1112,13 +1109,20 @@ impl PostgresMaps {
 }
 
 impl PostgresMaps {
-    /// Remembers what the database said of a URL (or what this node wrote).
+    /// Remembers what the database said of a URL (or what this node wrote). The absence of
+    /// an entry is not kept: a URL that is not in the map (one the guard is about to refuse,
+    /// say) leaves nothing in memory behind it (issue 28).
     fn saw_url(&self, url: &str, entry: Option<&UrlEntry>) {
         match entry {
-            Some(e) => self.last_seen_urls.insert(url.to_string(), e.clone()),
-            None => self.last_seen_urls.invalidate(url),
+            Some(e) => {
+                self.last_seen_urls.insert(url.to_string(), e.clone());
+                self.recent_urls.insert(url.to_string(), Some(e.clone()));
+            }
+            None => {
+                self.last_seen_urls.invalidate(url);
+                self.recent_urls.invalidate(url);
+            }
         }
-        self.recent_urls.insert(url.to_string(), entry.cloned());
     }
 
     /// Stores a variant row, under a claim when one is given (checked in the same

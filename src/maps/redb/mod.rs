@@ -162,7 +162,7 @@ fn write_index(near: &RwLock<NearIndex>) -> std::sync::RwLockWriteGuard<'_, Near
     near.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Originals entries and URL entries kept in memory, each.
+/// Originals entries kept in memory.
 const RECENT_ENTRIES: u64 = 100_000;
 
 /// The three maps in one redb file.
@@ -170,7 +170,7 @@ const RECENT_ENTRIES: u64 = 100_000;
 pub struct RedbMaps {
     db: Db,
     recent: moka::sync::Cache<ContentHash, OriginalInfo>,
-    /// URL entries as last written or read, `None` for a URL known to have none. Writers
+    /// URL entries as last written or read, `None` for a URL removed by a writer. Writers
     /// (removals too) set it while they hold redb's write lock, so two writers of one URL
     /// leave the later value; a reader fills it only where no writer has (`or_insert`), so a
     /// read that raced a write cannot put the older value back.
@@ -212,7 +212,7 @@ impl RedbMaps {
             near: Arc::new(RwLock::new(near)),
             db,
             recent: moka::sync::Cache::new(RECENT_ENTRIES),
-            urls: moka::sync::Cache::new(RECENT_ENTRIES),
+            urls: super::url_entry_cache(None),
         })
     }
 }
@@ -228,6 +228,11 @@ impl MapStore for RedbMaps {
             .db
             .run(move |db| url_map::get(&db.read()?, &key))
             .await?;
+        // Only what exists is kept: a URL that is not in the map (one the guard is about to
+        // refuse, say) leaves nothing in memory behind it (issue 28).
+        if entry.is_none() {
+            return Ok(None);
+        }
         let cached = self.urls.entry(url.to_string()).or_insert(entry);
         Ok(cached.into_value())
     }
