@@ -333,3 +333,63 @@ async fn report_mode_never_maps_a_url_elsewhere() {
     );
     assert_eq!(app.processing_runs(), 2);
 }
+
+/// Issue 28, item 8: in canonical mode a takedown of an original holds for the copies merged
+/// into it, and for new copies of it. Before, after `DELETE /v1/originals/<C>`, a URL whose
+/// bytes O had been merged into C downloaded O again and served it (200), as did
+/// `/v1/image/<O>` and `/v1/originals/<O>`.
+#[tokio::test]
+async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
+    const TOKEN: &str = "near-dup-admin-token-0123456789";
+    let app = spawn_app_with(|c| {
+        c.dedup.near = NearDedup::Canonical;
+        c.security.admin_token = Some(TOKEN.into());
+    })
+    .await;
+    let origin = Origin::start().await;
+    let original = photo("kodak-02.jpg");
+    let copy = reencoded(&original, 80, 1);
+    origin.put("/first.jpg", original.clone());
+    origin.put("/copy.jpg", copy.clone());
+    let a = app.image_by_url(&origin.url("/first.jpg"), "w=200").await;
+    assert_eq!(a.status(), 200);
+    let b = app.image_by_url(&origin.url("/copy.jpg"), "w=200").await;
+    assert_eq!(
+        header(&b, "x-imgcas-canonical"),
+        Some(hash(&original).as_str())
+    );
+
+    let r = app
+        .client
+        .delete(app.url(&format!("/v1/originals/{}", hash(&original))))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // The merged URL, its own bytes by hash, and its original: all refused.
+    let r = app.image_by_url(&origin.url("/copy.jpg"), "w=200").await;
+    assert_eq!(r.status(), 451, "the merged URL");
+    let r = app.get(&format!("/v1/image/{}?w=200", hash(&copy))).await;
+    assert_eq!(r.status(), 451, "the merged bytes by hash");
+    let r = app.get(&format!("/v1/originals/{}", hash(&copy))).await;
+    assert_eq!(r.status(), 451, "the merged bytes as an original");
+    let r = app.image_by_url(&origin.url("/first.jpg"), "w=200").await;
+    assert_eq!(r.status(), 451, "the original's own URL");
+
+    // A copy never seen before (another re-encode, a PNG of it) is refused too, and stored
+    // nowhere; another picture is served.
+    for (path, bytes) in [
+        ("/third.jpg", reencoded(&original, 60, 1)),
+        ("/fourth.png", as_png(&reencoded(&original, 95, 2))),
+    ] {
+        origin.put(path, bytes.clone());
+        let r = app.image_by_url(&origin.url(path), "w=200").await;
+        assert_eq!(r.status(), 451, "{path}");
+        assert!(!app.stored_blobs().await.contains(&ContentHash::of(&bytes)));
+    }
+    origin.put("/other.jpg", photo("kodak-15.jpg"));
+    let r = app.image_by_url(&origin.url("/other.jpg"), "w=200").await;
+    assert_eq!(r.status(), 200);
+}

@@ -177,6 +177,26 @@ impl Pipeline {
         Ok(best.map(|(_, _, hash)| hash))
     }
 
+    /// A taken-down original that `fp` matches under `guards`, if any (a taken-down
+    /// original's fingerprint outlives it for this): canonical mode refuses a new copy of a
+    /// taken-down picture as it refuses the picture (issue 28).
+    pub(super) async fn taken_down_match(
+        &self,
+        own: &ContentHash,
+        fp: &Fingerprint,
+        guards: &Guards,
+    ) -> Result<Option<ContentHash>, Error> {
+        for found in self.shared.maps.near(fp.phash, guards.radius).await? {
+            if found.hash != *own
+                && self.is_taken_down(&found.hash)
+                && fp.matches(&found.fingerprint, guards)
+            {
+                return Ok(Some(found.hash));
+            }
+        }
+        Ok(None)
+    }
+
     /// Every other indexed original matching `fp` under `guards`, closest first.
     async fn matches(
         &self,

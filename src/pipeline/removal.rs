@@ -29,7 +29,7 @@ use url::Url;
 use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, MapStore};
+use crate::maps::{now_ms, Fingerprinted, MapStore};
 use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
@@ -200,14 +200,26 @@ impl Pipeline {
             urls_forgotten: 0,
             bytes_freed: 0,
         };
-        // The index entry (and the fingerprint) first: a node that has not seen the
-        // generation yet then fails to locate the content rather than making variants of it.
-        // Removed even when not indexed: a fingerprint may outlive its entry.
+        // The index entry first: a node that has not seen the generation yet then fails to
+        // locate the content rather than making variants of it. Its fingerprint stays (put
+        // back when there was one): canonical mode refuses a new copy of a taken-down
+        // picture as it refuses the picture (issue 28).
+        let fingerprint = s.maps.fingerprint(hash).await?;
         s.maps.remove_original(hash).await?;
-        for (url, _) in s.maps.urls_of(hash).await? {
+        if let Some(kept @ Fingerprinted::Picture(_)) = &fingerprint {
+            s.maps.put_fingerprint(hash, kept).await?;
+        }
+        // The URLs whose own bytes were merged into this original (canonical mode) name
+        // those bytes too: they are taken down below, or the URL's next download would
+        // store them and serve the picture again.
+        let mut merged = Vec::new();
+        for (url, entry) in s.maps.urls_of(hash).await? {
             s.maps.remove_url(&url).await?;
             s.origin_failures.clear(&url);
             report.urls_forgotten += 1;
+            if entry.hash != *hash && !merged.contains(&entry.hash) {
+                merged.push(entry.hash);
+            }
         }
         let variants = s.maps.variants_of(hash).await?;
         let keys: Vec<_> = variants.iter().map(|(k, _)| k.clone()).collect();
@@ -220,6 +232,15 @@ impl Pipeline {
             report.bytes_freed += size;
         }
         s.maps.flush().await?;
+        for own in merged {
+            if s.maps.is_taken_down(&own).await? {
+                continue;
+            }
+            let also = Box::pin(self.take_down_now(&own)).await?;
+            report.variants_removed += also.variants_removed;
+            report.urls_forgotten += also.urls_forgotten;
+            report.bytes_freed += also.bytes_freed;
+        }
         s.maps.bump_purge_generation().await?;
         // A request that located the content while the removal ran remembers nothing (the
         // epoch moved), but its processing run may have filled the hot cache since, and a
@@ -251,20 +272,28 @@ impl Pipeline {
 
     /// Takes down the content `url` is served from (its canonical original in canonical
     /// mode, else its bytes). `None` when the URL has no entry: there is nothing to name.
-    /// In canonical mode the URL's own bytes are taken down too: its next download would
-    /// otherwise store them and serve the same picture again.
+    /// In canonical mode the URL's own bytes are taken down with it, as the own bytes of
+    /// every URL merged into that original are (see `take_down_now`).
     pub async fn take_down_url(&self, url: &Url) -> Result<Option<TakenDown>, Error> {
         let Some(entry) = self.shared.maps.url_now(url.as_str()).await? else {
             return Ok(None);
         };
-        let mut report = self.take_down(&entry.serving()).await?;
-        if entry.hash != entry.serving() {
-            let own = self.take_down(&entry.hash).await?;
-            report.variants_removed += own.variants_removed;
-            report.urls_forgotten += own.urls_forgotten;
-            report.bytes_freed += own.bytes_freed;
+        Ok(Some(self.take_down(&entry.serving()).await?))
+    }
+
+    /// Lists `hash` as taken down, with nothing of it stored to remove: bytes a download
+    /// just brought that are a copy of taken-down content (canonical mode). Other nodes
+    /// follow at their next look at the generation.
+    pub(super) async fn list_as_taken_down(&self, hash: &ContentHash) -> Result<(), Error> {
+        let s = &self.shared;
+        {
+            let _changing = s.takedowns.changing.lock().await;
+            s.maps.take_down(hash, now_ms()).await?;
+            s.takedowns.set(*hash, true);
         }
-        Ok(Some(report))
+        self.removed();
+        s.maps.bump_purge_generation().await?;
+        Ok(())
     }
 
     /// Lifts the takedown of `hash`; the URLs that remembered it as taken down download

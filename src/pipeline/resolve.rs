@@ -383,6 +383,16 @@ impl Pipeline {
                     match &computed {
                         Some(Some(fp)) => {
                             let guards = self.canonical_guards();
+                            if let Some(gone) = self.taken_down_match(&hash, fp, &guards).await? {
+                                // A copy of taken-down content: listed and refused like it,
+                                // stored nowhere; the URL remembers it (as above).
+                                tracing::info!(%url, source = %hash, taken_down = %gone, "a copy of taken-down content refused");
+                                self.list_as_taken_down(&hash).await?;
+                                if publish_url {
+                                    s.maps.put_url(url.as_str(), &entry).await?;
+                                }
+                                return Ok((hash, hash, false));
+                            }
                             self.best_match(&hash, fp, &guards, true).await?
                         }
                         _ => None,
