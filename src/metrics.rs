@@ -163,6 +163,10 @@ fn describe() {
         "Originals found, when first fingerprinted, within the report radius of another"
     );
     describe_counter!(
+        "imgcas_near_merges_refused_total",
+        "Canonical merges a fingerprint proposed and the pixel check refused (not the same picture everywhere)"
+    );
+    describe_counter!(
         "imgcas_fingerprints_computed_total",
         "Perceptual fingerprints computed (one per original, at its first storing or backfill)"
     );
@@ -221,6 +225,7 @@ impl Metrics {
                     "imgcas_near_duplicates_found_total",
                     s.near_duplicates_found,
                 ),
+                ("imgcas_near_merges_refused_total", s.near_merges_refused),
                 (
                     "imgcas_fingerprints_computed_total",
                     s.fingerprints_computed,

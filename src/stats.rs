@@ -31,6 +31,8 @@ pub struct Stats {
     pub claim_waits: AtomicU64,
     /// Originals found, when first fingerprinted, to be near-duplicates of another.
     pub near_duplicates_found: AtomicU64,
+    /// Canonical merges the fingerprint proposed and the pixel check refused.
+    pub near_merges_refused: AtomicU64,
     /// Fingerprints computed (each original's once, unless its bytes were lost).
     pub fingerprints_computed: AtomicU64,
     /// Originals' facts computed (placeholders, frames: each original's once).
@@ -77,6 +79,7 @@ impl Stats {
             urls_forgotten: Self::get(&self.urls_forgotten),
             claim_waits: Self::get(&self.claim_waits),
             near_duplicates_found: Self::get(&self.near_duplicates_found),
+            near_merges_refused: Self::get(&self.near_merges_refused),
             fingerprints_computed: Self::get(&self.fingerprints_computed),
             facts_computed: Self::get(&self.facts_computed),
             decodes_original: Self::get(&self.decodes_original),
@@ -104,6 +107,7 @@ pub struct StatsSnapshot {
     pub urls_forgotten: u64,
     pub claim_waits: u64,
     pub near_duplicates_found: u64,
+    pub near_merges_refused: u64,
     pub fingerprints_computed: u64,
     pub facts_computed: u64,
     pub decodes_original: u64,

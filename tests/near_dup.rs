@@ -393,3 +393,118 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
     let r = app.image_by_url(&origin.url("/other.jpg"), "w=200").await;
     assert_eq!(r.status(), 200);
 }
+
+/// `bytes` decoded, with a filled rectangle of `area` of the picture at (`fx`, `fy`) of its
+/// free width and height, drawn by `paint(x, y)` relative to the rectangle, as a JPEG q90.
+fn edited(
+    bytes: &[u8],
+    area: f64,
+    (fx, fy): (f64, f64),
+    paint: impl Fn(u32, u32) -> [u8; 3],
+) -> Vec<u8> {
+    let mut rgb = image::load_from_memory(bytes).unwrap().to_rgb8();
+    let (w, h) = rgb.dimensions();
+    let (pw, ph) = (
+        (f64::from(w) * area.sqrt()) as u32,
+        (f64::from(h) * area.sqrt()) as u32,
+    );
+    let (x0, y0) = (
+        (f64::from(w - pw) * fx) as u32,
+        (f64::from(h - ph) * fy) as u32,
+    );
+    for y in 0..ph {
+        for x in 0..pw {
+            rgb.put_pixel(x0 + x, y0 + y, image::Rgb(paint(x, y)));
+        }
+    }
+    let mut out = Vec::new();
+    JpegEncoder::new_with_quality(&mut out, 90)
+        .encode_image(&DynamicImage::ImageRgb8(rgb))
+        .unwrap();
+    out
+}
+
+/// Issue 28, item 7: canonical mode merges a copy only when its pixels are the same picture
+/// everywhere. Edited copies that the fingerprint alone would merge (checked here: each is
+/// within the canonical guards of the photo) — a line of text, a white box, a logo, over 1–2 %
+/// of the picture — are stored and served as themselves; a re-encode still merges.
+#[tokio::test]
+async fn canonical_mode_never_merges_an_edited_copy() {
+    use imgcas_processors::fingerprint::{fingerprint, Guards};
+    use imgcas_processors::{Decode, Limits};
+    let app = spawn_app_with(|c| c.dedup.near = NearDedup::Canonical).await;
+    let origin = Origin::start().await;
+    let original = photo("kodak-02.jpg");
+    origin.put("/photo.jpg", original.clone());
+    let r = app.image_by_url(&origin.url("/photo.jpg"), "w=64").await;
+    assert_eq!(r.status(), 200);
+
+    let fp = |b: &[u8]| fingerprint(b, &Limits::default(), &Decode).unwrap();
+    let guards = Guards::canonical(4);
+    // Each within the canonical guards of the photo (asserted below): a merge the
+    // fingerprint alone would have made. (The corpus measure covers boxes and other places:
+    // `processors/tests/near_dup_accuracy.rs`.)
+    let text = |x: u32, y: u32| {
+        if (x / 3 + y / 5).is_multiple_of(3) {
+            [15, 15, 15]
+        } else {
+            [235, 235, 235]
+        }
+    };
+    let logo = |x: u32, y: u32| {
+        if (x / 6 + y / 6).is_multiple_of(2) {
+            [200, 30, 40]
+        } else {
+            [250, 210, 40]
+        }
+    };
+    let edits = [
+        (
+            "text-2pct-corner",
+            edited(&original, 0.02, (0.97, 0.03), text),
+        ),
+        (
+            "text-1pct-corner",
+            edited(&original, 0.01, (0.97, 0.03), text),
+        ),
+        (
+            "logo-1pct-centre",
+            edited(&original, 0.01, (0.5, 0.5), logo),
+        ),
+        (
+            "logo-2pct-corner",
+            edited(&original, 0.02, (0.97, 0.03), logo),
+        ),
+    ];
+    for (name, bytes) in &edits {
+        assert!(
+            fp(&original).matches(&fp(bytes), &guards),
+            "{name}: no longer a fingerprint match"
+        );
+        origin.put(&format!("/{name}.jpg"), bytes.clone());
+        let r = app
+            .image_by_url(&origin.url(&format!("/{name}.jpg")), "w=64")
+            .await;
+        assert_eq!(r.status(), 200, "{name}");
+        assert_eq!(
+            header(&r, "x-imgcas-canonical"),
+            None,
+            "{name} was merged into the photo"
+        );
+        assert_eq!(
+            header(&r, "x-imgcas-source-hash"),
+            Some(hash(bytes).as_str())
+        );
+    }
+    // At least one refusal each (an edit stored before is a candidate for the next too).
+    let refused = app.metrics().await;
+    let refused = common::metric_value(&refused, "imgcas_near_merges_refused_total", &[]);
+    assert!(refused >= edits.len() as f64, "{refused}");
+    // A re-encode is the same picture: merged.
+    origin.put("/copy.jpg", reencoded(&original, 75, 1));
+    let r = app.image_by_url(&origin.url("/copy.jpg"), "w=64").await;
+    assert_eq!(
+        header(&r, "x-imgcas-canonical"),
+        Some(hash(&original).as_str())
+    );
+}

@@ -36,6 +36,7 @@ pub mod ico;
 pub mod jpeg;
 #[allow(unsafe_code)]
 mod jpeg_encode;
+pub mod likeness;
 pub mod mezzanine;
 pub mod ops;
 pub mod smart;

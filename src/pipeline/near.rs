@@ -197,6 +197,56 @@ impl Pipeline {
         Ok(None)
     }
 
+    /// The original a download's new bytes are merged into (canonical mode): among the
+    /// originals `fp` matches under the canonical guards that are at least as large, the
+    /// best (largest, then earliest stored) whose pixels are the same picture everywhere
+    /// (`likeness`, issue 28: the fingerprint alone merged an edited copy, a line of text
+    /// or a box over a few percent of the picture, into the photo). The first few
+    /// candidates are checked, each decode in a CPU slot.
+    pub(super) async fn canonical_match(
+        &self,
+        own: &ContentHash,
+        bytes: &Bytes,
+        fp: &Fingerprint,
+    ) -> Result<Option<ContentHash>, Error> {
+        const CHECKED: usize = 3;
+        let guards = self.canonical_guards();
+        let mut candidates: Vec<(u64, u64, ContentHash)> = Vec::new();
+        for m in self.matches(own, fp, &guards).await? {
+            let other = &m.found.fingerprint;
+            if other.width < fp.width || other.height < fp.height {
+                continue;
+            }
+            let pixels = u64::from(other.width) * u64::from(other.height);
+            candidates.push((pixels, u64::MAX - m.info.first_seen_ms, m.found.hash));
+        }
+        candidates.sort_by_key(|c| std::cmp::Reverse((c.0, c.1)));
+        for (_, _, candidate) in candidates.into_iter().take(CHECKED) {
+            let theirs = match self.original_bytes(&candidate).await {
+                Ok(theirs) => theirs,
+                Err(e) => {
+                    tracing::warn!(%candidate, error = %e, "near-duplicate's bytes unreadable; not merged into it");
+                    continue;
+                }
+            };
+            let _slot = self.fingerprint_slot(Urgency::Request).await;
+            let (ours, limits) = (bytes.clone(), self.limits());
+            let same = blocking(move || {
+                Ok(
+                    imgcas_processors::likeness::same_picture(&ours, &theirs, &limits)
+                        .unwrap_or(false),
+                )
+            })
+            .await?;
+            if same {
+                return Ok(Some(candidate));
+            }
+            Stats::bump(&self.shared.stats.near_merges_refused);
+            tracing::info!(source = %own, %candidate, "near-duplicate by fingerprint, but not the same picture everywhere: not merged");
+        }
+        Ok(None)
+    }
+
     /// Every other indexed original matching `fp` under `guards`, closest first.
     async fn matches(
         &self,

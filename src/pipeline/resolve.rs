@@ -393,7 +393,7 @@ impl Pipeline {
                                 }
                                 return Ok((hash, hash, false));
                             }
-                            self.best_match(&hash, fp, &guards, true).await?
+                            self.canonical_match(&hash, &bytes, fp).await?
                         }
                         _ => None,
                     }
