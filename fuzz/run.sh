@@ -44,7 +44,10 @@ esac
 artifacts="$here/artifacts/$target"
 mkdir -p "$artifacts"
 log="$here/artifacts/$target.log"
+# Built first, so that the run's minutes are fuzzing, not compiling.
+cargo fuzz build --sanitizer none --release "$target" >/dev/null 2>&1 || true
 started=$(date -u +%Y-%m-%dT%H:%MZ)
+t0=$(date +%s)
 cargo fuzz run --sanitizer none --release "$target" "$seeds" -- \
   -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
   -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|NEW)|ERROR|SUMMARY" | tail -20 || true
@@ -58,8 +61,10 @@ for f in "$artifacts"/*; do
   finds=$((finds + 1))
 done
 rm -f "$artifacts"/*
+# The minutes it really ran (a crash ends a run early), not the ones asked for.
+ran=$(awk -v s="$(( $(date +%s) - t0 ))" 'BEGIN { printf "%.1f", s / 60 }')
 execs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
 cov=$(grep -oE "cov: [0-9]+" "$log" | tail -1 | grep -oE "[0-9]+")
 [ -f runs.tsv ] || printf 'started\ttarget\tminutes\texecutions\tcoverage (edges)\tfinds\n' >runs.tsv
-printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$started" "$target" "$minutes" "${execs:-?}" "${cov:-?}" "$finds" >>runs.tsv
-echo "$target: ${minutes} min, ${execs:-?} executions, coverage ${cov:-?}, $finds finds (testdata/fuzz/$target)"
+printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$started" "$target" "$ran" "${execs:-?}" "${cov:-?}" "$finds" >>runs.tsv
+echo "$target: ${ran} min (of ${minutes} asked), ${execs:-?} executions, coverage ${cov:-?}, $finds finds (testdata/fuzz/$target)"

@@ -7,6 +7,21 @@
 
 use imgcas_processors::{Decode, Limits, OutputFormat, ProcessError, Spec};
 
+/// Lets a panic unwind to the guard around a third-party decoder, as it does in the service
+/// (where it is the input's `undecodable`): libFuzzer's hook aborts at the panic itself,
+/// before any `catch_unwind`, so every input reaching a known, guarded decoder bug would
+/// stop the run as a crash. A panic that escapes the guards still ends the run (libfuzzer-sys
+/// aborts on one that leaves the target). The fuzz targets call this; the replay keeps the
+/// test harness's own hook.
+pub fn unwind_to_the_guards() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            eprintln!("panic (caught unless it escapes): {info}")
+        }));
+    });
+}
+
 fn limits() -> Limits {
     Limits {
         max_pixels: 4_000_000,

@@ -5,5 +5,6 @@
 mod checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    checks::unwind_to_the_guards();
     checks::facts(data);
 });
