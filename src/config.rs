@@ -219,6 +219,10 @@ pub struct LimitsConfig {
     /// (`IMGCAS_VARIANTS_MAX_BYTES`); the least recently served are evicted beyond it, and
     /// rebuilt if asked for again.
     pub variants_max_bytes: u64,
+    /// Bytes the URL map may count (`IMGCAS_URLS_MAX_BYTES`): each entry its URL twice, its
+    /// validators and 160 bytes; the least recently used entries are dropped beyond it (they
+    /// download again if asked for: their originals and variants stay).
+    pub urls_max_bytes: u64,
     /// Extension: bytes of decoded sources kept for seconds, so that runs needing the same
     /// decode of one original (a `srcset` burst, a mezzanine's build) share it
     /// (`IMGCAS_DECODE_CACHE_BYTES`; 0 turns the sharing off).
@@ -377,6 +381,7 @@ impl Default for LimitsConfig {
             queue_target: Duration::from_millis(500),
             hot_cache_bytes: 256 << 20,
             variants_max_bytes: 10 << 30,
+            urls_max_bytes: 1 << 30,
             decode_cache_bytes: 256 << 20,
             mezzanine: true,
             max_url_bytes: 8 << 10,
@@ -562,6 +567,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.queue_target", "IMGCAS_QUEUE_TARGET", limits.queue_target, duration),
     setting!("limits.hot_cache_bytes", "IMGCAS_HOT_CACHE_BYTES", limits.hot_cache_bytes, number),
     setting!("limits.variants_max_bytes", "IMGCAS_VARIANTS_MAX_BYTES", limits.variants_max_bytes, number),
+    setting!("limits.urls_max_bytes", "IMGCAS_URLS_MAX_BYTES", limits.urls_max_bytes, number),
     setting!("limits.decode_cache_bytes", "IMGCAS_DECODE_CACHE_BYTES", limits.decode_cache_bytes, number),
     setting!("limits.mezzanine", "IMGCAS_MEZZANINE", limits.mezzanine, boolean),
     setting!("limits.max_url_bytes", "IMGCAS_MAX_URL_BYTES", limits.max_url_bytes, number),
@@ -848,6 +854,7 @@ mod tests {
             ("IMGCAS_FETCH_CONCURRENCY", ("5", "5")),
             ("IMGCAS_FORGET_AFTER", (r#""7d""#, "7days")),
             ("IMGCAS_VARIANTS_MAX_BYTES", ("1000000", "1_000_000")),
+            ("IMGCAS_URLS_MAX_BYTES", ("2000000", "2_000_000")),
             ("IMGCAS_MAX_PIXELS", ("1000", "1000")),
             ("IMGCAS_MAX_FRAMES", ("40", "40")),
             ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),

@@ -155,6 +155,10 @@ fn describe() {
         "URL entries dropped after fetch.forget_after without a request"
     );
     describe_counter!(
+        "imgcas_urls_evicted_total",
+        "URL entries dropped, least recently used first, to keep within limits.urls_max_bytes"
+    );
+    describe_counter!(
         "imgcas_claim_waits_total",
         "Polls for a download or processing run another node claimed"
     );
@@ -220,6 +224,7 @@ impl Metrics {
                 ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
                 ("imgcas_variants_evicted_total", s.variants_evicted),
                 ("imgcas_urls_forgotten_total", s.urls_forgotten),
+                ("imgcas_urls_evicted_total", s.urls_evicted),
                 ("imgcas_claim_waits_total", s.claim_waits),
                 (
                     "imgcas_near_duplicates_found_total",

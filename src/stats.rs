@@ -27,6 +27,8 @@ pub struct Stats {
     pub variants_evicted: AtomicU64,
     /// URL entries dropped after `fetch.forget_after` without a request.
     pub urls_forgotten: AtomicU64,
+    /// URL entries dropped to keep within `limits.urls_max_bytes`.
+    pub urls_evicted: AtomicU64,
     /// Polls for a download or processing run another node claimed (shared maps).
     pub claim_waits: AtomicU64,
     /// Originals found, when first fingerprinted, to be near-duplicates of another.
@@ -77,6 +79,7 @@ impl Stats {
             origin_failure_hits: Self::get(&self.origin_failure_hits),
             variants_evicted: Self::get(&self.variants_evicted),
             urls_forgotten: Self::get(&self.urls_forgotten),
+            urls_evicted: Self::get(&self.urls_evicted),
             claim_waits: Self::get(&self.claim_waits),
             near_duplicates_found: Self::get(&self.near_duplicates_found),
             near_merges_refused: Self::get(&self.near_merges_refused),
@@ -105,6 +108,7 @@ pub struct StatsSnapshot {
     pub origin_failure_hits: u64,
     pub variants_evicted: u64,
     pub urls_forgotten: u64,
+    pub urls_evicted: u64,
     pub claim_waits: u64,
     pub near_duplicates_found: u64,
     pub near_merges_refused: u64,

@@ -350,3 +350,61 @@ async fn memory_stays_bounded_however_long_the_urls() {
         server.terminate();
     }
 }
+
+/// Issue 28, item 3: the URL map has a byte budget of its own (`IMGCAS_URLS_MAX_BYTES`),
+/// swept least recently used first. A thousand distinct 7 KB URLs of one image (about 14 MB
+/// of URL map) leave at most the budget's worth of entries, and a data dir that grew by a
+/// bounded amount; before, 300 long URLs of one 144-byte image made a 38 MB data dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_url_map_stays_within_its_byte_budget() {
+    const BUDGET: u64 = 1_000_000;
+    let s3 = s3_when_asked().await;
+    let origin = Origin::start().await;
+    let image_bytes = png(12, 8, 5);
+    let dir = tempfile::tempdir().unwrap();
+    // Shared maps (the suite on S3 runs them on PostgreSQL) are measured at each sweep, an
+    // eighth of forget_after: one a second here.
+    let forget_after = if s3.is_some() { "8s" } else { "1h" };
+    let env: Vec<(&'static str, String)> = vec![
+        ("IMGCAS_URLS_MAX_BYTES", BUDGET.to_string()),
+        ("IMGCAS_FORGET_AFTER", forget_after.into()),
+    ];
+    let server = start_with(dir.path(), s3.as_ref(), &env);
+    let before = dir_bytes(dir.path());
+    let padding = "u".repeat(7_000);
+    for i in 0..1_000 {
+        let path = format!("/{i}/{padding}.png");
+        origin.put(&path, image_bytes.clone());
+    }
+    let base = server.base.clone();
+    let origin_base = origin.url("/");
+    let seen = distinct_urls(&base, 1_000, move |i| {
+        format!("{origin_base}{i}/{}.png", "u".repeat(7_000))
+    })
+    .await;
+    assert_eq!(seen.get(&200), Some(&1_000), "{seen:?}");
+    // The upkeep runs once a second.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let scrape = scrape(&client(), &server.base).await;
+    let evicted = metric_value(&scrape, "imgcas_urls_evicted_total", &[]);
+    server.terminate();
+    let grown = dir_bytes(dir.path()).saturating_sub(before);
+    let mut stats_env = env.clone();
+    stats_env.extend(s3.as_ref().map(s3::S3Target::env).unwrap_or_default());
+    let kept = stored_urls(dir.path(), &stats_env);
+    // An entry counts its 7 KB URL twice, and 160 bytes.
+    let row = 2 * 7_030 + 160;
+    eprintln!(
+        "1,000 URLs of 7 KB, one image: {kept} entries kept, {evicted} evicted, data dir +{} KB",
+        grown / 1024
+    );
+    assert!(kept * row <= BUDGET, "{kept} entries kept");
+    assert!(evicted >= 900.0, "{evicted}");
+    if s3.is_none() {
+        assert!(
+            grown < 2 * BUDGET + (2 << 20),
+            "the data dir grew by {} KB",
+            grown / 1024
+        );
+    }
+}

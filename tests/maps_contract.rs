@@ -318,6 +318,64 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
     maps.check().await.unwrap();
 }
 
+/// The URL map's byte budget (issue 28): every write keeps the count (`url_row_bytes` of what
+/// is stored), eviction drops the least recently used first down to the target, and the count
+/// survives a restart.
+async fn url_budget(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    assert_eq!(maps.url_bytes().await.unwrap(), 0);
+    let a = ContentHash::of(b"a");
+    let url = |i: usize| format!("http://127.0.0.1/{i}/{}", "x".repeat(100 * i));
+    let mut expected = 0;
+    for i in 0..10 {
+        let mut entry = url_entry(a);
+        entry.checked_at_ms = 1000 + i as u64;
+        maps.put_url(&url(i), &entry).await.unwrap();
+        expected += imgcas::maps::url_row_bytes(&url(i), &entry);
+    }
+    assert_eq!(maps.url_bytes().await.unwrap(), expected);
+    // Writing an entry again replaces its count; a use stamp moves it to the back.
+    let again = maps.url(&url(0)).await.unwrap().unwrap();
+    maps.put_url(&url(0), &again).await.unwrap();
+    assert_eq!(maps.url_bytes().await.unwrap(), expected);
+    maps.mark_urls_requested(&[(url(0), 5000)]).await.unwrap();
+    maps.remove_url(&url(9)).await.unwrap();
+    expected -= imgcas::maps::url_row_bytes(&url(9), &url_entry(a));
+    assert_eq!(maps.url_bytes().await.unwrap(), expected);
+
+    maps.flush().await.unwrap();
+    drop(maps);
+    let maps = open().await;
+    assert_eq!(maps.url_bytes().await.unwrap(), expected);
+    // Down to a third: the oldest go (1, 2, …), the one just used (0) stays.
+    let target = expected / 3;
+    let evicted = maps.evict_urls(target).await.unwrap();
+    assert!(evicted >= 1, "{evicted}");
+    let left = maps.url_bytes().await.unwrap();
+    assert!(left <= target, "{left} > {target}");
+    assert!(
+        maps.url(&url(0)).await.unwrap().is_some(),
+        "the most recently used stays"
+    );
+    assert_eq!(
+        maps.url(&url(1)).await.unwrap(),
+        None,
+        "the least recently used goes"
+    );
+    let kept = maps.urls().await.unwrap();
+    let counted: u64 = kept
+        .iter()
+        .map(|(u, e)| imgcas::maps::url_row_bytes(u, e))
+        .sum();
+    assert_eq!(counted, left);
+    assert_eq!(
+        maps.evict_urls(left).await.unwrap(),
+        0,
+        "within the target: nothing to do"
+    );
+    maps.check().await.unwrap();
+}
+
 /// Concurrent durable inserts share their syncs; every one lands and survives a restart.
 async fn concurrent_durable_inserts(open: impl Fn() -> Opened) {
     let maps = open().await;
@@ -603,6 +661,7 @@ async fn redb_keeps_the_contract() {
     contract(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     concurrent_durable_inserts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    url_budget(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     takedowns(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     original_facts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
@@ -639,6 +698,7 @@ async fn postgres_keeps_the_contract() {
     contract(postgres_at(server.database("contract"))).await;
     concurrent_durable_inserts(postgres_at(server.database("durable_inserts"))).await;
     bounded_growth(postgres_at(server.database("bounded_growth"))).await;
+    url_budget(postgres_at(server.database("url_budget"))).await;
     near_duplicates(postgres_at(server.database("near_duplicates"))).await;
     takedowns(postgres_at(server.database("takedowns"))).await;
     original_facts(postgres_at(server.database("original_facts"))).await;

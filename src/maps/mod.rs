@@ -91,6 +91,14 @@ impl UrlEntry {
     }
 }
 
+/// What one URL entry counts for in the URL map's byte budget (`limits.urls_max_bytes`): its
+/// URL twice (key and index by hash), its validators, and 160 bytes for the hashes, stamps
+/// and the store's own overhead. Both backends count the same.
+pub fn url_row_bytes(url: &str, entry: &UrlEntry) -> u64 {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    (2 * url.len() + text(&entry.etag) + text(&entry.last_modified) + 160) as u64
+}
+
 /// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes
 /// long, so these caches are bounded by what they hold, not by how many entries (issue 28:
 /// a cap of 100,000 entries let 60 KB URLs take gigabytes).
@@ -386,6 +394,14 @@ pub trait MapStore: Send + Sync + 'static {
     /// Drops the URL entries whose last use ([`UrlEntry::last_used_ms`]) is before
     /// `unused_since_ms`; returns how many.
     async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError>;
+
+    /// The bytes the URL map counts: each entry's URL twice (the entry's key and its index
+    /// by hash), its validators and a fixed cost for the rest ([`url_row_bytes`]).
+    async fn url_bytes(&self) -> Result<u64, MapError>;
+
+    /// Drops the least recently used URL entries ([`UrlEntry::last_used_ms`]) until the URL
+    /// map counts at most `target_bytes`; returns how many were dropped.
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError>;
 
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError>;
 

@@ -245,6 +245,7 @@ impl Pipeline {
             maps.remove_variants(&orphans).await?;
             self.drop_variant_bytes(&orphans).await?;
             report.unused_urls = self.forget_unused_urls().await?;
+            report.unused_urls += self.keep_urls_within_budget().await?;
             report.evicted_variants = self.keep_variants_within_budget().await?;
             maps.flush().await?;
             report.compacted = maps.compact().await?;

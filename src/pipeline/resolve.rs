@@ -260,6 +260,9 @@ impl Pipeline {
                 };
                 let stored = self.store_download(&url, bytes, validators, publish).await;
                 lease.release().await;
+                if publish {
+                    self.url_written().await;
+                }
                 let (hash, source, new_original) = stored?;
                 let state = if entry.is_some() {
                     UrlState::Revalidated

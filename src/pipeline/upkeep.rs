@@ -57,7 +57,10 @@ pub(super) struct Upkeep {
     variant_bytes: AtomicU64,
     /// One eviction at a time; others find the room made.
     evicting: tokio::sync::Mutex<()>,
+    /// The same, for URL entries.
+    evicting_urls: tokio::sync::Mutex<()>,
     variants_max_bytes: u64,
+    urls_max_bytes: u64,
     forget_after: Duration,
     sweep_every: Duration,
     next_sweep: Mutex<Instant>,
@@ -81,7 +84,9 @@ impl Upkeep {
             queued: Mutex::default(),
             variant_bytes: AtomicU64::new(0),
             evicting: tokio::sync::Mutex::new(()),
+            evicting_urls: tokio::sync::Mutex::new(()),
             variants_max_bytes: config.limits.variants_max_bytes,
+            urls_max_bytes: config.limits.urls_max_bytes,
             forget_after,
             sweep_every,
             next_sweep: Mutex::new(Instant::now() + sweep_every),
@@ -219,6 +224,45 @@ impl Pipeline {
         self.evict_to_target().await
     }
 
+    /// Holds the URL map to `limits.urls_max_bytes` (issue 28: the map grew without a byte
+    /// bound, 300 long URLs of one image made a 38 MB data dir): beyond it, the least
+    /// recently used entries are dropped down to 90 % of it. Returns how many.
+    pub async fn keep_urls_within_budget(&self) -> Result<u64, Error> {
+        let _running = self.shared.upkeep.evicting_urls.lock().await;
+        self.evict_urls_to_target().await
+    }
+
+    /// A URL entry was just written. On the embedded maps, whose byte count is one small
+    /// read, the budget is held at once, as a stored variant's is (held once a second, a
+    /// burst of long URLs grew the file by all of them first); shared maps sum their rows,
+    /// so they are held at the sweeps.
+    pub(super) async fn url_written(&self) {
+        if self.shared.maps.shared() {
+            return;
+        }
+        let Ok(_running) = self.shared.upkeep.evicting_urls.try_lock() else {
+            return;
+        };
+        if let Err(e) = self.evict_urls_to_target().await {
+            tracing::warn!(error = %e, "URL eviction failed");
+        }
+    }
+
+    async fn evict_urls_to_target(&self) -> Result<u64, Error> {
+        let (s, u) = (&self.shared, &self.shared.upkeep);
+        if s.maps.url_bytes().await? <= u.urls_max_bytes {
+            return Ok(0);
+        }
+        let target = u.urls_max_bytes - u.urls_max_bytes / 10;
+        let evicted = s.maps.evict_urls(target).await?;
+        if evicted > 0 {
+            Stats::add(&s.stats.urls_evicted, evicted);
+            self.forget_requests();
+            tracing::info!(evicted, "URL entries dropped to keep within urls_max_bytes");
+        }
+        Ok(evicted)
+    }
+
     /// Drops URL entries unused for `fetch.forget_after`; returns how many. (The upkeep
     /// writes the queued use records first, so an entry in use is not dropped for a record
     /// still in memory.)
@@ -271,6 +315,11 @@ impl Pipeline {
         };
         if sweep_due {
             self.forget_unused_urls().await?;
+        }
+        // The embedded map keeps its byte count as it writes (a read here); shared maps
+        // sum their rows, so they are measured at the sweeps only.
+        if sweep_due || !self.shared.maps.shared() {
+            self.keep_urls_within_budget().await?;
         }
         Ok(self.shared.maps.flush().await?)
     }

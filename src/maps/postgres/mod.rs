@@ -50,6 +50,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// (minutes) does not notice; in exchange a hot variant by URL costs no round trip (measured
 /// by `bench/cluster.py`: 5x the requests per second of a query per request).
 const URL_FRESH_FOR: Duration = Duration::from_secs(1);
+/// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls`.
+const URL_ROW_BYTES: &str = "(2 * octet_length(url) + COALESCE(octet_length(etag), 0) \
+     + COALESCE(octet_length(last_modified), 0) + 160)::bigint";
 /// Originals remembered in memory.
 const RECENT_ORIGINALS: u64 = 100_000;
 /// Least recently served variants considered per eviction round.
@@ -541,6 +544,58 @@ impl MapStore for PostgresMaps {
                 return Ok(forgotten);
             }
         }
+    }
+
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        let rows = self
+            .query(
+                &format!("SELECT COALESCE(SUM({URL_ROW_BYTES}), 0)::bigint AS n FROM imgcas_urls"),
+                &[],
+            )
+            .await?;
+        let n: i64 = rows
+            .first()
+            .map(|r| r.try_get("n"))
+            .transpose()
+            .map_err(store_error)?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        let mut over = self.url_bytes().await?.saturating_sub(target_bytes);
+        let mut evicted = 0;
+        while over > 0 {
+            let rows = self
+                .query(
+                    &format!(
+                        "SELECT url_key, {URL_ROW_BYTES} AS size FROM imgcas_urls
+                         ORDER BY last_used_ms, url_key LIMIT $1"
+                    ),
+                    &[&FORGET_BATCH],
+                )
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for row in &rows {
+                if over == 0 {
+                    break;
+                }
+                let size: i64 = row.try_get("size").map_err(store_error)?;
+                keys.push(row.try_get("url_key").map_err(store_error)?);
+                over = over.saturating_sub(size.max(0) as u64);
+            }
+            evicted += self
+                .execute("DELETE FROM imgcas_urls WHERE url_key = ANY($1)", &[&keys])
+                .await?;
+        }
+        if evicted > 0 {
+            self.recent_urls.invalidate_all();
+            self.last_seen_urls.invalidate_all();
+        }
+        Ok(evicted)
     }
 
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {

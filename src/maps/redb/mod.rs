@@ -321,6 +321,26 @@ impl MapStore for RedbMaps {
             .await
     }
 
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        self.db.run(|db| url_map::bytes(&db.read()?)).await
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        let cache = self.urls.clone();
+        self.db
+            .run(move |db| {
+                let (evicted, _) = db.write(|txn| {
+                    let doomed = url_map::evict(txn, target_bytes)?;
+                    for url in &doomed {
+                        cache.insert(url.clone(), None);
+                    }
+                    Ok(doomed.len() as u64)
+                })?;
+                Ok(evicted)
+            })
+            .await
+    }
+
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
         if let Some(info) = self.recent.get(hash) {
             return Ok(Some(info));

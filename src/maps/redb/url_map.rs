@@ -6,7 +6,7 @@
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use super::super::{MapError, UrlEntry};
+use super::super::{url_row_bytes, MapError, UrlEntry};
 use crate::hash::ContentHash;
 
 const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("urls");
@@ -15,12 +15,23 @@ const BY_HASH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("urls_by_has
 /// `url_meta` key: present once `urls_by_hash` covers every entry.
 const META: TableDefinition<&str, u64> = TableDefinition::new("url_meta");
 const INDEX_BUILT: &str = "by_hash_index_version";
+/// `url_meta` key: the bytes the entries count ([`url_row_bytes`]), kept by every write.
+const BYTES: &str = "bytes";
 
 /// Opens the tables; on a file written before the index, builds it from every entry.
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
     let table = txn.open_table(TABLE)?;
     let mut index = txn.open_table(BY_HASH)?;
     let mut meta = txn.open_table(META)?;
+    // Files written before the byte count get it counted once.
+    if meta.get(BYTES)?.is_none() {
+        let mut bytes = 0u64;
+        for row in table.iter()? {
+            let (k, v) = row?;
+            bytes += url_row_bytes(k.value(), &decode(k.value(), v.value())?);
+        }
+        meta.insert(BYTES, bytes)?;
+    }
     if meta.get(INDEX_BUILT)?.is_some() {
         return Ok(());
     }
@@ -118,20 +129,37 @@ fn encode(entry: &UrlEntry) -> Result<Vec<u8>, MapError> {
     serde_json::to_vec(entry).map_err(|e| MapError::Corrupt(e.to_string()))
 }
 
+/// Moves the byte count by what was added and removed.
+fn count(txn: &WriteTransaction, added: u64, removed: u64) -> Result<(), MapError> {
+    let mut meta = txn.open_table(META)?;
+    let now = meta.get(BYTES)?.map_or(0, |v| v.value());
+    meta.insert(BYTES, (now + added).saturating_sub(removed))?;
+    Ok(())
+}
+
+/// The bytes the entries count.
+pub(super) fn bytes(txn: &ReadTransaction) -> Result<u64, MapError> {
+    Ok(txn.open_table(META)?.get(BYTES)?.map_or(0, |v| v.value()))
+}
+
 pub(super) fn put(txn: &WriteTransaction, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
     let mut index = txn.open_table(BY_HASH)?;
+    let mut removed = 0;
     if let Some(old) = lookup(&table, url)? {
         unindex_entry(&mut index, url, &old)?;
+        removed = url_row_bytes(url, &old);
     }
     table.insert(url, encode(entry)?.as_slice())?;
-    index_entry(&mut index, url, entry)
+    index_entry(&mut index, url, entry)?;
+    count(txn, url_row_bytes(url, entry), removed)
 }
 
 pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
     if let Some(old) = lookup(&table, url)? {
         unindex_entry(&mut txn.open_table(BY_HASH)?, url, &old)?;
+        count(txn, 0, url_row_bytes(url, &old))?;
     }
     table.remove(url)?;
     Ok(())
@@ -164,7 +192,46 @@ pub(super) fn mark_requested(
             changed.push((url.clone(), entry));
         }
     }
+    // (A stamp changes no counted byte.)
     Ok(changed)
+}
+
+/// Drops the least recently used entries until the entries count at most `target`; returns
+/// their URLs. One pass over the table, sorted by last use: the upkeep runs it only when the
+/// count is over the budget.
+pub(super) fn evict(txn: &WriteTransaction, target: u64) -> Result<Vec<String>, MapError> {
+    let mut over = {
+        let meta = txn.open_table(META)?;
+        let now = meta.get(BYTES)?.map_or(0, |v| v.value());
+        now.saturating_sub(target)
+    };
+    if over == 0 {
+        return Ok(Vec::new());
+    }
+    let mut table = txn.open_table(TABLE)?;
+    let mut rows = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        let entry = decode(k.value(), v.value())?;
+        rows.push((entry.last_used_ms(), k.value().to_string(), entry));
+    }
+    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut index = txn.open_table(BY_HASH)?;
+    let (mut doomed, mut freed) = (Vec::new(), 0u64);
+    for (_, url, entry) in rows {
+        if over == 0 {
+            break;
+        }
+        let size = url_row_bytes(&url, &entry);
+        table.remove(url.as_str())?;
+        unindex_entry(&mut index, &url, &entry)?;
+        over = over.saturating_sub(size);
+        freed += size;
+        doomed.push(url);
+    }
+    drop((table, index));
+    count(txn, 0, freed)?;
+    Ok(doomed)
 }
 
 /// Drops the entries last used before `unused_since_ms`; returns their URLs.
@@ -182,9 +249,13 @@ pub(super) fn forget(
             doomed.push((k.value().to_string(), entry));
         }
     }
+    let mut freed = 0;
     for (url, entry) in &doomed {
         table.remove(url.as_str())?;
         unindex_entry(&mut index, url, entry)?;
+        freed += url_row_bytes(url, entry);
     }
+    drop((table, index));
+    count(txn, 0, freed)?;
     Ok(doomed.into_iter().map(|(url, _)| url).collect())
 }
