@@ -408,3 +408,162 @@ async fn the_url_map_stays_within_its_byte_budget() {
         );
     }
 }
+
+/// A tmpfs of `size` mounted on a new directory, unmounted when dropped; `None` where this
+/// process may not mount (not root, or no permission in the container).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then_some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills what is left with a file (until the disk refuses).
+    fn fill(&self) {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        while filler.write_all(&chunk).is_ok() {}
+        let _ = filler.sync_all();
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path().join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Issue 28, item 4: a full disk breaks the embedded maps only while it is full. On a 40 MB
+/// tmpfs filled to the last byte, writes fail (uploads 503, variants served but not stored),
+/// reads go on (hits), and `/readyz` says not ready; once space is freed, the maps open their
+/// file again within seconds, writes succeed, `/readyz` says ready, and no refused upload left
+/// its blob behind. Before, every write failed with `Previous I/O error occurred` until a
+/// restart, and `/readyz` said 200 throughout. Needs
+/// to mount a tmpfs (root): skipped with a note elsewhere, and never run under CI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_breaks_the_maps_only_while_it_is_full() {
+    if std::env::var_os("CI").is_some() || s3::pipeline_on_s3() {
+        eprintln!("skipped: mounts a tmpfs (never under CI, nor with shared maps)");
+        return;
+    }
+    let Some(disk) = SmallDisk::mount("40m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let data = disk.path().join("data");
+    let server = start_with(&data, None, &[]);
+    let client = client();
+    let ready = |client: reqwest::Client, base: String| async move {
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let upload = |client: reqwest::Client, base: String, bytes: Vec<u8>| async move {
+        client
+            .post(format!("{base}/v1/originals"))
+            .body(bytes)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let photo_hash = imgcas::hash::ContentHash::of(&photo()).to_hex();
+    assert_eq!(
+        upload(client.clone(), server.base.clone(), photo()).await,
+        201
+    );
+    assert_eq!(ready(client.clone(), server.base.clone()).await, 200);
+
+    // Full: variants (stored in the map file) are served but no longer stored once the file
+    // needs room, and from that first failed write the server says it is not ready.
+    disk.fill();
+    let variant = |w: u32| {
+        let (client, base, hash) = (client.clone(), server.base.clone(), photo_hash.clone());
+        async move {
+            client
+                .get(format!("{base}/v1/image/{hash}?w={w}&format=png"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let mut failed_at = None;
+    for w in 200..700 {
+        assert_eq!(variant(w).await.status(), 200, "w={w}");
+        if ready(client.clone(), server.base.clone()).await == 503 {
+            failed_at = Some(w);
+            break;
+        }
+    }
+    let failed_at = failed_at.expect("a write failed on the full disk and readyz said so");
+    // Reads go on: a variant stored before is still a hit.
+    let hit = variant(200).await;
+    assert_eq!(hit.status(), 200);
+    assert_eq!(header(&hit, "x-imgcas-cache"), Some("hit"));
+    let refused = png(300, 200, 77);
+    assert_eq!(
+        upload(client.clone(), server.base.clone(), refused.clone()).await,
+        503
+    );
+
+    // Space back: within seconds, the maps work again.
+    disk.free();
+    let healed = std::time::Instant::now();
+    loop {
+        if ready(client.clone(), server.base.clone()).await == 200 {
+            break;
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(10),
+            "still not ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The variant that could not be stored is stored now: its next request is a hit.
+    assert_eq!(variant(failed_at).await.status(), 200);
+    let again = variant(failed_at).await;
+    assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
+    assert_eq!(
+        upload(client.clone(), server.base.clone(), png(320, 200, 78)).await,
+        201
+    );
+    eprintln!(
+        "full at the variant w={failed_at}; ready again {:?} after space came back",
+        healed.elapsed()
+    );
+    server.terminate();
+
+    // Nothing of the refused upload stayed: no unreferenced blob, even a young one.
+    let env = [("IMGCAS_GC_GRACE", "0s".to_string())];
+    let (code, out) = run(&data, &env, &["gc"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("would remove 0 unreferenced blobs"), "{out}");
+    let (code, out) = run(&data, &[], &["verify"]);
+    assert_eq!(code, 0, "{out}");
+}

@@ -79,10 +79,27 @@ impl Pipeline {
                 near_duplicate_of: self.near_duplicate_report(&hash).await,
             });
         }
-        if s.blobs.put_if_absent(&hash, bytes.clone()).await? == PutOutcome::Created {
+        let created = s.blobs.put_if_absent(&hash, bytes.clone()).await? == PutOutcome::Created;
+        if created {
             Stats::bump(&s.stats.originals_stored);
         }
-        let inserted = s.maps.add_original(&hash, &info).await?;
+        let inserted = match s.maps.add_original(&hash, &info).await {
+            Ok(inserted) => inserted,
+            Err(e) => {
+                // The upload is refused: its blob goes too, rather than waiting unindexed for
+                // gc's grace (issue 28: a full disk left the blobs of refused uploads). One
+                // another request stored first is left to it.
+                if created {
+                    if let Err(gone) = s.blobs.delete(&hash).await {
+                        tracing::warn!(%hash, error = %gone, "blob of a refused upload not removed; gc removes it after its grace");
+                    } else if matches!(s.maps.original(&hash).await, Ok(Some(_))) {
+                        // Another request indexed the same bytes meanwhile: they stay.
+                        let _ = s.blobs.put_if_absent(&hash, bytes).await;
+                    }
+                }
+                return Err(e.into());
+            }
+        };
         if self.undo_if_taken_down(&hash).await? {
             return Err(super::taken_down(&hash));
         }

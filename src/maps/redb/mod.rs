@@ -25,7 +25,7 @@
 //! overlap to a few MiB however fast variants churn under a small budget.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -63,12 +63,63 @@ store_errors!(
     redb::CompactionError
 );
 
+/// Whether a redb error is the file's I/O failing (a full disk, say), after which redb
+/// refuses every transaction (`PreviousIo`) until the file is opened again.
+trait IoFault {
+    fn is_io(&self) -> bool;
+}
+
+impl IoFault for redb::StorageError {
+    fn is_io(&self) -> bool {
+        matches!(
+            self,
+            redb::StorageError::Io(_) | redb::StorageError::PreviousIo
+        )
+    }
+}
+
+impl IoFault for redb::TransactionError {
+    fn is_io(&self) -> bool {
+        matches!(self, redb::TransactionError::Storage(s) if s.is_io())
+    }
+}
+
+impl IoFault for redb::CommitError {
+    fn is_io(&self) -> bool {
+        matches!(self, redb::CommitError::Storage(s) if s.is_io())
+    }
+}
+
+/// Whether the file system holding `file` takes a write of a few pages now (a probe file
+/// beside it, written, synced and removed).
+fn room_to_write(file: &std::path::Path) -> bool {
+    use std::io::Write;
+    let probe = file.with_extension("space-probe");
+    let written = std::fs::File::create(&probe)
+        .and_then(|mut f| f.write_all(&[0u8; 1 << 20]).and_then(|()| f.sync_all()));
+    let _ = std::fs::remove_file(&probe);
+    written.is_ok()
+}
+
+/// The least time between two attempts to open a failed file again.
+const REOPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The database handle and its group-commit bookkeeping.
 #[derive(Clone)]
 struct Db {
     /// Transactions begin under the read lock (they do not borrow the database); compaction
-    /// takes the write lock, since redb compacts only through `&mut Database`.
+    /// and reopening take the write lock, since they need the `Database` itself.
     db: Arc<RwLock<Database>>,
+    /// The file, to open again after an I/O failure.
+    path: Arc<PathBuf>,
+    /// An I/O failure left the handle refusing every transaction (issue 28: one ENOSPC broke
+    /// the maps until a restart, while `/readyz` said ready). Every operation then tries to
+    /// open the file again first (at most once a second), and fails until it can.
+    broken: Arc<AtomicBool>,
+    /// Set while the failed handle is closed and the file not open again (an attempt that
+    /// failed half way): reads refuse too, rather than read the empty stand-in.
+    closed: Arc<AtomicBool>,
+    last_reopen: Arc<Mutex<Option<std::time::Instant>>>,
     /// Sequence number of the last committed (maybe not yet durable) write.
     written: Arc<AtomicU64>,
     /// Sequence number up to which writes are durable; the lock serializes syncs.
@@ -85,8 +136,77 @@ impl Db {
         self.db.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A read transaction. Reads keep working on a handle a failed write broke (hits go on
+    /// being served while the disk is full); only a handle closed for a reopen that failed
+    /// refuses them.
     fn read(&self) -> Result<ReadTransaction, MapError> {
-        Ok(self.database().begin_read()?)
+        if self.closed.load(Ordering::Acquire) {
+            self.usable()?;
+        }
+        let txn = self.database().begin_read();
+        self.watched(txn)
+    }
+
+    /// A redb result, noting an I/O failure (see `broken`).
+    fn watched<T, E: IoFault + Into<MapError>>(&self, result: Result<T, E>) -> Result<T, MapError> {
+        result.map_err(|e| {
+            if e.is_io() && !self.broken.swap(true, Ordering::AcqRel) {
+                let error: MapError = e.into();
+                tracing::error!(%error, "the map file failed to write; refusing map work until it opens again");
+                return error;
+            }
+            e.into()
+        })
+    }
+
+    /// `Ok` when the handle works, after opening the file again if an I/O failure broke it.
+    fn usable(&self) -> Result<(), MapError> {
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let refused = || {
+            MapError::Store(format!(
+                "{} failed to write (a full disk?) and cannot be opened again yet",
+                self.path.display()
+            ))
+        };
+        {
+            let mut last = self.last_reopen.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
+                return Err(refused());
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        // Closing the handle cannot be undone, and opening the file again may need to write
+        // (its recovery): tried only once the disk takes a write again.
+        if !self.closed.load(Ordering::Acquire) && !room_to_write(&self.path) {
+            return Err(refused());
+        }
+        let mut database = self.db.write().unwrap_or_else(|p| p.into_inner());
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.closed.store(true, Ordering::Release);
+        // The file admits one handle: the failed one is closed first, an empty one in
+        // memory standing in meanwhile (never used: `broken` stays set until the file is
+        // open again).
+        let stand_in = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| MapError::Store(e.to_string()))?;
+        drop(std::mem::replace(&mut *database, stand_in));
+        match Database::create(self.path.as_ref()) {
+            Ok(reopened) => {
+                *database = reopened;
+                self.closed.store(false, Ordering::Release);
+                self.broken.store(false, Ordering::Release);
+                tracing::info!(path = %self.path.display(), "the map file is open again");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the map file cannot be opened again yet");
+                Err(refused())
+            }
+        }
     }
 
     /// Runs `f` in one write transaction and commits it without an fsync. Returns the value
@@ -95,10 +215,13 @@ impl Db {
         &self,
         f: impl FnOnce(&WriteTransaction) -> Result<T, MapError>,
     ) -> Result<(T, u64), MapError> {
-        let mut txn = self.database().begin_write()?;
+        self.usable()?;
+        let txn = self.database().begin_write();
+        let mut txn = self.watched(txn)?;
         txn.set_durability(Durability::None)?;
         let out = f(&txn)?;
-        txn.commit()?;
+        let committed = txn.commit();
+        self.watched(committed)?;
         let seq = self.written.fetch_add(1, Ordering::AcqRel) + 1;
         Ok((out, seq))
     }
@@ -121,8 +244,10 @@ impl Db {
         }
         // Everything committed before this load is covered by the commit below.
         let covered = self.written.load(Ordering::Acquire);
-        let txn = self.database().begin_write()?;
-        txn.commit()?;
+        self.usable()?;
+        let txn = self.database().begin_write();
+        let committed = self.watched(txn)?.commit();
+        self.watched(committed)?;
         *durable = covered;
         self.unsynced_bytes.store(0, Ordering::Relaxed);
         Ok(())
@@ -194,6 +319,10 @@ impl RedbMaps {
         let database = Database::create(data_dir.join("imgcas.redb"))?;
         let db = Db {
             db: Arc::new(RwLock::new(database)),
+            path: Arc::new(data_dir.join("imgcas.redb")),
+            broken: Arc::new(AtomicBool::new(false)),
+            closed: Arc::new(AtomicBool::new(false)),
+            last_reopen: Arc::new(Mutex::new(None)),
             written: Arc::new(AtomicU64::new(0)),
             durable: Arc::new(Mutex::new(0)),
             unsynced_bytes: Arc::new(AtomicU64::new(0)),
@@ -661,9 +790,14 @@ impl MapStore for RedbMaps {
             .await
     }
 
+    /// Ready when a read answers and the handle is not broken by a failed write (a full
+    /// disk): `/readyz` then says not ready until the file opens again.
     async fn check(&self) -> Result<(), MapError> {
         self.db
-            .run(|db| originals::get(&db.read()?, &ContentHash([0; 32])).map(|_| ()))
+            .run(|db| {
+                db.usable()?;
+                originals::get(&db.read()?, &ContentHash([0; 32])).map(|_| ())
+            })
             .await
     }
 
