@@ -325,10 +325,13 @@ pub(crate) fn process(
     // one is the file's failure (see `guarded`), never the server's.
     let name = source.info.format.name();
     let mut frames = crate::error::guarded(name, || decoder(bytes, source.info.format, limits))?;
-    let mut out: Vec<OutputFrame> = Vec::with_capacity(header.frames as usize);
+    // Each frame is shaped and handed to the writer before the next is decoded: a run holds
+    // a few frames, not the animation (issue 28).
+    let mut writer: Option<encode::AnimationWriter> = None;
+    let mut made = 0u32;
     let mut crop = None;
     // No more frames than the headers showed: the limits were checked on those.
-    while out.len() < header.frames as usize {
+    while made < header.frames {
         let frame = match crate::error::guarded(name, || Ok(frames.next()))? {
             None => break,
             Some(Ok(frame)) => frame,
@@ -340,7 +343,7 @@ pub(crate) fn process(
                 ))
             }
             // Bytes cut short after some frames: browsers play what decodes, and so do we.
-            Some(Err(_)) if !out.is_empty() => break,
+            Some(Err(_)) if made > 0 => break,
             Some(Err(e)) => return Err(ProcessError::Undecodable(e.to_string())),
         };
         decodes.frame_decoded();
@@ -370,18 +373,25 @@ pub(crate) fn process(
         if let Some(sigma) = spec.shape.sharpen {
             image = ops::sharpen(image, sigma.as_f64());
         }
-        out.push(OutputFrame {
-            pixels: image.into_rgba8(),
-            delay_ms,
-        });
+        let pixels = image.into_rgba8();
+        let writer = match &mut writer {
+            Some(writer) => writer,
+            None => writer.insert(encode::AnimationWriter::new(
+                spec,
+                pixels.dimensions(),
+                header.plays,
+            )?),
+        };
+        writer.add(OutputFrame { pixels, delay_ms })?;
+        made += 1;
     }
-    let Some(first) = out.first() else {
+    let Some(writer) = writer else {
         return Err(ProcessError::Undecodable(
             "the animation has no frame".into(),
         ));
     };
-    let (width, height) = first.pixels.dimensions();
-    let bytes = encode::encode_animation(out, header.plays, spec)?;
+    let (width, height) = writer.size();
+    let bytes = writer.finish()?;
     Ok(Some(Processed {
         bytes,
         format: spec.format,

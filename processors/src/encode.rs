@@ -56,64 +56,67 @@ pub fn check_animation_size(format: OutputFormat, (w, h): (u32, u32)) -> Result<
     Ok(())
 }
 
-/// Encodes frames of one size as an animated WebP (libwebp's animation encoder) or GIF,
-/// playing `plays` times (0: for ever). Other formats take the first frame as a still.
-pub fn encode_animation(
-    frames: Vec<OutputFrame>,
-    plays: u32,
-    spec: &ResolvedSpec,
-) -> Result<Vec<u8>, ProcessError> {
-    let Some(first) = frames.first() else {
-        return Err(ProcessError::Internal("an animation needs a frame".into()));
-    };
-    let (w, h) = first.pixels.dimensions();
-    let internal = |what: &str, e: &dyn std::fmt::Display| {
-        ProcessError::Internal(format!("{what} animation encoding failed: {e}"))
-    };
-    // libwebp reads each frame as the first one's size: a frame of another would be read
-    // out of bounds.
-    if frames.iter().any(|f| f.pixels.dimensions() != (w, h)) {
-        return Err(internal(spec.format.name(), &"frames of different sizes"));
+/// An animated output written frame by frame (issue 28: a run held every decoded frame, then
+/// the WebP encoder's copy of each, until the end): an animated WebP (libwebp's animation
+/// encoder, [`crate::webp_anim`]) or GIF, playing `plays` times (0: for ever); other formats
+/// keep the first frame as a still. A frame is encoded, or copied by the encoder, as it is
+/// added, so a run holds a few frames whatever their number.
+pub(crate) struct AnimationWriter {
+    spec: ResolvedSpec,
+    size: (u32, u32),
+    kind: Writing,
+}
+
+enum Writing {
+    Webp(crate::webp_anim::AnimWriter),
+    Gif {
+        encoder: GifEncoder<SharedBuffer>,
+        out: SharedBuffer,
+    },
+    Still(Option<image::RgbaImage>),
+}
+
+/// A byte buffer the GIF encoder writes into and the writer reads back once it is done.
+#[derive(Clone, Default)]
+struct SharedBuffer(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
     }
-    check_animation_size(spec.format, (w, h))?;
-    match spec.format {
-        OutputFormat::Webp => {
-            let q = spec.quality.or(spec.format.default_quality()).unwrap_or(80);
-            let config = webp_config(spec, q)?;
-            let mut encoder = webp::AnimEncoder::new(w, h, &config);
-            // WebP counts plays in 16 bits; more is as good as for ever.
-            encoder.set_loop_count(if plays > 0xFFFF { 0 } else { plays as i32 });
-            // The webp crate ends the animation at timestamp 0 (its closing call to
-            // libwebp's encoder passes 0), and libwebp takes the last frame's duration from
-            // that end. So the timestamps run up to 0: each frame starts at its offset minus
-            // the whole length, and every frame keeps its own delay, the last one included.
-            // (libwebp computes durations in wrapping 32-bit arithmetic, so negative
-            // timestamps are fine; processors/tests/animation.rs checks every delay.)
-            let total: i64 = frames.iter().map(|f| i64::from(f.delay_ms)).sum();
-            let mut start = -total;
-            for frame in &frames {
-                let timestamp = i32::try_from(start).map_err(|_| {
-                    ProcessError::UnsupportedFormat(
-                        "the animation is longer than WebP holds (24 days)".into(),
-                    )
-                })?;
-                encoder.add_frame(webp::AnimFrame::from_rgba(
-                    frame.pixels.as_raw(),
-                    w,
-                    h,
-                    timestamp,
-                ));
-                start += i64::from(frame.delay_ms);
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn animation_failed(format: OutputFormat, e: &dyn std::fmt::Display) -> ProcessError {
+    ProcessError::Internal(format!("{} animation encoding failed: {e}", format.name()))
+}
+
+impl AnimationWriter {
+    /// A writer of frames of `size`.
+    pub(crate) fn new(
+        spec: &ResolvedSpec,
+        size: (u32, u32),
+        plays: u32,
+    ) -> Result<AnimationWriter, ProcessError> {
+        check_animation_size(spec.format, size)?;
+        let failed = |e: &dyn std::fmt::Display| animation_failed(spec.format, e);
+        let kind = match spec.format {
+            OutputFormat::Webp => {
+                let q = spec.quality.or(spec.format.default_quality()).unwrap_or(80);
+                let config = webp_config(spec, q)?;
+                // WebP counts plays in 16 bits; more is as good as for ever.
+                let loops = if plays > 0xFFFF { 0 } else { plays as i32 };
+                let writer = crate::webp_anim::AnimWriter::new(size.0, size.1, &config, loops)
+                    .map_err(|e| failed(&e))?;
+                Writing::Webp(writer)
             }
-            let memory = encoder
-                .try_encode()
-                .map_err(|e| internal("WebP", &format!("{e:?}")))?;
-            Ok(memory.to_vec())
-        }
-        OutputFormat::Gif => {
-            let mut out = Vec::new();
-            {
-                let mut encoder = GifEncoder::new_with_speed(&mut out, GIF_ANIMATION_SPEED);
+            OutputFormat::Gif => {
+                let out = SharedBuffer::default();
+                let mut encoder = GifEncoder::new_with_speed(out.clone(), GIF_ANIMATION_SPEED);
                 // GIF counts repeats after the first play; without the extension it plays once.
                 let repeat = match plays {
                     0 => Some(Repeat::Infinite),
@@ -121,26 +124,70 @@ pub fn encode_animation(
                     n => Some(Repeat::Finite(u16::try_from(n - 1).unwrap_or(u16::MAX))),
                 };
                 if let Some(repeat) = repeat {
-                    encoder
-                        .set_repeat(repeat)
-                        .map_err(|e| internal("GIF", &e))?;
+                    encoder.set_repeat(repeat).map_err(|e| failed(&e))?;
                 }
-                for frame in frames {
-                    let delay = image::Delay::from_numer_denom_ms(frame.delay_ms, 1);
-                    encoder
-                        .encode_frame(image::Frame::from_parts(frame.pixels, 0, 0, delay))
-                        .map_err(|e| internal("GIF", &e))?;
-                }
+                Writing::Gif { encoder, out }
             }
-            Ok(out)
+            _ => Writing::Still(None),
+        };
+        Ok(AnimationWriter {
+            spec: spec.clone(),
+            size,
+            kind,
+        })
+    }
+
+    /// Adds the next frame (of the writer's size).
+    pub(crate) fn add(&mut self, frame: OutputFrame) -> Result<(), ProcessError> {
+        let failed = |e: &dyn std::fmt::Display| animation_failed(self.spec.format, e);
+        // libwebp reads each frame as the first one's size: a frame of another would be read
+        // out of bounds.
+        if frame.pixels.dimensions() != self.size {
+            return Err(failed(&"frames of different sizes"));
         }
-        _ => {
-            let first = frames
-                .into_iter()
-                .next()
-                .map(|f| f.pixels)
-                .unwrap_or_default();
-            encode(DynamicImage::ImageRgba8(first), spec)
+        match &mut self.kind {
+            Writing::Webp(writer) => {
+                writer
+                    .add(frame.pixels.as_raw(), frame.delay_ms)
+                    .map_err(|e| match e.contains("longer than WebP holds") {
+                        true => ProcessError::UnsupportedFormat(e),
+                        false => failed(&e),
+                    })
+            }
+            Writing::Gif { encoder, .. } => {
+                let delay = image::Delay::from_numer_denom_ms(frame.delay_ms, 1);
+                encoder
+                    .encode_frame(image::Frame::from_parts(frame.pixels, 0, 0, delay))
+                    .map_err(|e| failed(&e))
+            }
+            Writing::Still(first) => {
+                first.get_or_insert(frame.pixels);
+                Ok(())
+            }
+        }
+    }
+
+    /// The size of every frame.
+    pub(crate) fn size(&self) -> (u32, u32) {
+        self.size
+    }
+
+    /// The encoded animation.
+    pub(crate) fn finish(self) -> Result<Vec<u8>, ProcessError> {
+        let format = self.spec.format;
+        match self.kind {
+            Writing::Webp(writer) => writer.finish().map_err(|e| animation_failed(format, &e)),
+            Writing::Gif { encoder, out } => {
+                // Dropping the encoder writes the trailer.
+                drop(encoder);
+                let bytes = out.0.borrow().clone();
+                Ok(bytes)
+            }
+            Writing::Still(first) => {
+                let first = first
+                    .ok_or_else(|| ProcessError::Internal("an animation needs a frame".into()))?;
+                encode(DynamicImage::ImageRgba8(first), &self.spec)
+            }
         }
     }
 }

@@ -44,6 +44,8 @@ pub mod sniff;
 pub mod spec;
 pub mod tif;
 #[allow(unsafe_code)]
+mod webp_anim;
+#[allow(unsafe_code)]
 mod webp_encode;
 
 pub use decode::{probe, Limits, SourceInfo};
@@ -312,7 +314,8 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 /// them: measured on a 14 MP photo against its decode and JPEG encode (issue 28: a cost by
 /// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
 /// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8, lossless WebP about 40 and
-/// GIF (a palette chosen per frame) about 50; blur and sharpen, a few box passes each.
+/// GIF (the best palette search) about 50, 5 for an animation's frames (a faster search);
+/// blur and sharpen, a few box passes each.
 fn output_passes(spec: &ResolvedSpec) -> u64 {
     let encoder = match spec.format {
         OutputFormat::Jpeg => 0,
@@ -320,6 +323,8 @@ fn output_passes(spec: &ResolvedSpec) -> u64 {
         OutputFormat::Webp if spec.lossless => 40,
         OutputFormat::Webp => 4,
         OutputFormat::Avif => 8,
+        // An animation's frames take a faster palette search (`encode`'s animation speed).
+        OutputFormat::Gif if spec.animated => 5,
         OutputFormat::Gif => 50,
     };
     let blur = if spec.shape.blur.is_some() { 3 } else { 0 };
