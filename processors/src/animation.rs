@@ -7,7 +7,9 @@
 //! on that before any frame is decoded ([`check`]): an animation's pixels are frames × width
 //! × height, and a 2,000-frame file must be refused without decoding 2,000 frames to learn
 //! it. Frames are then decoded one at a time, composited onto the canvas (disposal and
-//! blending are the decoders'), shaped exactly as a still is, and kept only at output size.
+//! blending are the decoders'), shaped exactly as a still is, and handed to the encoder
+//! (`encode::AnimationWriter`) before the next is decoded: a run holds a few frames, whatever
+//! their number.
 
 use std::io::Cursor;
 use std::sync::Arc;

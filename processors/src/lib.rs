@@ -14,7 +14,8 @@
 
 // No unsafe code but in the modules that drive a C library for a setting its safe wrapper
 // cannot reach (`jpeg_encode`: libjpeg's progressive scan script; `webp_encode`: libwebp's
-// RGB import without an ARGB pass); they allow it alone.
+// RGB import without an ARGB pass; `webp_anim`: libwebp's animation encoder fed one frame at
+// a time); they allow it alone.
 #![deny(unsafe_code)]
 
 use std::sync::Arc;

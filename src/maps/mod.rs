@@ -20,7 +20,8 @@
 //! Bounded growth is a duty of every backend: each counts the bytes its variants hold and
 //! keeps their order of last use, so the pipeline can hold them to a budget by evicting the
 //! least recently served; each keeps when a URL entry was last used, so entries nobody asks
-//! for are forgotten. Use is recorded coarsely by the caller (batched, at most once per key
+//! for are forgotten, and counts what the URL map holds ([`url_row_bytes`]), so it too is held
+//! to a budget, least recently used first. Use is recorded coarsely by the caller (batched, at most once per key
 //! per interval), never as a write per hit.
 
 use std::sync::Arc;

@@ -32,6 +32,16 @@ pub struct Similar {
     pub info: OriginalInfo,
 }
 
+/// Where canonical mode sends a download's new bytes.
+pub(super) enum Canonical {
+    /// A copy of this taken-down original: refused, and stored nowhere.
+    TakenDown(ContentHash),
+    /// Served from this original, the same picture everywhere.
+    Merge(ContentHash),
+    /// Stored and served as themselves.
+    Own,
+}
+
 impl Pipeline {
     /// Whether near-duplicates are looked for at all (`dedup.near` is not `off`).
     pub fn near_dedup_on(&self) -> bool {
@@ -92,7 +102,7 @@ impl Pipeline {
         }
         if let Some(fp) = computed {
             if self
-                .best_match(hash, &fp, &self.report_guards(), false)
+                .best_match(hash, &fp, &self.report_guards())
                 .await?
                 .is_some()
             {
@@ -153,75 +163,66 @@ impl Pipeline {
     }
 
     /// The best other indexed original matching `fp` under `guards`: the largest in pixels,
-    /// then the oldest. With `at_least_as_large`, only originals at least as large as `fp` in
-    /// both dimensions qualify (canonical mode never serves a smaller picture).
+    /// then the oldest.
     pub(super) async fn best_match(
         &self,
         own: &ContentHash,
         fp: &Fingerprint,
         guards: &Guards,
-        at_least_as_large: bool,
     ) -> Result<Option<ContentHash>, Error> {
-        let mut best: Option<(u64, u64, ContentHash)> = None;
-        for m in self.matches(own, fp, guards).await? {
+        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
+        let ranked = self.ranked(own, fp, guards, found, false).await?;
+        Ok(ranked.first().copied())
+    }
+
+    /// The indexed originals among `found` that `fp` matches under `guards`, best first: the
+    /// largest in pixels, then the oldest. With `at_least_as_large`, only those at least as
+    /// large as `fp` in both dimensions (canonical mode never serves a smaller picture).
+    async fn ranked(
+        &self,
+        own: &ContentHash,
+        fp: &Fingerprint,
+        guards: &Guards,
+        found: Vec<NearMatch>,
+        at_least_as_large: bool,
+    ) -> Result<Vec<ContentHash>, Error> {
+        let mut ranked = Vec::new();
+        for m in self.indexed_matches(own, fp, guards, found).await? {
             let other = &m.found.fingerprint;
             if at_least_as_large && (other.width < fp.width || other.height < fp.height) {
                 continue;
             }
             let pixels = u64::from(other.width) * u64::from(other.height);
-            let rank = (pixels, u64::MAX - m.info.first_seen_ms, m.found.hash);
-            if best.is_none_or(|b| (rank.0, rank.1) > (b.0, b.1)) {
-                best = Some(rank);
-            }
+            ranked.push((pixels, u64::MAX - m.info.first_seen_ms, m.found.hash));
         }
-        Ok(best.map(|(_, _, hash)| hash))
+        ranked.sort_by_key(|r| std::cmp::Reverse((r.0, r.1)));
+        Ok(ranked.into_iter().map(|(_, _, hash)| hash).collect())
     }
 
-    /// A taken-down original that `fp` matches under `guards`, if any (a taken-down
-    /// original's fingerprint outlives it for this): canonical mode refuses a new copy of a
-    /// taken-down picture as it refuses the picture (issue 28).
-    pub(super) async fn taken_down_match(
-        &self,
-        own: &ContentHash,
-        fp: &Fingerprint,
-        guards: &Guards,
-    ) -> Result<Option<ContentHash>, Error> {
-        for found in self.shared.maps.near(fp.phash, guards.radius).await? {
-            if found.hash != *own
-                && self.is_taken_down(&found.hash)
-                && fp.matches(&found.fingerprint, guards)
-            {
-                return Ok(Some(found.hash));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The original a download's new bytes are merged into (canonical mode): among the
-    /// originals `fp` matches under the canonical guards that are at least as large, the
-    /// best (largest, then earliest stored) whose pixels are the same picture everywhere
-    /// (`likeness`, issue 28: the fingerprint alone merged an edited copy, a line of text
-    /// or a box over a few percent of the picture, into the photo). The first few
-    /// candidates are checked, each decode in a CPU slot.
-    pub(super) async fn canonical_match(
+    /// Where a download's new bytes go in canonical mode, from one look at the index: refused
+    /// when they match a taken-down original within the merge radius (a taken-down original's
+    /// fingerprint outlives it for this: a new copy of a taken-down picture is refused as the
+    /// picture is, issue 28); merged into the best original at least as large whose pixels are
+    /// the same picture everywhere (`likeness`, issue 28: the fingerprint alone merged an
+    /// edited copy, a line of text or a box over a few percent of the picture, into the
+    /// photo); else their own. The first few candidates are checked, each decode in a CPU slot.
+    pub(super) async fn canonical_decision(
         &self,
         own: &ContentHash,
         bytes: &Bytes,
         fp: &Fingerprint,
-    ) -> Result<Option<ContentHash>, Error> {
+    ) -> Result<Canonical, Error> {
         const CHECKED: usize = 3;
         let guards = self.canonical_guards();
-        let mut candidates: Vec<(u64, u64, ContentHash)> = Vec::new();
-        for m in self.matches(own, fp, &guards).await? {
-            let other = &m.found.fingerprint;
-            if other.width < fp.width || other.height < fp.height {
-                continue;
-            }
-            let pixels = u64::from(other.width) * u64::from(other.height);
-            candidates.push((pixels, u64::MAX - m.info.first_seen_ms, m.found.hash));
+        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
+        let gone = found.iter().find(|m| {
+            m.hash != *own && self.is_taken_down(&m.hash) && fp.matches(&m.fingerprint, &guards)
+        });
+        if let Some(gone) = gone {
+            return Ok(Canonical::TakenDown(gone.hash));
         }
-        candidates.sort_by_key(|c| std::cmp::Reverse((c.0, c.1)));
-        for (_, _, candidate) in candidates.into_iter().take(CHECKED) {
+        let candidates = self.ranked(own, fp, &guards, found, true).await?;
+        for candidate in candidates.into_iter().take(CHECKED) {
             let theirs = match self.original_bytes(&candidate).await {
                 Ok(theirs) => theirs,
                 Err(e) => {
@@ -239,12 +240,12 @@ impl Pipeline {
             })
             .await?;
             if same {
-                return Ok(Some(candidate));
+                return Ok(Canonical::Merge(candidate));
             }
             Stats::bump(&self.shared.stats.near_merges_refused);
             tracing::info!(source = %own, %candidate, "near-duplicate by fingerprint, but not the same picture everywhere: not merged");
         }
-        Ok(None)
+        Ok(Canonical::Own)
     }
 
     /// Every other indexed original matching `fp` under `guards`, closest first.
@@ -254,12 +255,25 @@ impl Pipeline {
         fp: &Fingerprint,
         guards: &Guards,
     ) -> Result<Vec<Similar>, Error> {
+        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
+        self.indexed_matches(own, fp, guards, found).await
+    }
+
+    /// The entries of `found` (an index lookup, closest first) other than `own` that `fp`
+    /// matches under `guards` and that are indexed still (a fingerprint can outlive its
+    /// original: by a moment, or for good once taken down).
+    async fn indexed_matches(
+        &self,
+        own: &ContentHash,
+        fp: &Fingerprint,
+        guards: &Guards,
+        found: Vec<NearMatch>,
+    ) -> Result<Vec<Similar>, Error> {
         let mut out = Vec::new();
-        for found in self.shared.maps.near(fp.phash, guards.radius).await? {
+        for found in found {
             if found.hash == *own || !fp.matches(&found.fingerprint, guards) {
                 continue;
             }
-            // Indexed still (a fingerprint can outlive its original by a moment).
             if let Some(info) = self.shared.maps.original(&found.hash).await? {
                 out.push(Similar { found, info });
             }
@@ -279,8 +293,7 @@ impl Pipeline {
         let Some(fp) = self.fingerprint_of(hash).await? else {
             return Ok(None);
         };
-        self.best_match(hash, &fp, &self.report_guards(), false)
-            .await
+        self.best_match(hash, &fp, &self.report_guards()).await
     }
 
     /// [`Pipeline::near_duplicate_of`] for a report that must not fail for it (the original

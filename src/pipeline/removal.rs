@@ -6,7 +6,9 @@
 //!   durably, so that from then on nothing of it is served (451 `taken_down`), stored or
 //!   processed; then everything of it is removed — its index entry, the URL entries naming
 //!   it (found through the maps' hash → URLs index), its variants (the mezzanine is one) and
-//!   their bytes, the aliases naming it, its fingerprint and its bytes. A takedown that a
+//!   their bytes, the aliases naming it, and its bytes. Its fingerprint stays, so that
+//!   canonical mode refuses a new copy of the picture; and the own bytes of every URL merged
+//!   into it (canonical mode) are taken down with it. A takedown that a
 //!   crash interrupted is finished by asking again: every step is idempotent. Writers of an
 //!   original or a variant check the list again after writing
 //!   ([`Pipeline::undo_if_taken_down`]), so a write that raced a takedown is removed too.

@@ -2,8 +2,9 @@
 //! URL is asked again only when its mapping is older than `revalidate_after` (or a caller
 //! says its content may have changed), and then with a conditional request; a recent origin
 //! failure answers without origin traffic while it is held. In canonical mode (`dedup.near`),
-//! new bytes that are a near-duplicate of a stored original are mapped to it rather than
-//! stored (`store_download`).
+//! new bytes that are a near-duplicate of a stored original (the same picture everywhere, by
+//! the pixel check) are mapped to it rather than stored, and a copy of a taken-down original
+//! is refused (`store_download`).
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use url::Url;
 use imgcas_processors::{self as processors, sniff, SourceInfo};
 
 use super::claims::{Backoff, Turn};
+use super::near::Canonical;
 use super::{blocking, Failure, Pipeline};
 use crate::admission::Urgency;
 use crate::blob::PutOutcome;
@@ -384,9 +386,8 @@ impl Pipeline {
                 None => {
                     computed = Some(self.compute_fingerprint(&hash, bytes.clone()).await?);
                     match &computed {
-                        Some(Some(fp)) => {
-                            let guards = self.canonical_guards();
-                            if let Some(gone) = self.taken_down_match(&hash, fp, &guards).await? {
+                        Some(Some(fp)) => match self.canonical_decision(&hash, &bytes, fp).await? {
+                            Canonical::TakenDown(gone) => {
                                 // A copy of taken-down content: listed and refused like it,
                                 // stored nowhere; the URL remembers it (as above).
                                 tracing::info!(%url, source = %hash, taken_down = %gone, "a copy of taken-down content refused");
@@ -396,8 +397,9 @@ impl Pipeline {
                                 }
                                 return Ok((hash, hash, false));
                             }
-                            self.canonical_match(&hash, &bytes, fp).await?
-                        }
+                            Canonical::Merge(canonical) => Some(canonical),
+                            Canonical::Own => None,
+                        },
                         _ => None,
                     }
                 }

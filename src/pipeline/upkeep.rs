@@ -4,7 +4,10 @@
 //!   it, the least recently served are evicted, down to nine tenths of it so one eviction makes
 //!   room for many results; an evicted variant is simply made again when asked for;
 //! - URL entries no request used for `fetch.forget_after` are forgotten, by a periodic sweep
-//!   and by `imgcas gc`; the URL is downloaded afresh if it comes back.
+//!   and by `imgcas gc`; the URL is downloaded afresh if it comes back;
+//! - the URL map stays within `limits.urls_max_bytes`: past it, the least recently used
+//!   entries are dropped, down to nine tenths of it (after every new entry on the embedded
+//!   maps, at each sweep on shared ones).
 //!
 //! Use is recorded coarsely. The first use of a key within its grain (an hour for variants;
 //! for URLs an hour, or an eighth of `forget_after` when that is shorter) is queued in

@@ -346,6 +346,29 @@ impl RedbMaps {
     }
 }
 
+impl RedbMaps {
+    /// Runs a removal of URL entries (`doom` returns the URLs it removed) in one write, the
+    /// cache told of each while the write lock is held; returns how many.
+    async fn drop_urls(
+        &self,
+        doom: impl FnOnce(&WriteTransaction) -> Result<Vec<String>, MapError> + Send + 'static,
+    ) -> Result<u64, MapError> {
+        let cache = self.urls.clone();
+        self.db
+            .run(move |db| {
+                let (dropped, _) = db.write(|txn| {
+                    let doomed = doom(txn)?;
+                    for url in &doomed {
+                        cache.insert(url.clone(), None);
+                    }
+                    Ok(doomed.len() as u64)
+                })?;
+                Ok(dropped)
+            })
+            .await
+    }
+}
+
 #[async_trait]
 impl MapStore for RedbMaps {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
@@ -435,18 +458,7 @@ impl MapStore for RedbMaps {
     }
 
     async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
-        let cache = self.urls.clone();
-        self.db
-            .run(move |db| {
-                let (forgotten, _) = db.write(|txn| {
-                    let doomed = url_map::forget(txn, unused_since_ms)?;
-                    for url in &doomed {
-                        cache.insert(url.clone(), None);
-                    }
-                    Ok(doomed.len() as u64)
-                })?;
-                Ok(forgotten)
-            })
+        self.drop_urls(move |txn| url_map::forget(txn, unused_since_ms))
             .await
     }
 
@@ -455,18 +467,7 @@ impl MapStore for RedbMaps {
     }
 
     async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
-        let cache = self.urls.clone();
-        self.db
-            .run(move |db| {
-                let (evicted, _) = db.write(|txn| {
-                    let doomed = url_map::evict(txn, target_bytes)?;
-                    for url in &doomed {
-                        cache.insert(url.clone(), None);
-                    }
-                    Ok(doomed.len() as u64)
-                })?;
-                Ok(evicted)
-            })
+        self.drop_urls(move |txn| url_map::evict(txn, target_bytes))
             .await
     }
 

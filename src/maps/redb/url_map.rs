@@ -1,8 +1,9 @@
 //! The URL map's table: canonical URL → its [`UrlEntry`], as JSON (the encoding every
 //! release so far has written); and its index by hash, `urls_by_hash`: a key per URL and hash
 //! it names (its own bytes' and, in canonical mode, the original it is served from), written
-//! in the same transaction as the entry. Files written before the index existed get it built
-//! at their first open by this release.
+//! in the same transaction as the entry; and, in `url_meta`, the bytes the entries count
+//! against `limits.urls_max_bytes` ([`url_row_bytes`]), kept by every write. Files written
+//! before the index or the count existed get them at their first open by this release.
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
@@ -166,7 +167,13 @@ pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> 
 }
 
 pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(String, UrlEntry)>, MapError> {
-    let table = txn.open_table(TABLE)?;
+    entries(&txn.open_table(TABLE)?)
+}
+
+/// Every entry of the table, decoded, in URL order.
+fn entries(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Vec<(String, UrlEntry)>, MapError> {
     let mut out = Vec::new();
     for row in table.iter()? {
         let (k, v) = row?;
@@ -208,30 +215,37 @@ pub(super) fn evict(txn: &WriteTransaction, target: u64) -> Result<Vec<String>, 
     if over == 0 {
         return Ok(Vec::new());
     }
-    let mut table = txn.open_table(TABLE)?;
-    let mut rows = Vec::new();
-    for row in table.iter()? {
-        let (k, v) = row?;
-        let entry = decode(k.value(), v.value())?;
-        rows.push((entry.last_used_ms(), k.value().to_string(), entry));
-    }
-    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let mut index = txn.open_table(BY_HASH)?;
-    let (mut doomed, mut freed) = (Vec::new(), 0u64);
-    for (_, url, entry) in rows {
+    let mut rows = entries(&txn.open_table(TABLE)?)?;
+    rows.sort_by(|(a_url, a), (b_url, b)| {
+        (a.last_used_ms(), a_url).cmp(&(b.last_used_ms(), b_url))
+    });
+    let mut doomed = Vec::new();
+    for (url, entry) in rows {
         if over == 0 {
             break;
         }
-        let size = url_row_bytes(&url, &entry);
+        over = over.saturating_sub(url_row_bytes(&url, &entry));
+        doomed.push((url, entry));
+    }
+    remove_rows(txn, doomed)
+}
+
+/// Removes rows read from the table (entry, index keys, byte count); returns their URLs.
+fn remove_rows(
+    txn: &WriteTransaction,
+    rows: Vec<(String, UrlEntry)>,
+) -> Result<Vec<String>, MapError> {
+    let mut table = txn.open_table(TABLE)?;
+    let mut index = txn.open_table(BY_HASH)?;
+    let mut freed = 0;
+    for (url, entry) in &rows {
         table.remove(url.as_str())?;
-        unindex_entry(&mut index, &url, &entry)?;
-        over = over.saturating_sub(size);
-        freed += size;
-        doomed.push(url);
+        unindex_entry(&mut index, url, entry)?;
+        freed += url_row_bytes(url, entry);
     }
     drop((table, index));
     count(txn, 0, freed)?;
-    Ok(doomed)
+    Ok(rows.into_iter().map(|(url, _)| url).collect())
 }
 
 /// Drops the entries last used before `unused_since_ms`; returns their URLs.
@@ -239,23 +253,9 @@ pub(super) fn forget(
     txn: &WriteTransaction,
     unused_since_ms: u64,
 ) -> Result<Vec<String>, MapError> {
-    let mut table = txn.open_table(TABLE)?;
-    let mut index = txn.open_table(BY_HASH)?;
-    let mut doomed = Vec::new();
-    for row in table.iter()? {
-        let (k, v) = row?;
-        let entry = decode(k.value(), v.value())?;
-        if entry.last_used_ms() < unused_since_ms {
-            doomed.push((k.value().to_string(), entry));
-        }
-    }
-    let mut freed = 0;
-    for (url, entry) in &doomed {
-        table.remove(url.as_str())?;
-        unindex_entry(&mut index, url, entry)?;
-        freed += url_row_bytes(url, entry);
-    }
-    drop((table, index));
-    count(txn, 0, freed)?;
-    Ok(doomed.into_iter().map(|(url, _)| url).collect())
+    let doomed = entries(&txn.open_table(TABLE)?)?
+        .into_iter()
+        .filter(|(_, entry)| entry.last_used_ms() < unused_since_ms)
+        .collect();
+    remove_rows(txn, doomed)
 }
