@@ -10,6 +10,7 @@ use std::num::NonZeroU64;
 
 use image::{Rgba, RgbaImage};
 
+use crate::bytes::{Reader, Short};
 use crate::error::ProcessError;
 
 /// The logical screen and the first frame's rectangle, from the headers alone.
@@ -36,15 +37,12 @@ impl GifHeader {
     }
 }
 
-fn le16(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from(u16::from_le_bytes([
-        *b.get(at)?,
-        *b.get(at + 1)?,
-    ])))
-}
-
 fn undecodable(m: &str) -> ProcessError {
     ProcessError::Undecodable(m.into())
+}
+
+fn short(s: Short) -> ProcessError {
+    ProcessError::Undecodable(format!("GIF: {s}"))
 }
 
 /// One block of a GIF's body, as [`Blocks`] walks them.
@@ -61,80 +59,95 @@ pub enum Block<'a> {
 /// animation facts (`crate::animation::header`) share. It ends at the trailer or at the end
 /// of the bytes; an `Err` (bytes cut short inside a block, an unknown block) ends it too.
 /// An image's data is skipped when the next block is asked for, so a reader that stops at
-/// a descriptor never looks past it.
+/// a descriptor never looks past it. Every read goes through [`Reader`], so a length or
+/// a table the file declares is never read past the bytes present.
 pub struct Blocks<'a> {
-    b: &'a [u8],
-    at: usize,
-    /// Where the last image descriptor began, its data not yet skipped.
-    image_at: Option<usize>,
+    r: Reader<'a>,
+    /// An image descriptor was read up to its size: its flags, colour table and data are
+    /// still to skip.
+    in_image: bool,
     done: bool,
 }
 
-impl<'a> Blocks<'a> {
-    /// `None` for bytes too short to hold the header.
-    pub fn new(b: &'a [u8]) -> Option<Blocks<'a>> {
-        let flags = *b.get(10)?;
-        let mut at = 13;
-        if flags & 0x80 != 0 {
-            at += 3 << ((flags & 7) + 1);
+/// The logical screen's size, from the first 10 bytes.
+fn screen(r: &mut Reader<'_>) -> Result<(u32, u32), Short> {
+    r.take(6, "GIF signature")?;
+    Ok((
+        u32::from(r.u16le("GIF screen width")?),
+        u32::from(r.u16le("GIF screen height")?),
+    ))
+}
+
+/// Past a colour table whose flags byte says it follows (bit 7; bits 0-2 its size).
+fn skip_colour_table(r: &mut Reader<'_>, flags: u8, what: &'static str) -> Result<(), Short> {
+    if flags & 0x80 != 0 {
+        r.take(3 << ((flags & 7) + 1), what)?;
+    }
+    Ok(())
+}
+
+/// Past a run of sub-blocks, each a length byte and that many bytes, to the empty one.
+fn skip_sub_blocks(r: &mut Reader<'_>) -> Result<(), Short> {
+    loop {
+        let len = r.u8("GIF sub-block length")?;
+        if len == 0 {
+            return Ok(());
         }
+        r.take(usize::from(len), "GIF sub-block")?;
+    }
+}
+
+impl<'a> Blocks<'a> {
+    /// `None` for bytes too short to hold the header and its global colour table.
+    pub fn new(b: &'a [u8]) -> Option<Blocks<'a>> {
+        let mut r = Reader::new(b);
+        screen(&mut r).ok()?;
+        let flags = r.u8("GIF flags").ok()?;
+        r.take(2, "GIF background and aspect").ok()?;
+        skip_colour_table(&mut r, flags, "GIF global colour table").ok()?;
         Some(Blocks {
-            b,
-            at,
-            image_at: None,
+            r,
+            in_image: false,
             done: false,
         })
     }
 
-    /// Past a run of sub-blocks starting at `at`; `None` when the bytes end first.
-    fn skip_sub_blocks(&self, mut at: usize) -> Option<usize> {
-        loop {
-            let len = usize::from(*self.b.get(at)?);
-            at = at.checked_add(1 + len)?;
-            if len == 0 {
-                return Some(at);
-            }
+    fn step(&mut self) -> Result<Option<Block<'a>>, ProcessError> {
+        let r = &mut self.r;
+        if std::mem::take(&mut self.in_image) {
+            let local = r.u8("GIF image descriptor flags").map_err(short)?;
+            skip_colour_table(r, local, "GIF local colour table").map_err(short)?;
+            r.u8("GIF LZW code size").map_err(short)?;
+            skip_sub_blocks(r).map_err(short)?;
         }
-    }
-
-    fn step(&mut self) -> Option<Result<Block<'a>, ProcessError>> {
-        let b = self.b;
-        if let Some(image) = self.image_at.take() {
-            let Some(&local) = b.get(image + 9) else {
-                return Some(Err(undecodable("truncated image descriptor")));
-            };
-            let mut data = image + 10;
-            if local & 0x80 != 0 {
-                data += 3 << ((local & 7) + 1);
-            }
-            // The LZW minimum code size, then the data's sub-blocks.
-            match self.skip_sub_blocks(data + 1) {
-                Some(next) => self.at = next,
-                None => return Some(Err(undecodable("truncated image data"))),
-            }
+        if r.left() == 0 {
+            return Ok(None);
         }
-        let at = self.at;
-        match b.get(at) {
-            Some(0x21) => {
-                let (Some(&label), Some(end)) = (b.get(at + 1), self.skip_sub_blocks(at + 2))
-                else {
-                    return Some(Err(undecodable("truncated extension")));
-                };
-                self.at = end;
-                Some(Ok(Block::Extension {
-                    label,
-                    sub_blocks: &b[at + 2..end],
-                }))
+        match r.u8("GIF block").map_err(short)? {
+            0x21 => {
+                let label = r.u8("GIF extension label").map_err(short)?;
+                let mut rest = r.clone();
+                skip_sub_blocks(&mut rest).map_err(short)?;
+                let sub_blocks = r
+                    .take(rest.position() - r.position(), "GIF extension")
+                    .map_err(short)?;
+                Ok(Some(Block::Extension { label, sub_blocks }))
             }
-            Some(0x2C) => {
-                let (Some(width), Some(height)) = (le16(b, at + 5), le16(b, at + 7)) else {
-                    return Some(Err(undecodable("truncated image descriptor")));
+            0x2C => {
+                let mut descriptor = || -> Result<Block<'a>, Short> {
+                    r.take(4, "GIF image position")?;
+                    let width = u32::from(r.u16le("GIF image width")?);
+                    let height = u32::from(r.u16le("GIF image height")?);
+                    Ok(Block::Image { width, height })
                 };
-                self.image_at = Some(at);
-                Some(Ok(Block::Image { width, height }))
+                let image = descriptor().map_err(short)?;
+                self.in_image = true;
+                Ok(Some(image))
             }
-            Some(0x3B) | None => None,
-            Some(other) => Some(Err(undecodable(&format!("unknown GIF block {other:#04x}")))),
+            0x3B => Ok(None),
+            other => Err(ProcessError::Undecodable(format!(
+                "unknown GIF block {other:#04x}"
+            ))),
         }
     }
 }
@@ -146,7 +159,7 @@ impl<'a> Iterator for Blocks<'a> {
         if self.done {
             return None;
         }
-        let item = self.step();
+        let item = self.step().transpose();
         self.done = !matches!(item, Some(Ok(_)));
         item
     }
@@ -154,12 +167,9 @@ impl<'a> Iterator for Blocks<'a> {
 
 /// Reads the header and walks the blocks up to the first image descriptor.
 pub fn parse(b: &[u8]) -> Result<GifHeader, ProcessError> {
-    let truncated = || undecodable("truncated GIF header");
-    let screen = (
-        le16(b, 6).ok_or_else(truncated)?,
-        le16(b, 8).ok_or_else(truncated)?,
-    );
-    for block in Blocks::new(b).ok_or_else(truncated)? {
+    let screen = screen(&mut Reader::new(b)).map_err(short)?;
+    let blocks = Blocks::new(b).ok_or_else(|| undecodable("truncated GIF header"))?;
+    for block in blocks {
         if let Block::Image { width, height } = block? {
             return Ok(GifHeader {
                 screen,
@@ -237,5 +247,38 @@ mod tests {
         assert_eq!(h.screen, (4, 2));
         assert_eq!(h.frame, (65535, 65535));
         assert_eq!(h.declared_pixels(), 65535 * 65535);
+    }
+
+    #[test]
+    fn a_length_past_the_end_is_an_error_never_a_walk_past_it() {
+        let mut b = b"GIF89a".to_vec();
+        b.extend_from_slice(&[4, 0, 2, 0, 0, 0, 0]); // no global table
+                                                     // A comment extension whose one sub-block declares 200 bytes; 3 are present.
+        let mut cut = b.clone();
+        cut.extend_from_slice(&[0x21, 0xFE, 200, 1, 2, 3]);
+        let message = parse(&cut).unwrap_err().to_string();
+        assert!(
+            message.contains("GIF sub-block need at least 200 bytes, 3 are left"),
+            "{message}"
+        );
+        // A global table of 256 entries declared in a file of 13 bytes.
+        b[10] = 0x87;
+        assert!(Blocks::new(&b).is_none());
+        assert!(parse(&b).is_err());
+        // An image whose data's sub-blocks never end: the walk past it stops at the end.
+        let mut endless = b"GIF89a".to_vec();
+        endless.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0]);
+        endless.extend_from_slice(&[0x2C, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2]);
+        endless.extend(std::iter::repeat_n([255u8; 256], 64).flatten());
+        let blocks: Vec<_> = Blocks::new(&endless).unwrap().collect();
+        assert_eq!(blocks.len(), 2, "{blocks:?}");
+        assert_eq!(
+            blocks[0],
+            Ok(Block::Image {
+                width: 1,
+                height: 1
+            })
+        );
+        assert!(blocks[1].is_err());
     }
 }

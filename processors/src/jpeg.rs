@@ -9,6 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use image::{DynamicImage, GrayImage, RgbImage};
 
+use crate::bytes::{Reader, Short};
 use crate::error::ProcessError;
 
 /// Most scans a file may have. Progressive JPEGs use about ten; thousands make a CPU bomb.
@@ -47,13 +48,6 @@ pub struct JpegHeader<'a> {
 
 fn undecodable(message: impl Into<String>) -> ProcessError {
     ProcessError::Undecodable(message.into())
-}
-
-fn be16(b: &[u8], at: usize) -> Option<usize> {
-    Some(usize::from(u16::from_be_bytes([
-        *b.get(at)?,
-        *b.get(at + 1)?,
-    ])))
 }
 
 /// Where the entropy-coded data starting at `from` ends: the next 0xFF that is a marker
@@ -99,37 +93,28 @@ pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
             0xD9 => break,
             _ => {}
         }
-        let Some(len) = be16(b, i + 2).filter(|l| *l >= 2) else {
-            break;
+        // The segment's declared length is checked against the bytes present. Before the
+        // first scan a short segment leaves no image data, so it is the input's error; after
+        // a scan the file was cut short, and libjpeg decodes the scans that arrived.
+        let mut r = Reader::new(&b[i + 2..]);
+        let segment = match r.u16be("JPEG segment length") {
+            Ok(len) if len >= 2 => r
+                .chunk(u64::from(len - 2), "JPEG segment")
+                .map_err(|e| e.to_string()),
+            Ok(len) => Err(format!("a segment length of {len} (at least 2)")),
+            Err(e) => Err(e.to_string()),
         };
-        let end = (i + 2 + len).min(b.len());
-        let payload = &b[(i + 4).min(end)..end];
+        let payload = match segment {
+            Ok(payload) => payload,
+            Err(_) if h.scans > 0 => break,
+            Err(e) => return Err(undecodable(format!("JPEG marker {marker:#04x}: {e}"))),
+        };
+        let end = i + 4 + payload.len();
         match marker {
             // The first frame header (SOFn; C4, C8 and CC are other markers).
             0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) && h.sof == 0 => {
-                if payload.len() < 6 {
-                    return Err(undecodable("truncated frame header"));
-                }
-                h.sof = marker;
-                h.height = be16(payload, 1).unwrap_or(0) as u32;
-                h.width = be16(payload, 3).unwrap_or(0) as u32;
-                h.components = payload[5];
-                let components: Vec<&[u8]> = payload[6..]
-                    .chunks_exact(3)
-                    .take(usize::from(h.components))
-                    .collect();
-                let sampling = |c: &[u8]| (u32::from(c[1] >> 4), u32::from(c[1] & 0x0F));
-                let max_h = components.iter().map(|c| sampling(c).0).max().unwrap_or(1);
-                let max_v = components.iter().map(|c| sampling(c).1).max().unwrap_or(1);
-                h.component_ids = components.iter().map(|c| c[0]).collect();
-                h.reads_ac_at_one_eighth = components
-                    .iter()
-                    .map(|c| {
-                        let (ch, cv) = sampling(c);
-                        ch > 0 && cv > 0 && max_h % (2 * ch) == 0 && max_v % (2 * cv) == 0
-                    })
-                    .collect();
-                h.complete_ac = vec![0; h.component_ids.len()];
+                h.note_frame(marker, payload)
+                    .map_err(|e| undecodable(format!("JPEG frame header: {e}")))?;
             }
             0xE1 if h.exif.is_none() && payload.starts_with(b"Exif\0\0") => {
                 h.exif = Some(&payload[6..]);
@@ -184,15 +169,47 @@ pub fn parse(b: &[u8]) -> Result<JpegHeader<'_>, ProcessError> {
 }
 
 impl JpegHeader<'_> {
+    /// Reads the frame header (SOFn): size, components and their sampling. A component count
+    /// the segment cannot hold is refused, not read short.
+    fn note_frame(&mut self, marker: u8, payload: &[u8]) -> Result<(), Short> {
+        let mut r = Reader::new(payload);
+        r.u8("sample precision")?;
+        self.sof = marker;
+        self.height = u32::from(r.u16be("frame height")?);
+        self.width = u32::from(r.u16be("frame width")?);
+        self.components = r.u8("component count")?;
+        let count = r.count(u64::from(self.components), 3, "frame components")?;
+        let components: Vec<&[u8]> = r
+            .take(3 * count, "frame components")?
+            .chunks_exact(3)
+            .collect();
+        let sampling = |c: &[u8]| (u32::from(c[1] >> 4), u32::from(c[1] & 0x0F));
+        let max_h = components.iter().map(|c| sampling(c).0).max().unwrap_or(1);
+        let max_v = components.iter().map(|c| sampling(c).1).max().unwrap_or(1);
+        self.component_ids = components.iter().map(|c| c[0]).collect();
+        self.reads_ac_at_one_eighth = components
+            .iter()
+            .map(|c| {
+                let (ch, cv) = sampling(c);
+                ch > 0 && cv > 0 && max_h % (2 * ch) == 0 && max_v % (2 * cv) == 0
+            })
+            .collect();
+        self.complete_ac = vec![0; self.component_ids.len()];
+        Ok(())
+    }
+
     /// Notes one scan of a progressive file: an AC scan's byte range, and which of AC
     /// coefficients 1–9 it completes for its components.
     fn note_progressive_scan(&mut self, sos: &[u8], range: Range<usize>) {
-        let Some(&count) = sos.first() else { return };
-        let count = usize::from(count);
-        let (Some(ids), Some(&[ss, se, approximation])) = (
-            sos.get(1..1 + 2 * count),
-            sos.get(1 + 2 * count..4 + 2 * count),
-        ) else {
+        let mut r = Reader::new(sos);
+        let mut fields = || -> Result<_, Short> {
+            let count = r.u8("scan component count")?;
+            let count = r.count(u64::from(count), 2, "scan components")?;
+            let ids = r.take(2 * count, "scan components")?;
+            let bands = r.take(3, "spectral selection")?;
+            Ok((ids, bands[0], bands[1], bands[2]))
+        };
+        let Ok((ids, ss, se, approximation)) = fields() else {
             return;
         };
         if ss == 0 {
@@ -409,6 +426,37 @@ mod tests {
         assert!(parse(b"\xFF\xD8\xFF\xD9").is_err());
         let decoded = decode(&bytes, &h, 2).unwrap();
         assert_eq!((decoded.width(), decoded.height()), (17, 9));
+    }
+
+    #[test]
+    fn declared_lengths_and_counts_are_held_to_the_bytes_present() {
+        // An APP1 segment declaring 60,000 bytes in a file of 12: refused, naming it.
+        let message = parse(b"\xFF\xD8\xFF\xE1\xEA\x60Exif\0\0")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("JPEG marker 0xe1"), "{message}");
+        assert!(
+            message.contains("need at least 59998 bytes, 6 are left"),
+            "{message}"
+        );
+        // A frame header declaring 255 components and holding one.
+        let sof = b"\xFF\xD8\xFF\xC0\x00\x0B\x08\x00\x10\x00\x10\xFF\x01\x11\x00";
+        let message = parse(sof).unwrap_err().to_string();
+        assert!(
+            message.contains("frame components need at least 765 bytes"),
+            "{message}"
+        );
+        // A segment length under 2.
+        assert!(parse(b"\xFF\xD8\xFF\xE0\x00\x01").is_err());
+        // After a scan, a cut-short segment ends the walk: the scans that came decode.
+        let img = DynamicImage::new_rgb8(16, 16);
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        let mut bytes = out.into_inner();
+        bytes.truncate(bytes.len() - 2); // no EOI
+        bytes.extend_from_slice(b"\xFF\xE1\x40\x00");
+        let h = parse(&bytes).unwrap();
+        assert_eq!((h.width, h.height, h.scans), (16, 16, 1));
     }
 
     fn testdata(name: &str) -> Vec<u8> {
