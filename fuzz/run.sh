@@ -26,11 +26,11 @@ seeds="$here/seeds/$target"
 rm -rf "$seeds" && mkdir -p "$seeds"
 case "$target" in
   url|signature)
-    grep -rhoE "https?://[^\"' )]+" "$repo/tests" "$repo/README.md" | sort -u | head -500 |
+    grep -rhoE "https?://[^\"' )]+" "$repo/tests" "$repo/docs" | sort -u | head -500 |
       while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
     ;;
   spec_parse)
-    grep -rhoE "[a-z_]+=[^&\"' ]+(&[a-z_]+=[^&\"' ]+)*" "$repo/tests" "$repo/README.md" | sort -u | head -2000 |
+    grep -rhoE "[a-z_]+=[^&\"' ]+(&[a-z_]+=[^&\"' ]+)*" "$repo/tests" "$repo/docs" | sort -u | head -2000 |
       while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
     ;;
   *)

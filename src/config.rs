@@ -1,7 +1,7 @@
 //! Configuration: defaults < TOML file (`--config`) < `IMGCAS_*` environment < flags, applied
 //! in one place, [`Config::load`], and validated there for every command.
 //!
-//! Key and variable names are the SPEC's; anything not in the SPEC is marked as an extension.
+//! Key and variable names are docs/spec.md's; anything added after its first version is marked as an extension.
 //! Each variable is one row of [`ENVIRONMENT`], next to the key it sets.
 
 use std::collections::BTreeMap;
@@ -536,7 +536,7 @@ macro_rules! setting {
     };
 }
 
-/// Every `IMGCAS_*` setting, SPEC's names exactly (no name is derived from a key).
+/// Every `IMGCAS_*` setting, docs/spec.md's names exactly (no name is derived from a key).
 #[rustfmt::skip]
 pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("listen", "IMGCAS_LISTEN", listen, address),
@@ -764,6 +764,32 @@ fn check_preset(name: &str, options: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/configuration.md's table and [`ENVIRONMENT`] name the same settings: each row of
+    /// one is a row of the other, key and variable together.
+    #[test]
+    fn the_configuration_page_lists_every_setting_and_no_other() {
+        let page = include_str!("../docs/configuration.md");
+        let documented: std::collections::BTreeSet<(String, String)> = page
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let name = |cell: &str| cell.split('`').nth(1).unwrap_or_default().to_string();
+                (name(cells[1]), name(cells[2]))
+            })
+            .collect();
+        let read: std::collections::BTreeSet<(String, String)> = ENVIRONMENT
+            .iter()
+            .map(|row| (row.key.to_string(), row.var.to_string()))
+            .collect();
+        let missing: Vec<_> = read.difference(&documented).collect();
+        let extra: Vec<_> = documented.difference(&read).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "not on docs/configuration.md: {missing:?}; on it but not read: {extra:?}"
+        );
+    }
     use std::collections::HashMap;
 
     #[test]

@@ -4,7 +4,7 @@
 //! The canonical query is every parameter but `sig`, sorted by name then value, each
 //! form-urlencoded (`application/x-www-form-urlencoded`, as `url::form_urlencoded` writes it:
 //! `:` → `%3A`, `/` → `%2F`, space → `+`). A query already written that way signs as typed,
-//! so `openssl dgst -sha256 -hmac` is a signer (see the README). Several keys make rotation
+//! so `openssl dgst -sha256 -hmac` is a signer (see docs/api.md, "Signed URLs"). Several keys make rotation
 //! possible: add the new key, move the signers, then drop the old key.
 
 use hmac::{KeyInit, Mac};

@@ -304,3 +304,41 @@ fn the_check_catches_upward_imports_however_they_are_spelled() {
     // Downward arrows in the fixture (http → maps, maps → hash, app → http) pass.
     assert_eq!(violations.len(), 4, "{arrows:?}");
 }
+
+/// docs/architecture.md names every source file of `src/` and `processors/src/`: by its path
+/// under the crate's source folder (`http/front.rs`), or by its file name; a `mod.rs` is named
+/// by its folder (`maps/`, or `ingest/` for `cli/ingest/`). A file added without a line there fails here.
+#[test]
+fn the_architecture_page_names_every_source_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut unnamed = Vec::new();
+    for crate_src in ["src", "processors/src"] {
+        let dir = root.join(crate_src);
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        for file in files {
+            let relative = file.strip_prefix(&dir).unwrap();
+            let path = relative.to_string_lossy().replace('\\', "/");
+            let name = relative.file_name().unwrap().to_string_lossy().to_string();
+            let named = if name == "mod.rs" {
+                let folder = path.trim_end_matches("mod.rs");
+                let last = folder
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default();
+                page.contains(&format!("`{folder}`")) || page.contains(&format!("`{last}/`"))
+            } else {
+                page.contains(&format!("`{path}`")) || page.contains(&format!("`{name}`"))
+            };
+            if !named {
+                unnamed.push(format!("{crate_src}/{path}"));
+            }
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "not named in docs/architecture.md: {unnamed:?}"
+    );
+}

@@ -1,7 +1,7 @@
 //! Signed URLs: with keys configured, image requests need `sig`, the HMAC-SHA256 of
 //! `<path>?<sorted, form-encoded query without sig>`. The signatures here are computed
 //! independently of the service's code (by the `hmac` crate directly, and by `openssl` as the
-//! README shows when it is installed).
+//! recipe of docs/api.md ("Signed URLs") shows when it is installed).
 
 mod common;
 
@@ -86,7 +86,7 @@ async fn the_readme_openssl_one_liner_signs_correctly() {
     let origin = Origin::start().await;
     origin.put("/b.jpg", jpeg(120, 80, 4));
     let query = format!("format=webp&url={}&w=40", encoded(&origin.url("/b.jpg")));
-    // The README's recipe, verbatim apart from the variables.
+    // The recipe of docs/api.md, verbatim apart from the variables.
     let out = Command::new("sh")
         .arg("-c")
         .arg(r#"printf '%s' "/v1/image?$QUERY" | openssl dgst -sha256 -hmac "$KEY" -r | cut -d' ' -f1"#)

@@ -1,4 +1,4 @@
-//! The HTTP face of the service (SPEC "HTTP API"): one file per resource, and `error.rs`
+//! The HTTP face of the service (docs/spec.md "HTTP API"): one file per resource, and `error.rs`
 //! as the one place errors become statuses, headers and JSON bodies. Handlers share a
 //! [`Service`] and reach the stored state only through its [`Pipeline`]. In front of the
 //! router, `front.rs` answers repeated hits held in memory (the same answers, sooner).

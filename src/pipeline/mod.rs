@@ -1,4 +1,4 @@
-//! The pipeline: the decision flow of SPEC "What it is", steps 1–4, and the one owner of the
+//! The pipeline: the decision flow of docs/spec.md "What it is", steps 1–4, and the one owner of the
 //! state that flow needs — the maps, the blob store, the origin fetcher, the caches (hot
 //! variants, origin failures), the single-flight maps and admission control. Like
 //! mini-redis's `Db`, [`Pipeline`] is a cheap handle around a private `Shared`: callers (the

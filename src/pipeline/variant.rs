@@ -1,4 +1,4 @@
-//! Step 4: which variant a request names ([`Pipeline::locate`]), and that variant — stored
+//! Step 4 of docs/spec.md's flow: which variant a request names ([`Pipeline::locate`]), and that variant — stored
 //! (hot cache, then the variants map) or made by one processing run that every concurrent
 //! asker shares, admitted by cost ([`Pipeline::variant`]). Errors processing gives for good
 //! are stored like results.
