@@ -1,5 +1,5 @@
 //! The hashes the near-neighbour benchmarks search (`bench/near_index.rs` for the embedded
-//! index, `tests/near_index_pg.rs` for PostgreSQL): the DCT hashes of the shared photographs
+//! index, `tests/it/near_index_pg.rs` for PostgreSQL): the DCT hashes of the shared photographs
 //! and their transforms, replicated with small perturbations.
 
 pub struct Rng(pub u64);

@@ -4,4 +4,4 @@
 # NEAR_INDEX_PG_SIZES=250000,1000000,2000000 picks the sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --release --test near_index_pg -- --ignored --nocapture
+cargo test --release --test it -- near_index_pg:: --ignored --nocapture

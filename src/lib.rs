@@ -1,6 +1,6 @@
 //! imgcas: a content-addressable image dedup and processing service.
 //!
-//! A request walks down these layers and nothing reaches back up (`tests/layering.rs`
+//! A request walks down these layers and nothing reaches back up (`tests/it/layering.rs`
 //! enforces it; `docs/architecture.md` draws it):
 //!
 //! 1. `hash`, `config`: plain values every layer may use.

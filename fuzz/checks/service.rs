@@ -1,6 +1,6 @@
 //! The checks of the service's fuzz targets (URL canonicalisation, signatures), shared by
 //! `fuzz/fuzz_targets/*.rs` and the replay of found inputs in plain `cargo test`
-//! (`tests/fuzz_replay.rs`). Each takes any bytes and returns what they must give.
+//! (`tests/it/fuzz_replay.rs`). Each takes any bytes and returns what they must give.
 // Each target uses one check of this file.
 #![allow(dead_code)]
 

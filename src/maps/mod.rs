@@ -5,7 +5,7 @@
 //! The pipeline sees only this trait and the types here; each backend lives in a folder of its
 //! own and owns its encoding: `redb/` (one file under the data dir, the embedded default) and
 //! `postgres/` (one database shared by many nodes, `maps.url`). Each implements [`MapStore`],
-//! passes `tests/maps_contract.rs`, and is chosen in [`open`].
+//! passes `tests/it/maps_contract.rs`, and is chosen in [`open`].
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
 //! backend keeps them in its file (with the row, or in page-sized pieces beside it for large

@@ -1,0 +1,220 @@
+//! The two canonical forms: [`Spec::canonical`], the request as typed (what signatures
+//! cover), and [`ResolvedSpec`], the spec decided against a source and a client, whose
+//! [`ResolvedSpec::canonical`] string is what variant keys are made of.
+
+use super::accept::negotiate_animated;
+use super::*;
+
+impl Spec {
+    /// The request as typed, normalized: sorted, defaults dropped. Two requests with the same
+    /// canonical form are the same request (signatures are computed over it).
+    pub fn canonical(&self) -> String {
+        let mut parts = Vec::new();
+        self.shape.parts(&mut parts);
+        if self.width_auto {
+            parts.push(("w", "auto".into()));
+        }
+        if self.dpr_auto {
+            parts.push(("dpr", "auto".into()));
+        } else if self.dpr != Spec::default().dpr {
+            parts.push(("dpr", self.dpr.to_string()));
+        }
+        match self.format {
+            FormatRequest::Original => {}
+            FormatRequest::Auto => parts.push(("format", "auto".into())),
+            FormatRequest::Exact(f) => parts.push(("format", f.name().into())),
+        }
+        if let Some(q) = self.quality {
+            parts.push(("q", q.to_string()));
+        }
+        if self.lossless {
+            parts.push(("lossless", "1".into()));
+        }
+        if self.progressive {
+            parts.push(("progressive", "1".into()));
+        }
+        if !self.animated {
+            parts.push(("animated", "0".into()));
+        }
+        join(parts)
+    }
+
+    /// Whether the response depends on the client's `Accept` header.
+    pub fn varies_by_accept(&self) -> bool {
+        self.format == FormatRequest::Auto
+    }
+
+    /// Resolves the request against its source and client: the output format becomes concrete
+    /// (`original` follows `source_format`, `auto` follows `accept`), `dpr` is folded into the
+    /// box, and options that cannot change the output are dropped.
+    pub fn resolve(
+        &self,
+        source_format: Option<OutputFormat>,
+        source_has_alpha: bool,
+        accept: Option<&str>,
+    ) -> ResolvedSpec {
+        self.resolve_frames(source_format, source_has_alpha, 1, accept)
+    }
+
+    /// Whether resolving may depend on the source's frame count: an animation is asked
+    /// for (`animated=1`) and the output format may be one that animates. When not, a
+    /// caller need not learn the frames (1 does).
+    pub fn may_animate(&self, source_format: Option<OutputFormat>) -> bool {
+        self.animated
+            && match self.format {
+                FormatRequest::Exact(f) => f.animates(),
+                FormatRequest::Auto => true,
+                FormatRequest::Original => source_format.is_some_and(OutputFormat::animates),
+            }
+    }
+
+    /// [`Spec::resolve`] for a source of `source_frames` frames. An animated source asked
+    /// for with `animated=1` in GIF or WebP resolves to an animated spec (`animated=1` in
+    /// its canonical form); `format=auto` then picks among the formats that animate: WebP
+    /// when the client takes it, else GIF. Every other case takes the first frame and
+    /// resolves as [`Spec::resolve`] does, so first-frame variants keep their keys.
+    pub fn resolve_frames(
+        &self,
+        source_format: Option<OutputFormat>,
+        source_has_alpha: bool,
+        source_frames: u32,
+        accept: Option<&str>,
+    ) -> ResolvedSpec {
+        let animate = self.animated && source_frames > 1;
+        let fallback = if source_has_alpha {
+            OutputFormat::Png
+        } else {
+            OutputFormat::Jpeg
+        };
+        let format = match self.format {
+            FormatRequest::Exact(f) => f,
+            FormatRequest::Original => source_format.unwrap_or(fallback),
+            FormatRequest::Auto if animate => negotiate_animated(accept.unwrap_or("")),
+            FormatRequest::Auto => negotiate(accept.unwrap_or(""), source_has_alpha),
+        };
+        let scale = |v: u32| ((f64::from(v) * self.dpr.as_f64()).round() as u32).max(1);
+        let mut shape = self.shape.clone();
+        shape.width = shape.width.map(scale);
+        shape.height = shape.height.map(scale);
+        let has_box = shape.width.is_some() || shape.height.is_some();
+        if shape.width.is_none() || shape.height.is_none() {
+            // With one side given (or none) every fit behaves like contain.
+            shape.fit = Fit::Contain;
+        }
+        if !matches!(shape.fit, Fit::Cover | Fit::Pad) {
+            shape.gravity = Gravity::Center;
+        }
+        if shape.fit == Fit::Pad && shape.gravity == Gravity::Smart {
+            // Padding has no content to look at: smart placement is the middle.
+            shape.gravity = Gravity::Center;
+        }
+        shape.enlarge &= has_box;
+        let lossless = self.lossless && format == OutputFormat::Webp;
+        let quality = format
+            .default_quality()
+            .filter(|_| !lossless)
+            .map(|default| {
+                self.quality.unwrap_or(match self.save_data {
+                    true => default.saturating_sub(SAVE_DATA_STEP).max(1),
+                    false => default,
+                })
+            });
+        ResolvedSpec {
+            shape,
+            format,
+            quality,
+            lossless,
+            progressive: self.progressive && format == OutputFormat::Jpeg,
+            animated: animate && format.animates(),
+        }
+    }
+}
+
+pub(super) fn fit_name(f: Fit) -> &'static str {
+    match f {
+        Fit::Contain => "contain",
+        Fit::Cover => "cover",
+        Fit::Fill => "fill",
+        Fit::Pad => "pad",
+    }
+}
+
+pub(super) fn gravity_name(g: Gravity) -> &'static str {
+    match g {
+        Gravity::Center => "center",
+        Gravity::North => "north",
+        Gravity::South => "south",
+        Gravity::East => "east",
+        Gravity::West => "west",
+        Gravity::NorthEast => "northeast",
+        Gravity::NorthWest => "northwest",
+        Gravity::SouthEast => "southeast",
+        Gravity::SouthWest => "southwest",
+        Gravity::Smart => "smart",
+    }
+}
+
+/// Renders `name=value` pairs sorted by name, `&`-separated.
+fn join(mut parts: Vec<(&'static str, String)>) -> String {
+    parts.sort_by_key(|(name, _)| *name);
+    let rendered: Vec<String> = parts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    rendered.join("&")
+}
+
+/// A spec with everything decided: what [`crate::process`] executes and what variant keys are
+/// made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSpec {
+    pub shape: Shape,
+    pub format: OutputFormat,
+    /// `None` for lossless formats.
+    pub quality: Option<u8>,
+    /// Lossless WebP (only ever set with `format == Webp`).
+    pub lossless: bool,
+    /// Progressive JPEG (only ever set with `format == Jpeg`).
+    pub progressive: bool,
+    /// Every frame of an animated source, animated (only ever set with a format that
+    /// animates, for a source of more than one frame).
+    pub animated: bool,
+}
+
+impl ResolvedSpec {
+    /// Whether the output's own loss hides a coarse shrink-on-load: lossy JPEG or WebP at
+    /// quality 90 or less. Measured on the large photos of `bench/peers.py`, a progressive
+    /// JPEG decoded at 1/8 from its DC scans alone lands 44.5 dB from a full decode and
+    /// Lanczos3 (52.5 dB at 1/4 then Lanczos3); a q80 JPEG or q75 WebP loses more than that
+    /// by itself (about 35 dB), so the shortcut costs them nothing measurable, while an AVIF
+    /// at q65 (about 39 dB) lost 1.1 dB to it, and a lossless output all of the difference.
+    pub fn hides_coarse_decode(&self) -> bool {
+        let lossy =
+            matches!(self.format, OutputFormat::Jpeg | OutputFormat::Webp) && !self.lossless;
+        let quality = self
+            .quality
+            .or(self.format.default_quality())
+            .unwrap_or(100);
+        lossy && quality <= 90
+    }
+
+    /// The variant-key form: every field that shapes the output, defaults dropped, sorted.
+    /// The format is always present.
+    pub fn canonical(&self) -> String {
+        let mut parts = Vec::new();
+        self.shape.parts(&mut parts);
+        parts.push(("format", self.format.name().into()));
+        if let (Some(q), Some(default)) = (self.quality, self.format.default_quality()) {
+            if q != default {
+                parts.push(("q", q.to_string()));
+            }
+        }
+        if self.lossless {
+            parts.push(("lossless", "1".into()));
+        }
+        if self.progressive {
+            parts.push(("progressive", "1".into()));
+        }
+        if self.animated {
+            parts.push(("animated", "1".into()));
+        }
+        join(parts)
+    }
+}

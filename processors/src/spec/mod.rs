@@ -1,0 +1,596 @@
+//! Processing options: parsing, validation and the two canonical forms.
+//!
+//! A request's options become a [`Spec`], which still says what the client asked for
+//! (`format=original`, `format=auto`, `dpr=2`). Before anything is looked up, the service
+//! resolves it against the source and the client into a [`ResolvedSpec`]: the format is
+//! concrete, `dpr` is folded into the box, and options that cannot change the output are
+//! dropped. The resolved form's [`ResolvedSpec::canonical`] string is what variant keys are
+//! made of, so requests that must produce the same bytes share one variant.
+//!
+//! Here: the option types and the [`Spec`] itself. Parsing is in `parse.rs`, the two
+//! canonical forms and the resolution in `canonical.rs`, client hints in `hints.rs`, and
+//! `Accept` negotiation in `accept.rs`.
+
+mod accept;
+mod canonical;
+mod hints;
+mod parse;
+
+pub use accept::{accept_class, negotiate};
+pub use canonical::ResolvedSpec;
+pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
+pub use parse::OPTION_NAMES;
+
+use canonical::{fit_name, gravity_name};
+
+use std::fmt;
+
+/// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
+/// variants made by older code stop matching by themselves. When a change touches only some
+/// variants, those alone take a later version (see [`crate::processor_version`]), so an
+/// upgrade does not make every stored variant again.
+pub const PROCESSOR_VERSION: u32 = 4;
+
+/// Largest `w`/`h` a client may ask for (before `dpr`).
+pub const MAX_DIMENSION: u32 = 8192;
+
+/// A bad option, named so the client can fix its URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid option `{option}`: {message}")]
+pub struct SpecError {
+    pub option: String,
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(option: &str, message: impl Into<String>) -> Self {
+        SpecError {
+            option: option.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fit {
+    #[default]
+    Contain,
+    Cover,
+    Fill,
+    Pad,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gravity {
+    #[default]
+    Center,
+    North,
+    South,
+    East,
+    West,
+    NorthEast,
+    NorthWest,
+    SouthEast,
+    SouthWest,
+    /// The crop window goes where the picture has the most detail (edge energy and
+    /// saturation), found on the decoded pixels: `fit=cover` only.
+    Smart,
+}
+
+impl Gravity {
+    /// Where the kept region sits along each axis: 0 = left/top, 0.5 = middle, 1 = right/bottom.
+    pub fn anchor(self) -> (f64, f64) {
+        match self {
+            Gravity::Center | Gravity::Smart => (0.5, 0.5),
+            Gravity::North => (0.5, 0.0),
+            Gravity::South => (0.5, 1.0),
+            Gravity::East => (1.0, 0.5),
+            Gravity::West => (0.0, 0.5),
+            Gravity::NorthEast => (1.0, 0.0),
+            Gravity::NorthWest => (0.0, 0.0),
+            Gravity::SouthEast => (1.0, 1.0),
+            Gravity::SouthWest => (0.0, 1.0),
+        }
+    }
+}
+
+/// Formats imgcas can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputFormat {
+    Jpeg,
+    Png,
+    Webp,
+    Avif,
+    Gif,
+}
+
+impl OutputFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Jpeg => "jpeg",
+            OutputFormat::Png => "png",
+            OutputFormat::Webp => "webp",
+            OutputFormat::Avif => "avif",
+            OutputFormat::Gif => "gif",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "jpeg" | "jpg" => OutputFormat::Jpeg,
+            "png" => OutputFormat::Png,
+            "webp" => OutputFormat::Webp,
+            "avif" => OutputFormat::Avif,
+            "gif" => OutputFormat::Gif,
+            _ => return None,
+        })
+    }
+
+    pub fn mime(self) -> &'static str {
+        match self {
+            OutputFormat::Jpeg => "image/jpeg",
+            OutputFormat::Png => "image/png",
+            OutputFormat::Webp => "image/webp",
+            OutputFormat::Avif => "image/avif",
+            OutputFormat::Gif => "image/gif",
+        }
+    }
+
+    /// The quality used when the request names none; `None` for lossless formats.
+    pub fn default_quality(self) -> Option<u8> {
+        match self {
+            OutputFormat::Jpeg => Some(82),
+            OutputFormat::Webp => Some(80),
+            OutputFormat::Avif => Some(60),
+            OutputFormat::Png | OutputFormat::Gif => None,
+        }
+    }
+
+    /// Whether the format can hold an animation (imgcas writes animated GIF and WebP).
+    pub fn animates(self) -> bool {
+        matches!(self, OutputFormat::Gif | OutputFormat::Webp)
+    }
+
+    /// Whether the format keeps an alpha channel (JPEG output is flattened onto `bg`).
+    pub fn keeps_alpha(self) -> bool {
+        !matches!(self, OutputFormat::Jpeg)
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the client asked for in `format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FormatRequest {
+    /// Keep the source's format (or the nearest one imgcas writes).
+    #[default]
+    Original,
+    /// The best format the client's `Accept` header allows.
+    Auto,
+    Exact(OutputFormat),
+}
+
+/// A value kept in hundredths so that specs compare and print exactly (`dpr=1.5`, `blur=0.3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Hundredths(pub u32);
+
+impl Hundredths {
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / 100.0
+    }
+
+    fn parse(option: &str, value: &str, min: u32, max: u32) -> Result<Self, SpecError> {
+        let range = || format!("must be a number from {} to {}", fmt_h(min), fmt_h(max));
+        let v: f64 = value
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| SpecError::new(option, range()))?;
+        // The range holds for the value as given, not as rounded to hundredths
+        // (`blur=100.0000001` is over 100). Division is exactly rounded, so a bound written as
+        // a decimal compares equal to itself.
+        if v < f64::from(min) / 100.0 || v > f64::from(max) / 100.0 {
+            return Err(SpecError::new(option, range()));
+        }
+        Ok(Hundredths((v * 100.0).round() as u32))
+    }
+}
+
+fn fmt_h(h: u32) -> String {
+    if h.is_multiple_of(100) {
+        (h / 100).to_string()
+    } else if h.is_multiple_of(10) {
+        format!("{}.{}", h / 100, (h % 100) / 10)
+    } else {
+        format!("{}.{:02}", h / 100, h % 100)
+    }
+}
+
+impl fmt::Display for Hundredths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&fmt_h(self.0))
+    }
+}
+
+/// An sRGB colour, `rrggbb`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rgb(pub [u8; 3]);
+
+impl Default for Rgb {
+    fn default() -> Self {
+        Rgb([255, 255, 255])
+    }
+}
+
+impl fmt::Display for Rgb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:02x}{:02x}{:02x}", self.0[0], self.0[1], self.0[2])
+    }
+}
+
+/// The options that shape the pixels: the same in the request form and the resolved form.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Box width; in a [`ResolvedSpec`], in output pixels (`dpr` applied).
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub fit: Fit,
+    pub gravity: Gravity,
+    pub enlarge: bool,
+    /// Clockwise degrees applied after EXIF orientation: 0, 90, 180 or 270.
+    pub rotate: u16,
+    pub blur: Option<Hundredths>,
+    pub sharpen: Option<Hundredths>,
+    pub background: Rgb,
+    pub min_width: Option<u32>,
+    pub min_height: Option<u32>,
+}
+
+impl Shape {
+    /// Its non-default options as `(name, value)` pairs.
+    fn parts(&self, out: &mut Vec<(&'static str, String)>) {
+        let d = Shape::default();
+        if self.background != d.background {
+            out.push(("bg", self.background.to_string()));
+        }
+        if let Some(b) = self.blur {
+            out.push(("blur", b.to_string()));
+        }
+        if self.enlarge {
+            out.push(("enlarge", "1".into()));
+        }
+        if self.fit != d.fit {
+            out.push(("fit", fit_name(self.fit).into()));
+        }
+        if self.gravity != d.gravity {
+            out.push(("gravity", gravity_name(self.gravity).into()));
+        }
+        let numbers = [
+            ("h", self.height),
+            ("min_h", self.min_height),
+            ("min_w", self.min_width),
+            ("w", self.width),
+        ];
+        for (name, value) in numbers {
+            if let Some(v) = value {
+                out.push((name, v.to_string()));
+            }
+        }
+        if self.rotate != 0 {
+            out.push(("rotate", self.rotate.to_string()));
+        }
+        if let Some(s) = self.sharpen {
+            out.push(("sharpen", s.to_string()));
+        }
+    }
+}
+
+/// The options of one request, validated, as the client gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub shape: Shape,
+    /// Device pixel ratio, 1–4, in hundredths.
+    pub dpr: Hundredths,
+    /// `dpr=auto`: the ratio comes from the `Sec-CH-DPR` hint ([`Spec::with_hints`]); 1
+    /// without one.
+    pub dpr_auto: bool,
+    /// `w=auto`: the width comes from the `Sec-CH-Width` hint; the source's without one.
+    pub width_auto: bool,
+    /// The client sent `Save-Data: on` and the request consults it (see
+    /// [`Spec::consults`]): the default quality is lowered by [`SAVE_DATA_STEP`].
+    pub save_data: bool,
+    /// The hints [`Spec::with_hints`] consulted (none before it runs).
+    pub consulted: HintsConsulted,
+    pub format: FormatRequest,
+    pub quality: Option<u8>,
+    /// `lossless=1`: lossless WebP (other formats are lossless already or cannot be).
+    pub lossless: bool,
+    /// `progressive=1`: progressive JPEG.
+    pub progressive: bool,
+    /// `animated=1` (the default): an animated source stays animated in a format that can
+    /// be (GIF, WebP); `animated=0` takes its first frame.
+    pub animated: bool,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            shape: Shape::default(),
+            dpr: Hundredths(100),
+            dpr_auto: false,
+            width_auto: false,
+            save_data: false,
+            consulted: HintsConsulted::default(),
+            format: FormatRequest::Original,
+            quality: None,
+            lossless: false,
+            progressive: false,
+            animated: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(q: &str) -> SpecError {
+        Spec::parse(q).expect_err(q)
+    }
+
+    #[test]
+    fn order_does_not_matter_and_defaults_drop() {
+        let a = Spec::parse("w=400&h=300").unwrap();
+        let b = Spec::parse("h=300&w=400&fit=contain&q=&").map(|_| ());
+        assert!(b.is_err(), "an empty q is an error");
+        let b = Spec::parse("h=300&gravity=center&w=400&fit=contain&dpr=1&enlarge=0").unwrap();
+        assert_eq!(a.canonical(), "h=300&w=400");
+        assert_eq!(a.canonical(), b.canonical());
+        assert_eq!(Spec::parse("").unwrap().canonical(), "");
+    }
+
+    #[test]
+    fn every_option_parses() {
+        let s = Spec::parse(
+            "w=10&h=20&fit=pad&gravity=southwest&enlarge=1&dpr=1.5&format=webp&q=70&rotate=90&blur=0.3&sharpen=2&bg=%23000000&min_w=5&min_h=6",
+        );
+        // `%23` is not decoded here (the HTTP layer decodes); a raw '#' is accepted.
+        assert!(s.is_err());
+        let s = Spec::parse(
+            "w=10&h=20&fit=pad&gravity=southwest&enlarge=1&dpr=1.5&format=webp&q=70&rotate=90&blur=0.3&sharpen=2&bg=#000000&min_w=5&min_h=6",
+        )
+        .unwrap();
+        assert_eq!(
+            s.canonical(),
+            "bg=000000&blur=0.3&dpr=1.5&enlarge=1&fit=pad&format=webp&gravity=southwest&h=20&min_h=6&min_w=5&q=70&rotate=90&sharpen=2&w=10"
+        );
+    }
+
+    #[test]
+    fn the_frame_mode_is_in_the_key_of_animated_sources_only() {
+        let gif = Some(OutputFormat::Gif);
+        let key = |q: &str, frames: u32, accept: Option<&str>| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve_frames(gif, true, frames, accept)
+                .canonical()
+        };
+        // A still, or the first frame: the key a first-frame variant always had.
+        assert_eq!(key("format=webp&w=100", 1, None), "format=webp&w=100");
+        assert_eq!(
+            key("format=webp&w=100&animated=0", 10, None),
+            "format=webp&w=100"
+        );
+        assert_eq!(
+            key("format=webp&w=100", 10, None),
+            "animated=1&format=webp&w=100"
+        );
+        assert_eq!(key("w=100", 10, None), "animated=1&format=gif&w=100");
+        // Still formats take the first frame whatever was asked.
+        assert_eq!(key("format=png&w=100", 10, None), "format=png&w=100");
+        // Auto picks a format that animates: WebP when taken, else GIF.
+        let avif_too = Some("image/avif,image/webp,*/*");
+        assert_eq!(key("format=auto", 10, avif_too), "animated=1&format=webp");
+        assert_eq!(key("format=auto", 10, Some("*/*")), "animated=1&format=gif");
+        assert_eq!(key("format=auto&animated=0", 10, avif_too), "format=avif");
+        // The request form keeps what was asked (signatures are made over it).
+        assert_eq!(
+            Spec::parse("animated=0&w=5").unwrap().canonical(),
+            "animated=0&w=5"
+        );
+        assert_eq!(Spec::parse("animated=1").unwrap().canonical(), "");
+        assert!(Spec::parse("animated=2").is_err());
+        assert!(!Spec::parse("format=png").unwrap().may_animate(gif));
+        assert!(Spec::parse("").unwrap().may_animate(gif));
+        assert!(!Spec::parse("")
+            .unwrap()
+            .may_animate(Some(OutputFormat::Png)));
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        for (q, opt) in [
+            ("w=0", "w"),
+            ("w=8193", "w"),
+            ("w=abc", "w"),
+            ("h=-1", "h"),
+            ("fit=squash", "fit"),
+            ("gravity=up", "gravity"),
+            ("enlarge=2", "enlarge"),
+            ("dpr=5", "dpr"),
+            ("dpr=0.5", "dpr"),
+            ("dpr=NaN", "dpr"),
+            ("format=bmp", "format"),
+            ("q=0", "q"),
+            ("q=101", "q"),
+            ("rotate=45", "rotate"),
+            ("blur=0.1", "blur"),
+            ("sharpen=101", "sharpen"),
+            ("bg=fff", "bg"),
+            ("bg=gggggg", "bg"),
+            ("min_w=0", "min_w"),
+            ("width=3", "width"),
+            ("w=1&w=2", "w"),
+        ] {
+            assert_eq!(err(q).option, opt, "{q}");
+        }
+    }
+
+    #[test]
+    fn resolution_folds_dpr_and_format() {
+        let s = Spec::parse("w=200&dpr=2&format=original").unwrap();
+        let r = s.resolve(Some(OutputFormat::Jpeg), false, None);
+        let t = Spec::parse("w=400&format=jpeg&q=82").unwrap();
+        assert_eq!(
+            r.canonical(),
+            t.resolve(Some(OutputFormat::Png), true, None).canonical()
+        );
+        assert_eq!(r.canonical(), "format=jpeg&w=400");
+    }
+
+    #[test]
+    fn client_hints_resolve_to_concrete_options_on_their_ladders() {
+        let key = |query: &str, hints: ClientHints| {
+            let spec = Spec::parse(query).unwrap().with_hints(&hints);
+            let consulted: Vec<_> = spec.consulted.headers().collect();
+            let key = spec
+                .resolve(Some(OutputFormat::Jpeg), false, None)
+                .canonical();
+            (key, consulted)
+        };
+        let none = ClientHints::default();
+        let dpr = |d: f64| ClientHints {
+            dpr: Some(d),
+            ..none
+        };
+        let width = |w: f64| ClientHints {
+            width: Some(w),
+            ..none
+        };
+        let explicit = |q: &str| key(q, none).0;
+        // dpr=auto with a hint of 2 is dpr=2; odd ratios round up to the ladder; none is 1.
+        assert_eq!(key("w=300&dpr=auto", dpr(2.0)).0, explicit("w=300&dpr=2"));
+        assert_eq!(key("w=300&dpr=auto", dpr(2.625)).0, explicit("w=300&dpr=3"));
+        assert_eq!(key("w=300&dpr=auto", dpr(9.0)).0, explicit("w=300&dpr=4"));
+        assert_eq!(key("w=300&dpr=auto", none).0, explicit("w=300"));
+        assert_eq!(key("w=300&dpr=auto", dpr(f64::NAN)).0, explicit("w=300"));
+        // w=auto: the hint, in device pixels, rounded up; the ratio is not applied to it again.
+        assert_eq!(key("w=auto", width(700.0)).0, explicit("w=750"));
+        assert_eq!(key("w=auto", width(640.0)).0, explicit("w=640"));
+        assert_eq!(key("w=auto", width(1e9)).0, explicit("w=8192"));
+        let both = ClientHints {
+            dpr: Some(2.0),
+            width: Some(700.0),
+            save_data: false,
+        };
+        assert_eq!(
+            key("w=auto&h=100&dpr=auto", both).0,
+            explicit("w=750&h=200")
+        );
+        // Without the hint, the source's width.
+        assert_eq!(key("w=auto&format=webp", none).0, explicit("format=webp"));
+        // Save-Data lowers the default quality of a request that asks for hints, to a value
+        // an explicit q would give; an explicit q wins.
+        let save = ClientHints {
+            save_data: true,
+            ..width(300.0)
+        };
+        assert_eq!(key("w=auto", save).0, explicit("w=320&q=67"));
+        assert_eq!(key("w=auto&q=90", save).0, explicit("w=320&q=90"));
+        assert_eq!(
+            key("w=300", save).0,
+            explicit("w=300"),
+            "no hints asked for"
+        );
+        // What each request consulted: its Vary.
+        assert_eq!(key("w=300", none).1, Vec::<&str>::new());
+        assert_eq!(key("w=300&dpr=auto", none).1, ["Sec-CH-DPR", "Save-Data"]);
+        assert_eq!(key("w=auto&q=50", none).1, ["Sec-CH-Width"]);
+        // The request form keeps `auto`; an unknown value is still refused.
+        assert_eq!(
+            Spec::parse("dpr=auto&w=auto").unwrap().canonical(),
+            "dpr=auto&w=auto"
+        );
+        assert!(Spec::parse("h=auto").is_err());
+        assert!(Spec::parse("dpr=automatic").is_err());
+    }
+
+    #[test]
+    fn irrelevant_options_drop_from_the_variant_key() {
+        let a = Spec::parse("w=100&gravity=north&fit=cover").unwrap();
+        let b = Spec::parse("w=100").unwrap();
+        let resolve = |s: &Spec| s.resolve(Some(OutputFormat::Png), false, None).canonical();
+        assert_eq!(
+            resolve(&a),
+            resolve(&b),
+            "one side given: fit and gravity are moot"
+        );
+        let c = Spec::parse("w=100&h=100&fit=cover&gravity=north").unwrap();
+        assert_eq!(
+            resolve(&c),
+            "fit=cover&format=png&gravity=north&h=100&w=100"
+        );
+        let png_q = Spec::parse("format=png&q=50").unwrap();
+        assert_eq!(resolve(&png_q), "format=png");
+    }
+
+    #[test]
+    fn lossless_and_progressive_only_stay_where_they_change_the_output() {
+        let resolve = |q: &str| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve(Some(OutputFormat::Jpeg), false, None)
+                .canonical()
+        };
+        assert_eq!(
+            resolve("format=webp&lossless=1&q=50"),
+            "format=webp&lossless=1"
+        );
+        assert_eq!(resolve("format=jpeg&lossless=1"), "format=jpeg");
+        assert_eq!(resolve("format=png&lossless=1&progressive=1"), "format=png");
+        assert_eq!(resolve("progressive=1&q=82"), "format=jpeg&progressive=1");
+        assert_eq!(resolve("format=webp&progressive=1"), "format=webp");
+        assert_eq!(resolve("lossless=0&progressive=0"), "format=jpeg");
+        assert_eq!(err("lossless=yes").option, "lossless");
+        assert_eq!(err("progressive=2").option, "progressive");
+    }
+
+    #[test]
+    fn smart_gravity_is_kept_for_cover_only() {
+        let resolve = |q: &str| {
+            Spec::parse(q)
+                .unwrap()
+                .resolve(Some(OutputFormat::Png), false, None)
+        };
+        assert_eq!(
+            resolve("w=10&h=10&fit=cover&gravity=smart").shape.gravity,
+            Gravity::Smart
+        );
+        assert_eq!(
+            resolve("w=10&h=10&fit=pad&gravity=smart").shape.gravity,
+            Gravity::Center
+        );
+        assert_eq!(resolve("w=10&gravity=smart").canonical(), "format=png&w=10");
+    }
+
+    #[test]
+    fn negotiation_prefers_avif_then_webp_then_legacy_by_alpha() {
+        assert_eq!(
+            negotiate("image/avif,image/webp,*/*", false),
+            OutputFormat::Avif
+        );
+        assert_eq!(
+            negotiate("image/avif,image/webp,*/*", true),
+            OutputFormat::Avif,
+            "AVIF keeps alpha"
+        );
+        assert_eq!(negotiate("image/webp,*/*", true), OutputFormat::Webp);
+        assert_eq!(negotiate("image/webp;q=0, */*", false), OutputFormat::Jpeg);
+        assert_eq!(negotiate("*/*", true), OutputFormat::Png);
+        assert_eq!(negotiate("", false), OutputFormat::Jpeg);
+    }
+}

@@ -1,0 +1,730 @@
+//! Three `imgcas serve` processes (the real binary) on one PostgreSQL (started by the
+//! harness) and one S3 bucket (the in-process s3s-fs server, or the external one CI names):
+//! what one node learned every node knows, and a job runs once in the whole cluster.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::binary::{self, Server};
+use common::postgres::PgServer;
+use common::s3::S3Target;
+use common::*;
+
+/// A node, and its own data dir (which, with shared maps, holds nothing that matters).
+struct Node {
+    server: Option<Server>,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+    client: reqwest::Client,
+}
+
+impl Cluster {
+    fn start(maps_url: &str, bucket: &S3Target, extra: &[(&str, String)]) -> Cluster {
+        let nodes = ["a", "b", "c"]
+            .into_iter()
+            .map(|name| {
+                let dir = tempfile::tempdir().unwrap();
+                let mut env = vec![
+                    ("IMGCAS_MAPS_URL", maps_url.to_string()),
+                    ("IMGCAS_NODE_ID", format!("node-{name}")),
+                ];
+                env.extend(extra.iter().cloned());
+                let server = binary::start_with(dir.path(), Some(bucket), &env);
+                Node {
+                    base: server.base.clone(),
+                    server: Some(server),
+                    _dir: dir,
+                }
+            })
+            .collect();
+        Cluster {
+            nodes,
+            client: client(),
+        }
+    }
+
+    async fn image(&self, node: usize, source: &str, query: &str) -> reqwest::Response {
+        let mut url = reqwest::Url::parse(&format!("{}/v1/image", self.nodes[node].base)).unwrap();
+        url.query_pairs_mut().append_pair("url", source);
+        self.client
+            .get(format!("{url}&{query}"))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    async fn by_hash(&self, node: usize, hash: &str, query: &str) -> reqwest::Response {
+        let url = format!("{}/v1/image/{hash}?{query}", self.nodes[node].base);
+        self.client.get(url).send().await.expect("request")
+    }
+
+    /// A counter of one node's `/metrics`.
+    async fn counter(&self, node: usize, name: &str) -> f64 {
+        let scrape = scrape(&self.client, &self.nodes[node].base).await;
+        metric_value(&scrape, name, &[])
+    }
+
+    /// A counter summed over the nodes still running.
+    async fn total(&self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].server.is_some() {
+                sum += self.counter(i, name).await;
+            }
+        }
+        sum
+    }
+
+    fn kill(&mut self, node: usize) {
+        if let Some(server) = self.nodes[node].server.take() {
+            server.kill();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(server) = node.server.take() {
+                server.kill();
+            }
+        }
+    }
+}
+
+fn photo() -> Vec<u8> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/exif-orientation/Landscape_1.jpg");
+    std::fs::read(path).unwrap()
+}
+
+const RUNS: &str = "imgcas_processing_runs_total";
+const DOWNLOADS: &str = "imgcas_origin_downloads_total";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_share_what_they_learn_and_do_each_job_once() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &pg.database("cluster_shared"),
+        &bucket,
+        &[("IMGCAS_REVALIDATE_AFTER", "1s".to_string())],
+    );
+
+    // (a) A variant made on node A is a hit on B and C, with no processing there.
+    origin.put("/a.jpg", jpeg(320, 240, 1));
+    let source = origin.url("/a.jpg");
+    let r = cluster.image(0, &source, "w=100&format=webp").await;
+    if r.status() != 200 {
+        panic!("{}: {}", r.status(), r.text().await.unwrap());
+    }
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("miss"));
+    let made = r.bytes().await.unwrap();
+    for node in [1, 2] {
+        let r = cluster.image(node, &source, "w=100&format=webp").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "node {node}");
+        assert_eq!(r.bytes().await.unwrap(), made);
+        assert_eq!(cluster.counter(node, RUNS).await, 0.0, "node {node}");
+        assert_eq!(cluster.counter(node, DOWNLOADS).await, 0.0, "node {node}");
+    }
+    assert_eq!(origin.full(), 1);
+
+    // (b) 90 concurrent cold requests for one new URL and spec, 30 on each node: one
+    // download and one processing run in the whole cluster, and 90 answers of 200.
+    origin.put_slow(
+        "/b.jpg",
+        jpeg(640, 480, 2),
+        Some(Duration::from_millis(300)),
+    );
+    let source = origin.url("/b.jpg");
+    let (runs_before, downloads_before) =
+        (cluster.total(RUNS).await, cluster.total(DOWNLOADS).await);
+    let mut requests = Vec::new();
+    for i in 0..90 {
+        let (client, base, source) = (
+            cluster.client.clone(),
+            cluster.nodes[i % 3].base.clone(),
+            source.clone(),
+        );
+        requests.push(tokio::spawn(async move {
+            let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+            url.query_pairs_mut().append_pair("url", &source);
+            let r = client
+                .get(format!("{url}&w=200&format=png"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.bytes().await.unwrap())
+        }));
+    }
+    let mut bodies = std::collections::HashSet::new();
+    for request in requests {
+        let (status, body) = request.await.unwrap();
+        assert_eq!(status, 200);
+        bodies.insert(body);
+    }
+    assert_eq!(bodies.len(), 1, "every node served the same bytes");
+    assert_eq!(origin.full(), 2, "one more download at the origin");
+    assert_eq!(cluster.total(DOWNLOADS).await - downloads_before, 1.0);
+    assert_eq!(cluster.total(RUNS).await - runs_before, 1.0);
+
+    // (c) An upload to A is served by hash from B.
+    let upload = jpeg(200, 150, 3);
+    let r = cluster
+        .client
+        .post(format!("{}/v1/originals", cluster.nodes[0].base))
+        .header("content-type", "application/octet-stream")
+        .body(upload.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let hash = imgcas::hash::ContentHash::of(&upload);
+    let r = cluster
+        .client
+        .get(format!("{}/v1/image/{hash}?w=50", cluster.nodes[1].base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 50);
+    let r = cluster
+        .client
+        .get(format!("{}/v1/originals/{hash}", cluster.nodes[2].base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), upload);
+
+    // (d) The origin changes a URL's bytes; B revalidates it; A then serves the new content.
+    origin.put("/d.jpg", jpeg(300, 200, 4));
+    let source = origin.url("/d.jpg");
+    let r = cluster.image(0, &source, "w=30").await;
+    assert_eq!(dimensions(&r.bytes().await.unwrap()), (30, 20));
+    origin.put("/d.jpg", jpeg(300, 100, 5));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = cluster.image(1, &source, "w=30").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        dimensions(&r.bytes().await.unwrap()),
+        (30, 10),
+        "B saw the change"
+    );
+    let r = cluster.image(0, &source, "w=30").await;
+    assert_eq!(
+        dimensions(&r.bytes().await.unwrap()),
+        (30, 10),
+        "and A serves it"
+    );
+}
+
+/// (e) The node holding a claim is killed mid-processing: the same request on another node
+/// completes within the claim's time to live plus one processing time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_owner_died_is_taken_over_after_its_time_to_live() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let ttl = Duration::from_secs(2);
+    let mut cluster = Cluster::start(
+        &pg.database("cluster_takeover"),
+        &bucket,
+        &[("IMGCAS_CLAIM_TTL", "2s".to_string())],
+    );
+    origin.put("/photo.jpg", photo());
+    let source = origin.url("/photo.jpg");
+    // One processing time of a slow spec (AVIF at high quality), measured on C.
+    let started = Instant::now();
+    let r = cluster.image(2, &source, "w=1800&format=avif&q=91").await;
+    assert_eq!(r.status(), 200);
+    let one_run = started.elapsed();
+
+    // A claims a sibling spec of the same cost and is killed while it works.
+    let slow = "w=1800&format=avif&q=90";
+    let (client, base, s) = (
+        cluster.client.clone(),
+        cluster.nodes[0].base.clone(),
+        source.clone(),
+    );
+    let on_a = tokio::spawn(async move {
+        let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+        url.query_pairs_mut().append_pair("url", &s);
+        client.get(format!("{url}&{slow}")).send().await
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = pg
+            .psql(
+                "cluster_takeover",
+                "SELECT count(*) FROM imgcas_claims WHERE owner = 'node-a' AND key LIKE 'variant:%'",
+            )
+            .unwrap();
+        if held == "1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node A never claimed the run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.kill(0);
+    assert!(on_a.await.unwrap().is_err(), "A died before answering");
+
+    let started = Instant::now();
+    let r = cluster.image(1, &source, slow).await;
+    let waited = started.elapsed();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), Some("image/avif"));
+    // The bound, with room for a loaded machine (the run on B may take longer than the one
+    // measured on C, with CI's other work beside it): the TTL, one run, and as much again.
+    let bound = ttl + one_run * 2 + Duration::from_secs(2);
+    assert!(
+        waited <= bound,
+        "B answered after {waited:?}; the bound is {bound:?} (one run took {one_run:?})"
+    );
+    assert!(
+        waited >= ttl / 2,
+        "B cannot have had the claim before it expired ({waited:?})"
+    );
+    assert_eq!(cluster.counter(1, RUNS).await, 1.0, "B ran it once");
+}
+
+/// (f) `imgcas gc --apply` while all three nodes serve and a load writes new originals and
+/// variants: it removes old strays, deletes nothing any node indexes, and verify is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gc_while_nodes_serve_and_write_deletes_nothing_indexed() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let maps_url = pg.database("cluster_gc");
+    // The maintenance commands' data dir: with shared maps it holds nothing they use.
+    let offline = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&maps_url, &bucket, &[]);
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    env.push(("IMGCAS_GC_GRACE", "1s".to_string()));
+
+    // Strays older than the grace: an original nobody indexed, variant bytes no row names.
+    let s3 = bucket.client();
+    let stray = imgcas::hash::ContentHash::of(b"stray");
+    let stray_variant = format!("variants/{stray}/{}", "ab".repeat(32));
+    for key in [imgcas::blob::key_for(&stray), stray_variant.clone()] {
+        s3.put_object()
+            .bucket(&bucket.bucket)
+            .key(&key)
+            .body(b"stray".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    // Older than the grace, a second of rounding and a second of slack.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+
+    // The load: uploads to A, each processed on C, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, client) = (stop.clone(), cluster.client.clone());
+        let (a, c) = (cluster.nodes[0].base.clone(), cluster.nodes[2].base.clone());
+        tokio::spawn(async move {
+            let mut written = Vec::new();
+            let mut i = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && i < 200 {
+                i += 1;
+                let bytes = jpeg(96, 64, i);
+                let r = client
+                    .post(format!("{a}/v1/originals"))
+                    .body(bytes.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+                let hash = imgcas::hash::ContentHash::of(&bytes);
+                let r = client
+                    .get(format!("{c}/v1/image/{hash}?w=40"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                written.push(format!("/v1/image/{hash}?w=40"));
+            }
+            written
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gc_env = env.clone();
+    let (code, out) = tokio::task::spawn_blocking(move || {
+        binary::run(
+            std::path::Path::new("/nonexistent"),
+            &gc_env,
+            &["gc", "--apply"],
+        )
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = load.await.unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("removed 1 unreferenced blobs"), "{out}");
+    assert!(
+        out.contains("removed 1 variant objects no row names"),
+        "{out}"
+    );
+    assert!(
+        written.len() >= 5,
+        "the load ran alongside ({})",
+        written.len()
+    );
+
+    // Everything written is still there: B (which served none of it) finds every variant
+    // stored, bytes and all, and verify finds nothing missing.
+    for path in &written {
+        let r = cluster
+            .client
+            .get(format!("{}{path}", cluster.nodes[1].base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "{path}");
+    }
+    let dir = offline.path().to_path_buf();
+    let (code, out) = tokio::task::spawn_blocking(move || binary::run(&dir, &env, &["verify"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 missing, 0 corrupt"), "{out}");
+}
+
+/// PostgreSQL unreachable: hot-cache hits are still served, everything else is 503
+/// `storage_unavailable` with `Retry-After`, `/readyz` says so, and service resumes by
+/// itself when the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_rides_out_a_database_outage() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    pg.database("cluster_outage");
+    let relay = common::relay::Relay::start(([127, 0, 0, 1], pg.port).into()).await;
+    let maps_url = format!("postgres://imgcas@{}/cluster_outage", relay.addr);
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = binary::start_with(dir.path(), Some(&bucket), &[("IMGCAS_MAPS_URL", maps_url)]);
+    let client = client();
+    let get = |path: String| {
+        let (client, base) = (client.clone(), node.base.clone());
+        async move { client.get(format!("{base}{path}")).send().await.unwrap() }
+    };
+    let image = |name: &str| {
+        let mut url = reqwest::Url::parse("http://x/v1/image").unwrap();
+        url.query_pairs_mut().append_pair("url", &origin.url(name));
+        format!("/v1/image?{}&w=40", url.query().unwrap())
+    };
+    origin.put("/hot.jpg", jpeg(120, 80, 1));
+    origin.put("/cold.jpg", jpeg(120, 80, 2));
+    assert_eq!(get(image("/hot.jpg")).await.status(), 200);
+
+    relay.cut();
+    let r = get(image("/hot.jpg")).await;
+    assert_eq!(
+        r.status(),
+        200,
+        "a hot variant is served without the database"
+    );
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
+    let r = get(image("/cold.jpg")).await;
+    assert_eq!(r.status(), 503);
+    assert!(header(&r, "retry-after").is_some());
+    assert_eq!(json(r).await["error"]["code"], "storage_unavailable");
+    assert_eq!(get("/readyz".into()).await.status(), 503);
+
+    relay.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get("/readyz".into()).await.status() != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the node never became ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = get(image("/cold.jpg")).await;
+    assert_eq!(r.status(), 200, "recovered without a restart");
+    node.terminate();
+}
+
+/// Requests a node answered on the image routes (from its /metrics text).
+async fn image_requests(client: &reqwest::Client, base: &str) -> u64 {
+    let text = metrics_text(client, base).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("imgcas_http_requests_total{"))
+        .filter(|rest| rest.contains("route=\"/v1/image"))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// deploy/nginx-cluster.conf in front of the three nodes: one URI always lands on the same
+/// node (a consistent hash of the request URI), URIs spread over the nodes, and a node that
+/// died is stepped over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nginx_sends_one_uri_to_one_node_and_steps_over_a_dead_one() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let Some(nginx_binary) = common::nginx::binary_or_skip() else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let mut cluster = Cluster::start(&pg.database("cluster_lb"), &bucket, &[]);
+    let port = common::nginx::free_port();
+    let node = |k: usize| {
+        cluster.nodes[k]
+            .base
+            .trim_start_matches("http://")
+            .to_string()
+    };
+    let (a, b, c) = (node(0), node(1), node(2));
+    let lb = common::nginx::Nginx::start(&nginx_binary, port, |_| {
+        common::nginx::site(
+            "nginx-cluster.conf",
+            &[
+                ("server imgcas-a:8080", format!("server {a}")),
+                ("server imgcas-b:8080", format!("server {b}")),
+                ("server imgcas-c:8080", format!("server {c}")),
+                ("listen 8090;", format!("listen 127.0.0.1:{port};")),
+            ],
+        )
+    });
+    let through_lb = |name: &str| {
+        let mut url = reqwest::Url::parse(&format!("{}/v1/image", lb.base)).unwrap();
+        url.query_pairs_mut().append_pair("url", &origin.url(name));
+        format!("{url}&w=32")
+    };
+    let counts = |cluster: &Cluster| {
+        let bases: Vec<String> = cluster.nodes.iter().map(|n| n.base.clone()).collect();
+        let client = cluster.client.clone();
+        async move {
+            let mut out = Vec::new();
+            for base in bases {
+                out.push(image_requests(&client, &base).await);
+            }
+            out
+        }
+    };
+
+    // One URI, ten times: all ten on one node.
+    origin.put("/one.jpg", jpeg(64, 48, 1));
+    for _ in 0..10 {
+        let r = cluster
+            .client
+            .get(through_lb("/one.jpg"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let after_one = counts(&cluster).await;
+    let owner = after_one
+        .iter()
+        .position(|&n| n == 10)
+        .unwrap_or_else(|| panic!("one URI spread over the nodes: {after_one:?}"));
+    assert_eq!(after_one.iter().sum::<u64>(), 10, "{after_one:?}");
+
+    // Twenty URIs: more than one node gets some.
+    for i in 0..20u8 {
+        origin.put(&format!("/p{i}.jpg"), jpeg(64, 48, i + 10));
+        let r = cluster
+            .client
+            .get(through_lb(&format!("/p{i}.jpg")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let after_many = counts(&cluster).await;
+    let busy = after_many
+        .iter()
+        .zip(&after_one)
+        .filter(|(now, before)| now > before)
+        .count();
+    assert!(busy >= 2, "twenty URIs all on one node: {after_many:?}");
+
+    // The URI's node dies: nginx steps over it, and another node serves the stored variant.
+    cluster.kill(owner);
+    let r = cluster
+        .client
+        .get(through_lb("/one.jpg"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"), "shared maps");
+}
+
+/// (g) A takedown on node A (through `imgcas purge --server`) holds on every node within 2 s:
+/// B and C, which had the content in their hot caches and remembered its requests, answer
+/// 451 by hash and by URL, and nothing of it is left in the shared maps or the bucket.
+/// Lifting it on B restores the URL on C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    const TOKEN: &str = "cluster-admin-token-0123456789";
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let maps_url = pg.database("cluster_takedown");
+    let cluster = Cluster::start(
+        &maps_url,
+        &bucket,
+        &[("IMGCAS_ADMIN_TOKEN", TOKEN.to_string())],
+    );
+    origin.put("/t.jpg", jpeg(320, 240, 21));
+    let source = origin.url("/t.jpg");
+    let mut hash = String::new();
+    for node in 0..3 {
+        for _ in 0..2 {
+            let r = cluster.image(node, &source, "w=100&format=webp").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            hash = header(&r, "x-imgcas-source-hash").unwrap().to_string();
+        }
+        assert_eq!(cluster.by_hash(node, &hash, "w=80").await.status(), 200);
+    }
+
+    let offline = tempfile::tempdir().unwrap();
+    let base_a = cluster.nodes[0].base.clone();
+    let args = ["purge", &hash, "--server", &base_a, "--admin-token", TOKEN];
+    let (code, out) = binary::run(offline.path(), &[], &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "taken down {hash}: 2 variants removed, 1 URL entries forgotten"
+        )),
+        "{out}"
+    );
+    let purged = Instant::now();
+
+    // Every node refuses it, by hash and by URL, within 2 s.
+    let mut pending: Vec<usize> = vec![0, 1, 2];
+    while !pending.is_empty() {
+        assert!(
+            purged.elapsed() < Duration::from_secs(2),
+            "nodes {pending:?} still serve the content 2 s after the takedown"
+        );
+        let mut still = Vec::new();
+        for &node in &pending {
+            let by_url = cluster.image(node, &source, "w=100&format=webp").await;
+            let by_hash = cluster.by_hash(node, &hash, "w=80").await;
+            match (by_url.status().as_u16(), by_hash.status().as_u16()) {
+                (451, 451) => {}
+                (200, _) | (_, 200) => still.push(node),
+                other => panic!("node {node} answered {other:?}"),
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "every node refused the content {:?} after the takedown",
+        purged.elapsed()
+    );
+    let count = |table: &str| {
+        pg.psql(
+            "cluster_takedown",
+            &format!("SELECT count(*) FROM {table} WHERE hash = decode('{hash}', 'hex')"),
+        )
+        .unwrap()
+    };
+    assert_eq!(count("imgcas_variants"), "0");
+    assert_eq!(count("imgcas_originals"), "0");
+    assert_eq!(count("imgcas_takedowns"), "1");
+    let keys = bucket.keys().await;
+    assert!(!keys.iter().any(|k| k.contains(&hash)), "{keys:?}");
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    let (code, out) = binary::run(offline.path(), &env, &["verify"]);
+    assert_eq!(code, 0, "verify is clean: {out}");
+
+    // Lifted on B: C downloads the URL again on its next request (within 2 s) and serves it.
+    let base_b = cluster.nodes[1].base.clone();
+    let args = [
+        "purge",
+        "--lift",
+        &hash,
+        "--server",
+        &base_b,
+        "--admin-token",
+        TOKEN,
+    ];
+    let (code, out) = binary::run(offline.path(), &[], &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("lifted"), "{out}");
+    let lifted = Instant::now();
+    loop {
+        let r = cluster.image(2, &source, "w=100&format=webp").await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 451);
+        assert!(lifted.elapsed() < Duration::from_secs(2), "C still refuses");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (h) Issue 28: with `revalidate_after = 0` every request asks the origin. A node whose
+/// cached entry is older than another node's check must still ask, not adopt that check:
+/// once it is done, the check it would adopt is itself older than the node's rule allows, and
+/// the origin may have changed since (it has, here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_does_not_adopt_another_nodes_stale_check() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &pg.database("cluster_recheck"),
+        &bucket,
+        &[("IMGCAS_REVALIDATE_AFTER", "0s".to_string())],
+    );
+    for round in 0..3u8 {
+        let source = origin.url(&format!("/changing-{round}.jpg"));
+        let path = format!("/changing-{round}.jpg");
+        origin.put(&path, jpeg(300, 200, 40 + round));
+        // B downloads it (B's own copy of the entry is now this check), then A and C check it
+        // again (each a 304 that publishes a newer check than B's copy).
+        for node in [1, 0, 2] {
+            let r = cluster.image(node, &source, "w=30").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            assert_eq!(dimensions(&r.bytes().await.unwrap()), (30, 20));
+        }
+        origin.put(&path, jpeg(300, 100, 50 + round));
+        let conditional_before = origin.requests();
+        // Each node is asked in turn: every one must see the change, asking the origin.
+        for node in [1, 0, 2] {
+            let r = cluster.image(node, &source, "w=30").await;
+            assert_eq!(r.status(), 200, "node {node}");
+            assert_eq!(
+                dimensions(&r.bytes().await.unwrap()),
+                (30, 10),
+                "round {round}: node {node} served content another node checked before the change"
+            );
+        }
+        assert!(
+            origin.requests() - conditional_before >= 3,
+            "every request asked the origin"
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! The integration tests, one binary with a module per capability (one link of the whole
+//! stack instead of one per file). Each module speaks to the app as a client and an origin
+//! would: the whole app on a random loopback port (`common::spawn_app`), a counting origin,
+//! real S3 (s3s-fs in process, moto in CI) and a real PostgreSQL the harness starts.
+//!
+//! Run one capability with a filter: `cargo test --test it -- dedup::`.
+
+mod common;
+
+mod admin;
+mod animation;
+mod blob_contract;
+mod bounded_growth;
+mod cache_tags;
+mod cdn;
+mod client_hints;
+mod cluster;
+mod compat;
+mod corpus;
+mod crash;
+mod decode_once;
+mod dedup;
+mod errors;
+mod facts;
+mod forget_url;
+mod fuzz_replay;
+mod hit_path;
+mod ingest;
+mod layering;
+mod maintenance;
+mod maps_contract;
+mod metrics;
+mod near_dup;
+mod near_index_pg;
+mod negative_cache;
+mod overload;
+mod presets;
+mod proxy;
+mod restart;
+mod revalidation;
+mod s3_outage;
+mod s3_writes;
+mod server_limits;
+mod signing;
+mod ssrf;
+mod takedown;
+mod upload;
