@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Near-duplicate accuracy on the shared photographs, as a table with confidence bounds.
 
-Runs `processors/tests/near_dup_accuracy.rs` (release build), which fingerprints the 255
+Runs `processors/tests/it/near_dup_accuracy.rs` (release build), which fingerprints the 255
 photos of `../shared/corpus/photos/` and 15 transforms of each made with the `image` crate
 (never with imgcas's own processors), and writes every count to
 `bench/results/near-dup.json`. This script renders that file: recall per transform at the
@@ -66,7 +66,7 @@ def main():
         env = dict(os.environ, IMGCAS_NEAR_DUP_REPORT=RESULTS)
         subprocess.run(
             ["cargo", "test", "--release", "-p", "imgcas-processors",
-             "--test", "near_dup_accuracy", "--", "--nocapture"],
+             "--test", "it", "--", "near_dup_accuracy::", "--nocapture"],
             cwd=ROOT, env=env, check=True)
     with open(RESULTS) as f:
         r = json.load(f)

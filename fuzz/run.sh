@@ -3,7 +3,7 @@
 # seeded from ../shared/corpus, testdata/ and the target's earlier finds.
 #
 # What a run finds (crash-, timeout-, oom- and slow-unit files) is copied to
-# testdata/fuzz/TARGET/, where plain `cargo test` replays it (processors/tests/fuzz_replay.rs,
+# testdata/fuzz/TARGET/, where plain `cargo test` replays it (processors/tests/it/fuzz_replay.rs,
 # tests/it/fuzz_replay.rs) and fails until the input gets its expectation: fix the cause, then
 # write what the input must give (`ok` or the error code) in NAME.expect beside it.
 # The run's figures (time, executions, coverage, finds) are appended to fuzz/runs.tsv.

@@ -1,5 +1,5 @@
 //! The checks of the image fuzz targets, shared by `fuzz/fuzz_targets/*.rs` and the replay of
-//! found inputs in plain `cargo test` (`processors/tests/fuzz_replay.rs`): each takes any
+//! found inputs in plain `cargo test` (`processors/tests/it/fuzz_replay.rs`): each takes any
 //! bytes and returns what they must give (`ok`, or the error's code); a panic, a hang or a
 //! runaway allocation is the bug. A small pixel limit keeps each input's work bounded.
 // Each target uses one check of this file.

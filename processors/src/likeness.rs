@@ -12,7 +12,7 @@
 //! channel, is the pictures' [`local_difference`]: a re-encode, a resize or a format change
 //! leaves noise that alternates in sign and cancels over a tile, while an overlay moves the
 //! tiles it covers one way, tens of levels. [`MAX_LOCAL_DIFFERENCE`] is set between the two on
-//! the shared photographs (`processors/tests/near_dup_accuracy.rs`).
+//! the shared photographs (`processors/tests/it/near_dup_accuracy.rs`).
 
 use fast_image_resize::images::Image as FirImage;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};

@@ -9,7 +9,7 @@
 //! shrinks). A few corpus references are themselves wrong (a CMYK file converted without its
 //! embedded profile); `tests/corpus-reference-overrides.tsv` names the independent reference
 //! used instead, and why. Without the corpus folder the test says so and passes; the curated subset in
-//! `testdata/` runs in every `cargo test` (see `processors/tests/process.rs`).
+//! `testdata/` runs in every `cargo test` (see `processors/tests/it/process.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

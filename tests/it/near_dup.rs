@@ -443,7 +443,7 @@ async fn canonical_mode_never_merges_an_edited_copy() {
     let guards = Guards::canonical(4);
     // Each within the canonical guards of the photo (asserted below): a merge the
     // fingerprint alone would have made. (The corpus measure covers boxes and other places:
-    // `processors/tests/near_dup_accuracy.rs`.)
+    // `processors/tests/it/near_dup_accuracy.rs`.)
     let text = |x: u32, y: u32| {
         if (x / 3 + y / 5).is_multiple_of(3) {
             [15, 15, 15]

@@ -14,7 +14,7 @@
 //! scales; ProPhoto's are 1.3 to 2.2 dB lower at every scale, the whole decode included, which
 //! is its conversion's saturated colours being harder to resize, not the shortcut.
 
-mod common;
+use crate::common;
 
 use common::{testdata, twelve_megapixels};
 use std::sync::Arc;

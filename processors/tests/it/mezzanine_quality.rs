@@ -7,7 +7,7 @@
 //! enlarged to 4000×2667), and sharp's 2725×2225 photo, which is below the mezzanine's
 //! threshold and must not use it. JPEG originals never use it.
 
-mod common;
+use crate::common;
 
 use common::{testdata, twelve_megapixels};
 

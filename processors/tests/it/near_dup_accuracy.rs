@@ -71,7 +71,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn pinned() -> Vec<(String, String)> {
-    let list = include_str!("near-dup-photos.tsv");
+    let list = include_str!("../near-dup-photos.tsv");
     list.lines()
         .filter_map(|l| l.split_once('\t'))
         .map(|(f, h)| (f.to_string(), h.to_string()))

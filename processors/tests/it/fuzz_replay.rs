@@ -3,10 +3,10 @@
 //! the answer recorded beside it in `NAME.expect` (`ok` or an error code). An input without
 //! an expectation fails: a find is fixed and its answer written down, never just kept.
 
-#[path = "../../fuzz/checks/image.rs"]
+#[path = "../../../fuzz/checks/image.rs"]
 mod checks;
 
-#[path = "../../fuzz/checks/replay.rs"]
+#[path = "../../../fuzz/checks/replay.rs"]
 mod replay;
 
 use replay::replay;

@@ -1,0 +1,11 @@
+//! The image core's integration tests, one binary with a module per concern: real files from
+//! `testdata/` and `../shared/corpus` through `process`, colour and mezzanine quality against
+//! references, near-duplicate accuracy on photographs, and the fuzz finds replayed.
+
+mod animation;
+mod colour_quality;
+mod common;
+mod fuzz_replay;
+mod mezzanine_quality;
+mod near_dup_accuracy;
+mod process;

@@ -1,0 +1,128 @@
+//! Locating the variant a request names: the source resolved (steps 1–3 of docs/spec.md's
+//! flow), takedowns checked, the spec resolved against the original's facts, and the key and
+//! ETag derived.
+
+use imgcas_processors::{self as processors, SourceFormat, Spec};
+
+use super::stored::key_digest;
+use super::{Source, Target};
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{OriginalInfo, VariantKey};
+use crate::pipeline::{Failure, Pipeline};
+
+impl Pipeline {
+    /// Steps 1–3 and the spec's resolution: which variant the request names.
+    pub async fn locate(
+        &self,
+        source: &Source,
+        spec: &Spec,
+        accept: Option<&str>,
+    ) -> Result<Target, Failure> {
+        let epoch = self.request_epoch();
+        let (mut hash, mut own, url_state, checked_at_ms) = match source {
+            Source::Hash(hash) => (*hash, None, None, None),
+            Source::Url(url) => {
+                let resolved = self.resolve_url(url, false).await?;
+                let own = (resolved.source != resolved.hash).then_some(resolved.source);
+                (
+                    resolved.hash,
+                    own,
+                    Some(resolved.state),
+                    Some(resolved.checked_at_ms),
+                )
+            }
+        };
+        let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
+        let maps = &self.shared.maps;
+        for listed in [Some(hash), own].into_iter().flatten() {
+            if self.is_taken_down(&listed) {
+                return Err(with_hash(listed, crate::pipeline::taken_down(&listed)));
+            }
+        }
+        let mut info = maps
+            .original(&hash)
+            .await
+            .map_err(|e| with_hash(hash, e.into()))?;
+        if info.is_none() && url_state.is_none() {
+            // A near-duplicate's own hash (canonical mode) stands for its canonical original.
+            if let Some(canonical) = maps
+                .alias(&hash)
+                .await
+                .map_err(|e| with_hash(hash, e.into()))?
+            {
+                (own, hash) = (Some(hash), canonical);
+                if self.is_taken_down(&hash) {
+                    return Err(with_hash(hash, crate::pipeline::taken_down(&hash)));
+                }
+                info = maps
+                    .original(&hash)
+                    .await
+                    .map_err(|e| with_hash(hash, e.into()))?;
+            }
+        }
+        let info = info.ok_or_else(|| {
+            with_hash(
+                hash,
+                Error::NotFound(format!("no original with hash {hash}")),
+            )
+        })?;
+        let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
+        let output = source_format.and_then(SourceFormat::as_output);
+        let may_be_animated = source_format.is_some_and(SourceFormat::may_animate);
+        let source_frames = if may_be_animated && spec.may_animate(output) {
+            self.frames_of(&hash, &info)
+                .await
+                .map_err(|e| with_hash(hash, e))?
+        } else {
+            1
+        };
+        let resolved = spec.resolve_frames(output, info.has_alpha, source_frames, accept);
+        let key = VariantKey {
+            hash,
+            canonical_spec: resolved.canonical(),
+            processor_version: processors::processor_version(
+                source_format,
+                info.width.zip(info.height),
+                &resolved,
+            ),
+        };
+        let etag = format!("\"{}\"", hex::encode(&key_digest(&key)[..16]));
+        Ok(Target {
+            key,
+            spec: resolved,
+            etag,
+            url_state,
+            source_format,
+            source_size: info.width.zip(info.height),
+            source_has_alpha: info.has_alpha,
+            source_frames,
+            own_hash: own,
+            varies_by_accept: spec.varies_by_accept(),
+            vary_hints: spec.consulted,
+            url: match source {
+                Source::Url(url) => Some(url.as_str().into()),
+                Source::Hash(_) => None,
+            },
+            checked_at_ms,
+            epoch,
+        })
+    }
+
+    /// An original's frame count: from its facts (a walk of its container's headers, kept
+    /// with its index entry), or, before they are computed, from the same walk of its
+    /// bytes now; never a decode. Facts of an older version serve too: the walk has only
+    /// learnt to count the frames of a GIF cut short (1 before), and until the backfill
+    /// computes them again such a GIF resolves, and is made, as the still it was.
+    pub(super) async fn frames_of(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<u32, Error> {
+        if let Some(facts) = &info.facts {
+            return Ok(facts.picture.as_ref().map_or(1, |p| p.frames));
+        }
+        let bytes = self.original_bytes(hash).await?;
+        Ok(processors::animation::frame_count(&bytes))
+    }
+}

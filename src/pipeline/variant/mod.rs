@@ -1,0 +1,206 @@
+//! Step 4 of docs/spec.md's flow: which variant a request names ([`Pipeline::locate`], in
+//! `locate.rs`), and that variant — stored (hot cache, then the variants map) or made by one
+//! processing run that every concurrent asker shares, admitted by cost
+//! ([`Pipeline::variant`], here). Errors processing gives for good are stored like results.
+//!
+//! The rooms: `locate.rs` (the key and ETag a request names), `stored.rs` (rows with their
+//! bytes, in the maps or the blob store), `produce.rs` (one claimed, admitted run per key),
+//! `route.rs` (original or mezzanine, and the mezzanine itself).
+
+mod locate;
+mod produce;
+mod route;
+mod stored;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use url::Url;
+
+use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat};
+
+use super::{Failure, Pipeline, UrlState};
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::stats::Stats;
+
+use produce::Job;
+pub(in crate::pipeline) use stored::{row_for, variant_object};
+
+/// What a request names.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Url(Url),
+    Hash(ContentHash),
+}
+
+/// Where an answer came from: what a client or CDN is told of the work behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Stored, and the source mapping was fresh (or the source was named by hash).
+    Stored,
+    /// New work: this variant was processed now, or its source downloaded for the first time.
+    Made,
+    /// Stored, after the origin was asked again about the source.
+    Revalidated,
+    /// Stored, with the source mapping used because the origin failed.
+    Stale,
+}
+
+impl Provenance {
+    /// The provenance of a stored variant, given how its source URL was resolved.
+    fn stored(url_state: Option<UrlState>) -> Self {
+        match url_state {
+            None | Some(UrlState::Fresh) => Provenance::Stored,
+            Some(UrlState::Revalidated) => Provenance::Revalidated,
+            Some(UrlState::Downloaded) => Provenance::Made,
+            Some(UrlState::Stale) => Provenance::Stale,
+        }
+    }
+}
+
+/// A variant located but not yet loaded: enough to answer `If-None-Match`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub key: VariantKey,
+    pub spec: ResolvedSpec,
+    /// Strong ETag (quoted), derived from the key.
+    pub etag: String,
+    pub url_state: Option<UrlState>,
+    /// What the originals index says of the source (read once, in `locate`), for costing a
+    /// processing run.
+    pub source_format: Option<SourceFormat>,
+    pub source_size: Option<(u32, u32)>,
+    pub source_has_alpha: bool,
+    /// Frames of the source, from its container's headers, when the spec could animate
+    /// (1 otherwise: whether it has more does not matter then).
+    pub source_frames: u32,
+    /// Canonical mode: the hash of the request's own bytes, when the variant is made from
+    /// the original they are a near-duplicate of (`key.hash`).
+    pub own_hash: Option<ContentHash>,
+    /// The answer depends on the client's `Accept` (`format=auto`): responses say `Vary`.
+    pub varies_by_accept: bool,
+    /// The client hints the request's options consulted: responses say `Vary` for them too.
+    pub vary_hints: processors::HintsConsulted,
+    /// The source URL, when the request named one (its use is noted on remembered hits).
+    pub url: Option<Arc<str>>,
+    /// When the URL's mapping was last confirmed with the origin.
+    pub checked_at_ms: Option<u64>,
+    /// The request cache's epoch when locating began: a target located across a change
+    /// that ends remembered requests is not remembered.
+    pub(super) epoch: u64,
+}
+
+impl Target {
+    /// The hash of the source's own bytes.
+    pub fn source_hash(&self) -> ContentHash {
+        self.own_hash.unwrap_or(self.key.hash)
+    }
+
+    /// The original whose pixels are used, when it is not the source's own bytes.
+    pub fn canonical(&self) -> Option<ContentHash> {
+        self.own_hash.map(|_| self.key.hash)
+    }
+
+    /// Frames the run makes: every frame of an animated spec, else one.
+    pub fn frames_made(&self) -> u32 {
+        if self.spec.animated {
+            self.source_frames
+        } else {
+            1
+        }
+    }
+
+    /// The provenance to report when the client's copy is still good (`304`).
+    pub fn unchanged(&self) -> Provenance {
+        Provenance::stored(self.url_state)
+    }
+}
+
+/// A processed image ready to send.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub bytes: Bytes,
+    pub format: OutputFormat,
+    pub provenance: Provenance,
+    /// This caller ran the processing (a concurrent caller that shared the run sees `Made`
+    /// too, but not this).
+    pub ran_here: bool,
+}
+
+impl Pipeline {
+    /// The stored variant, or one processing run shared by every concurrent asker.
+    pub async fn variant(&self, target: &Target) -> Result<Served, Failure> {
+        let s = &self.shared;
+        let hash = target.source_hash();
+        let fail = |error: Error, cached: bool| Failure {
+            error,
+            source_hash: Some(hash),
+            cached,
+            held_for: None,
+        };
+        let stored = match s.hot.get(&target.key) {
+            Some(v) => {
+                Stats::bump(&s.stats.hot_hits);
+                Some(v)
+            }
+            None => {
+                Stats::bump(&s.stats.variant_map_reads);
+                let v = self
+                    .stored_variant(&target.key)
+                    .await
+                    .map_err(|e| fail(e, false))?;
+                if let Some(v) = &v {
+                    s.hot.insert(target.key.clone(), v.clone());
+                }
+                v
+            }
+        };
+        let (row, processed, ran_here) = match stored {
+            Some(v) => {
+                self.note_variant_served(&target.key);
+                (v, false, false)
+            }
+            None => {
+                let (this, t) = (self.clone(), target.clone());
+                let (result, led) = s
+                    .variant_flights
+                    .run_led(
+                        target.key.to_bytes(),
+                        async move { this.produce(Job::Variant(Box::new(t))).await },
+                        |m| Err(Error::Internal(format!("processing task failed: {m}"))),
+                    )
+                    .await;
+                let (v, processed) = result.map_err(|e| fail(e, false))?;
+                (v, processed, processed && led)
+            }
+        };
+        match row {
+            VariantRow::Image {
+                format,
+                body: VariantBody::Inline(bytes),
+                ..
+            } => Ok(Served {
+                bytes,
+                format,
+                ran_here,
+                provenance: if processed {
+                    Provenance::Made
+                } else {
+                    Provenance::stored(target.url_state)
+                },
+            }),
+            VariantRow::Image {
+                body: VariantBody::InBlobStore { .. },
+                ..
+            } => Err(fail(
+                Error::Internal("a variant's bytes were not loaded".into()),
+                false,
+            )),
+            VariantRow::Failed { kind, message } => {
+                Err(fail(Error::Process { kind, message }, !processed))
+            }
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Producing a row of the variants map: one processing run per key however many ask,
+//! claimed across nodes, admitted by its cost, its result or permanent error stored.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use imgcas_processors::{self as processors, mezzanine, SourceFormat, SourceInfo};
+
+use super::route::{mezzanine_key, Route};
+use super::stored::key_digest;
+use super::Target;
+use crate::admission::Overloaded;
+use crate::error::Error;
+use crate::hash::ContentHash;
+use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::pipeline::claims::{Backoff, Turn};
+use crate::pipeline::Pipeline;
+use crate::stats::Stats;
+
+/// [`Pipeline::produce`]'s future, boxed.
+pub(super) type Producing =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(VariantRow, bool), Error>> + Send>>;
+
+/// Work that makes a row of the variants map.
+pub(super) enum Job {
+    /// A variant a request located.
+    Variant(Box<Target>),
+    /// An original's mezzanine.
+    Mezzanine { hash: ContentHash, info: SourceInfo },
+}
+
+impl Job {
+    pub(super) fn key(&self) -> VariantKey {
+        match self {
+            Job::Variant(t) => t.key.clone(),
+            Job::Mezzanine { hash, .. } => mezzanine_key(hash),
+        }
+    }
+}
+
+impl Pipeline {
+    /// Makes one job's row and stores it (an image, or the permanent error). Returns the
+    /// row and whether this call did the processing.
+    pub(super) async fn produce(&self, job: Job) -> Result<(VariantRow, bool), Error> {
+        let key = job.key();
+        let is_mezzanine = matches!(job, Job::Mezzanine { .. });
+        // A flight that landed between our miss and our joining has stored the answer.
+        if let Some(v) = self.stored_variant(&key).await? {
+            return Ok((v, false));
+        }
+        // One run in the cluster: the node that claims the key processes; the others wait
+        // for its row (or for its claim to expire).
+        let claim_key = format!("variant:{}", hex::encode(key_digest(&key)));
+        let mut backoff = Backoff::new();
+        let mut lease = loop {
+            match self.claim(claim_key.clone()).await? {
+                Turn::Ours(lease) => {
+                    // The owner before us may have published just before it released.
+                    if lease.is_shared() {
+                        if let Some(v) = self.stored_variant(&key).await? {
+                            lease.release().await;
+                            return Ok((v, false));
+                        }
+                    }
+                    break lease;
+                }
+                Turn::Theirs(owner) => {
+                    tracing::debug!(claim = %claim_key, %owner, "waiting for another node's run");
+                    Stats::bump(&self.shared.stats.claim_waits);
+                    backoff.wait().await;
+                    if let Some(v) = self.stored_variant(&key).await? {
+                        return Ok((v, false));
+                    }
+                }
+            }
+        };
+        let row = match self.run(job).await {
+            Ok(row) => row,
+            Err(e) => {
+                lease.release().await;
+                return Err(e);
+            }
+        };
+        // Taken down while it ran: nothing of it may be stored (the takedown has removed
+        // what was, and would not see this).
+        if self.is_taken_down(&key.hash) {
+            lease.release().await;
+            return Err(crate::pipeline::taken_down(&key.hash));
+        }
+        self.shared.hot.insert(key.clone(), row.clone());
+        let this = self.clone();
+        let publish = {
+            let row = row.clone();
+            async move {
+                match lease.settle().await {
+                    Ok(claim) => match this.store_variant(&key, &row, claim.as_ref()).await {
+                        Ok(()) => match this.undo_if_taken_down(&key.hash).await {
+                            Ok(false) => this.variant_stored(&key, &row).await,
+                            Ok(true) => {}
+                            Err(e) => tracing::warn!(error = %e, "takedown list not read"),
+                        },
+                        Err(e) => {
+                            tracing::warn!(error = %e, "variant not stored; serving it anyway")
+                        }
+                    },
+                    Err(why) => tracing::warn!(%why, "variant not published; serving it anyway"),
+                }
+                lease.release().await;
+            }
+        };
+        if is_mezzanine {
+            // The variants waiting for a mezzanine go on with it at once (it is in the hot
+            // cache); storing it, under its claim, finishes behind them.
+            self.in_background(publish);
+        } else {
+            publish.await;
+        }
+        Ok((row, true))
+    }
+
+    /// [`Pipeline::produce`] behind a pointer: a variant's run may produce its mezzanine,
+    /// and a future cannot contain itself.
+    pub(super) fn produce_boxed(self, job: Job) -> Producing {
+        Box::pin(async move { self.produce(job).await })
+    }
+
+    /// One processing run, admitted by its cost: the row it makes. A variant the mezzanine
+    /// serves waits for the mezzanine first (stored, or built by its own run), holding no
+    /// CPU slot meanwhile.
+    pub(super) async fn run(&self, job: Job) -> Result<VariantRow, Error> {
+        let s = &self.shared;
+        // From here to the end (the wait for a mezzanine included), decodes of this original
+        // are kept for the other runs of it.
+        let _interest = s.decodes.interest(match &job {
+            Job::Variant(t) => t.key.hash,
+            Job::Mezzanine { hash, .. } => *hash,
+        });
+        let limits = self.limits();
+        // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
+        let side = (limits.max_pixels as f64).sqrt() as u32;
+        // What the run reads: the mezzanine's bytes, or the original's (read now when
+        // deciding took them, else once admitted).
+        let (hash, mezzanine_bytes, read, cost) = match &job {
+            Job::Variant(t) => {
+                let size = t.source_size.unwrap_or((side, side));
+                if t.spec.animated {
+                    // Refused from the headers' frame count, before admission (its cost
+                    // would be all the frames') and before any frame is decoded.
+                    processors::animation::check(t.source_frames, size, &limits)?;
+                }
+                // A spec implying more work than `limits.max_cost` is refused before
+                // admission and before any decode, a mezzanine's included (issue 28). Only
+                // for a known size: bytes no probe could read get their own error.
+                if t.source_size.is_some() {
+                    let work = processors::cost(t.source_format, size, &t.spec)
+                        .saturating_mul(u64::from(t.frames_made()));
+                    processors::check_cost(work, &limits)?;
+                }
+                match self.route(t).await? {
+                    Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
+                        Ok(bytes) => {
+                            let mezzanine = mezzanine::size_for(size);
+                            let cost =
+                                processors::cost(Some(SourceFormat::Jpeg), mezzanine, &t.spec);
+                            (t.key.hash, Some(bytes), None, cost)
+                        }
+                        // The mezzanine's failure (the original does not decode) is this
+                        // variant's too: the same bytes fail the same way.
+                        Err(failed) => return Ok(failed),
+                    },
+                    Route::Original(read) => (
+                        t.key.hash,
+                        None,
+                        read,
+                        processors::cost(t.source_format, size, &t.spec)
+                            .saturating_mul(u64::from(t.frames_made())),
+                    ),
+                }
+            }
+            Job::Mezzanine { hash, info } => (*hash, None, None, mezzanine::build_cost(info)),
+        };
+        let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
+        let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
+        // The input is read only now, holding a CPU slot: runs waiting in the queue hold
+        // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
+        // of 32 MiB each otherwise).
+        let from_mezzanine = mezzanine_bytes.is_some();
+        let bytes = match mezzanine_bytes.or(read) {
+            Some(bytes) => bytes,
+            None => self.original_bytes(&hash).await?,
+        };
+        let waited = running.waited.as_secs_f64();
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
+        });
+        let started = Instant::now();
+        let this = self.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let _permit = running.permit;
+            let decodes = this.shared.decodes.of(hash, &this.shared.stats);
+            match &job {
+                Job::Variant(t) => {
+                    let input = match from_mezzanine {
+                        true => processors::Input::Mezzanine(&bytes),
+                        false => processors::Input::Original(&bytes),
+                    };
+                    processors::process_input(input, &t.spec, &limits, &decodes)
+                }
+                Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
+            }
+        })
+        .await?;
+        let ran = started.elapsed();
+        ticket.record(ran);
+        drop(ticket);
+        s.metrics.with(|| {
+            metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
+        });
+        Stats::bump(&s.stats.processing_runs);
+        match result {
+            Ok(p) => Ok(VariantRow::Image {
+                format: p.format,
+                width: p.width,
+                height: p.height,
+                body: VariantBody::Inline(Bytes::from(p.bytes)),
+            }),
+            // A failure the configured limits decided is answered, not stored: under other
+            // limits the same bytes and spec succeed. Its check reads only the header, so
+            // answering it again costs little.
+            Err(e) => match e.kind() {
+                Some(kind) if !kind.depends_on_limits() => Ok(VariantRow::Failed {
+                    kind,
+                    message: e.to_string(),
+                }),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// A refusal from admission control, counted by reason.
+    pub(super) fn overloaded(&self, o: Overloaded) -> Error {
+        self.shared.metrics.with(|| {
+            metrics::counter!("imgcas_admission_rejections_total", "reason" => o.reason)
+                .increment(1);
+        });
+        Error::Overloaded {
+            message: format!(
+                "processing is at capacity ({}); retry in {} s",
+                o.reason.replace('_', " "),
+                o.retry_after.as_secs().max(1)
+            ),
+            retry_after_secs: o.retry_after.as_secs().max(1),
+        }
+    }
+}

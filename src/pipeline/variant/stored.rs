@@ -1,0 +1,123 @@
+//! The variants map's rows with their bytes in hand: where the maps keep no variant bytes,
+//! a row names an object in the blob store, written before the row and read after it.
+
+use sha2::{Digest, Sha256};
+
+use crate::blob::{BlobStore, VariantObject};
+use crate::error::Error;
+use crate::maps::{Claim, MapStore, VariantBody, VariantKey, VariantRow};
+use crate::pipeline::Pipeline;
+
+/// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
+pub(super) fn key_digest(key: &VariantKey) -> [u8; 32] {
+    Sha256::digest(key.to_bytes()).into()
+}
+
+/// `row` as `maps` stores it: unchanged where the maps hold variant bytes; otherwise its image
+/// bytes put in `blobs` first, and the row naming them returned.
+pub(in crate::pipeline) async fn row_for(
+    maps: &dyn MapStore,
+    blobs: &dyn BlobStore,
+    key: &VariantKey,
+    row: VariantRow,
+) -> Result<VariantRow, Error> {
+    match row {
+        VariantRow::Image {
+            format,
+            width,
+            height,
+            body: VariantBody::Inline(bytes),
+        } if !maps.holds_variant_bytes() => {
+            let len = bytes.len() as u64;
+            blobs.put_variant(&variant_object(key), bytes).await?;
+            Ok(VariantRow::Image {
+                format,
+                width,
+                height,
+                body: VariantBody::InBlobStore { len },
+            })
+        }
+        row => Ok(row),
+    }
+}
+
+/// Where a variant's bytes live in the blob store, when the maps keep none.
+pub(in crate::pipeline) fn variant_object(key: &VariantKey) -> VariantObject {
+    VariantObject {
+        hash: key.hash,
+        digest: key_digest(key),
+    }
+}
+
+impl Pipeline {
+    /// The variants map's row for `key`, with its image bytes in hand: rows of maps that keep
+    /// bytes in the blob store are completed from there. A row whose bytes are gone (evicted
+    /// by another node between the two reads, or lost) counts as absent: it is made again.
+    pub(super) async fn stored_variant(
+        &self,
+        key: &VariantKey,
+    ) -> Result<Option<VariantRow>, Error> {
+        let s = &self.shared;
+        let Some(row) = s.maps.variant(key).await? else {
+            return Ok(None);
+        };
+        let VariantRow::Image {
+            format,
+            width,
+            height,
+            body: VariantBody::InBlobStore { len },
+        } = row
+        else {
+            return Ok(Some(row));
+        };
+        match s.blobs.get_variant(&variant_object(key)).await? {
+            Some(bytes) if bytes.len() as u64 == len => Ok(Some(VariantRow::Image {
+                format,
+                width,
+                height,
+                body: VariantBody::Inline(bytes),
+            })),
+            found => {
+                tracing::warn!(
+                    key = %variant_object(key).key(),
+                    expected = len,
+                    found = found.map(|b| b.len()),
+                    "variant bytes missing or short in the blob store; making them again"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob
+    /// store first and the row that names them after (under `claim`, when shared, so a
+    /// node that lost its claim writes nothing over a newer owner's row).
+    pub(super) async fn store_variant(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: Option<&Claim>,
+    ) -> Result<(), Error> {
+        let s = &self.shared;
+        let row = row_for(s.maps.as_ref(), s.blobs.as_ref(), key, row.clone()).await?;
+        match claim {
+            Some(claim) => s.maps.put_variant_claimed(key, &row, claim).await?,
+            None => s.maps.put_variant(key, &row).await?,
+        }
+        Ok(())
+    }
+
+    /// Deletes the blob-store bytes of variants whose rows are gone, where the maps keep
+    /// none themselves.
+    pub(in crate::pipeline) async fn drop_variant_bytes(
+        &self,
+        keys: &[VariantKey],
+    ) -> Result<(), Error> {
+        let s = &self.shared;
+        if s.maps.holds_variant_bytes() || keys.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<VariantObject> = keys.iter().map(variant_object).collect();
+        Ok(s.blobs.delete_variants(&names).await?)
+    }
+}
