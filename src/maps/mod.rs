@@ -11,7 +11,7 @@
 //! backend keeps them in its file (with the row, or in page-sized pieces beside it for large
 //! images) and hands them back with the row; the shared backend keeps only their length, and
 //! the pipeline writes and reads the bytes in the blob store
-//! ([`MapStore::holds_variant_bytes`]).
+//! ([`Variants::holds_variant_bytes`]).
 //!
 //! Takedowns too: every backend keeps the takedown list, a purge generation that removals
 //! move forward (nodes sharing the maps follow it), an index of the URL entries by the hashes
@@ -334,7 +334,7 @@ pub struct Claim {
     pub token: i64,
 }
 
-/// What [`MapStore::try_claim`] found.
+/// What [`Claims::try_claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The claim is ours until its time to live runs out, unless renewed.
@@ -343,33 +343,52 @@ pub enum ClaimOutcome {
     HeldBy(String),
 }
 
-/// What [`MapStore::evict_variants`] dropped.
+/// What [`Variants::evict_variants`] dropped.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Evicted {
     /// The variants dropped, least recently served first.
     pub keys: Vec<VariantKey>,
-    /// The bytes the variants hold now, as [`MapStore::variant_bytes`] counts them.
+    /// The bytes the variants hold now, as [`Variants::variant_bytes`] counts them.
     pub remaining_bytes: u64,
 }
 
-/// The maps' operations, as the pipeline and the maintenance commands use them.
+/// The maps' operations, as the pipeline and the maintenance commands use them: one trait per
+/// role ([`UrlMap`], [`Originals`], [`Fingerprints`], [`Variants`], [`Takedowns`], [`Claims`]),
+/// each implemented by a backend in a file of its own, and this one for the store as a
+/// whole (durability, space, readiness). Code holding a `dyn MapStore` calls every role's
+/// methods; code holding a backend's own type imports the roles it uses.
 ///
 /// Writes follow the pipeline's order (blob first, then the entry that points at it). Writes
 /// need not be durable when they return, except where a method says so: [`MapStore::flush`]
 /// is the durability point for the rest (the app calls it every second and at shutdown).
 #[async_trait]
-pub trait MapStore: Send + Sync + 'static {
-    /// Whether variant rows hold their image bytes ([`VariantBody::Inline`]); if not, the
-    /// caller stores them in the blob store first and hands over a row that names them
-    /// ([`VariantBody::InBlobStore`]).
-    fn holds_variant_bytes(&self) -> bool {
-        true
-    }
+pub trait MapStore:
+    UrlMap + Originals + Fingerprints + Variants + Takedowns + Claims + Send + Sync + 'static
+{
+    /// Drops what the store keeps in memory of entries another process may have removed
+    /// (called when the purge generation moves).
+    fn drop_memory(&self) {}
 
+    /// Makes every write so far durable.
+    async fn flush(&self) -> Result<(), MapError>;
+
+    /// Hands the space of dropped entries back to the file system, where the backend keeps
+    /// any (a redb file reuses it but never shrinks by itself). Needs the store to itself:
+    /// `imgcas gc` runs it with the server stopped. Returns whether anything was done.
+    async fn compact(&self) -> Result<bool, MapError>;
+
+    /// Readiness: the store answers a read.
+    async fn check(&self) -> Result<(), MapError>;
+}
+
+/// The URL map: canonical URL → the hash of its bytes and the origin's validators, its index
+/// by hash, and the use stamps and byte count that hold it to its budget.
+#[async_trait]
+pub trait UrlMap: Send + Sync {
     /// The URL map entry of a canonical URL.
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError>;
 
-    /// [`MapStore::url`] as the store holds it this instant, past any memory a shared
+    /// [`UrlMap::url`] as the store holds it this instant, past any memory a shared
     /// store keeps of it (a node waiting for another's download polls this).
     async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         self.url(url).await
@@ -403,7 +422,11 @@ pub trait MapStore: Send + Sync + 'static {
     /// Drops the least recently used URL entries ([`UrlEntry::last_used_ms`]) until the URL
     /// map counts at most `target_bytes`; returns how many were dropped.
     async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError>;
+}
 
+/// The originals index: hash → format, size, dimensions, first sighting and facts.
+#[async_trait]
+pub trait Originals: Send + Sync {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError>;
 
     /// Indexes an original unless it is indexed already (the first sighting wins), durably
@@ -428,7 +451,12 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Every indexed hash.
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError>;
+}
 
+/// Near-duplicates: one fingerprint per original, searchable by Hamming radius (`near.rs`),
+/// and the aliases canonical mode maps a near-duplicate's hash to.
+#[async_trait]
+pub trait Fingerprints: Send + Sync {
     // Near-duplicates: one fingerprint per original, searchable by Hamming radius
     // (`near.rs`), and the aliases canonical mode maps a near-duplicate's hash to.
 
@@ -462,10 +490,26 @@ pub trait MapStore: Send + Sync + 'static {
     /// Records that the bytes hashing to `own` are served from `canonical`; replaces any.
     async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError>;
 
+    /// Drops the aliases that name `hash`, as a near-duplicate's own hash or as the canonical
+    /// original; returns how many.
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError>;
+}
+
+/// The variants: hash + canonical spec + processor version → the processed bytes or the
+/// error, with the use stamps and byte count that hold them to `limits.variants_max_bytes`.
+#[async_trait]
+pub trait Variants: Send + Sync {
+    /// Whether variant rows hold their image bytes ([`VariantBody::Inline`]); if not, the
+    /// caller stores them in the blob store first and hands over a row that names them
+    /// ([`VariantBody::InBlobStore`]).
+    fn holds_variant_bytes(&self) -> bool {
+        true
+    }
+
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError>;
 
     /// Stores a result (a lost one is recomputed, never wrong), counted in
-    /// [`MapStore::variant_bytes`] and stamped as served now.
+    /// [`Variants::variant_bytes`] and stamped as served now.
     async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError>;
 
     /// Records when variants were last served (ms since the epoch; the caller batches).
@@ -487,13 +531,28 @@ pub trait MapStore: Send + Sync + 'static {
     async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError>;
 
     /// Every variant of one original (any processor version, its mezzanine too), each with
-    /// the bytes it counts for against the budget ([`MapStore::variant_bytes`]).
+    /// the bytes it counts for against the budget ([`Variants::variant_bytes`]).
     async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError>;
 
-    /// Drops the aliases that name `hash`, as a near-duplicate's own hash or as the canonical
-    /// original; returns how many.
-    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError>;
+    /// Stored images, their bytes, and cached errors (`imgcas stats`).
+    async fn variant_totals(&self) -> Result<VariantTotals, MapError>;
 
+    /// [`Variants::put_variant`], written only if `claim` is still held with its token, in
+    /// the same transaction ([`MapError::ClaimLost`] otherwise): an owner that lost its
+    /// claim never writes over a newer owner's result.
+    async fn put_variant_claimed(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        _claim: &Claim,
+    ) -> Result<(), MapError> {
+        self.put_variant(key, row).await
+    }
+}
+
+/// Takedowns and the purge generation.
+#[async_trait]
+pub trait Takedowns: Send + Sync {
     // Takedowns: hashes that must not be served, stored or downloaded into the store, kept
     // durably; and the purge generation, a counter every removal an administrator asks for
     // moves forward, so that nodes sharing the maps drop what they hold in memory.
@@ -516,25 +575,11 @@ pub trait MapStore: Send + Sync + 'static {
 
     /// Moves the purge generation forward, durably; returns the new one.
     async fn bump_purge_generation(&self) -> Result<u64, MapError>;
+}
 
-    /// Drops what the store keeps in memory of entries another process may have removed
-    /// (called when the purge generation moves).
-    fn drop_memory(&self) {}
-
-    /// Stored images, their bytes, and cached errors (`imgcas stats`).
-    async fn variant_totals(&self) -> Result<VariantTotals, MapError>;
-
-    /// Makes every write so far durable.
-    async fn flush(&self) -> Result<(), MapError>;
-
-    /// Hands the space of dropped entries back to the file system, where the backend keeps
-    /// any (a redb file reuses it but never shrinks by itself). Needs the store to itself:
-    /// `imgcas gc` runs it with the server stopped. Returns whether anything was done.
-    async fn compact(&self) -> Result<bool, MapError>;
-
-    /// Readiness: the store answers a read.
-    async fn check(&self) -> Result<(), MapError>;
-
+/// Claims on work across the processes that share the maps.
+#[async_trait]
+pub trait Claims: Send + Sync {
     // Claims: how nodes sharing the maps keep from doing one job twice (see
     // `shared/design/leases.md`). Expiry is decided on the store's clock. A store no other
     // process shares grants every claim: its one process has no one to share with, and
@@ -571,18 +616,6 @@ pub trait MapStore: Send + Sync + 'static {
     /// Gives a claim up (if still held with this token), so a waiter may take it at once.
     async fn release_claim(&self, _claim: &Claim) -> Result<(), MapError> {
         Ok(())
-    }
-
-    /// [`MapStore::put_variant`], written only if `claim` is still held with its token, in
-    /// the same transaction ([`MapError::ClaimLost`] otherwise): an owner that lost its
-    /// claim never writes over a newer owner's result.
-    async fn put_variant_claimed(
-        &self,
-        key: &VariantKey,
-        row: &VariantRow,
-        _claim: &Claim,
-    ) -> Result<(), MapError> {
-        self.put_variant(key, row).await
     }
 }
 

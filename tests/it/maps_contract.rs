@@ -15,8 +15,9 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo, PictureFacts,
-    PostgresMaps, RedbMaps, UrlEntry, VariantBody, VariantKey, VariantRow,
+    now_ms, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo, Originals,
+    PictureFacts, PostgresMaps, RedbMaps, UrlEntry, UrlMap, VariantBody, VariantKey, VariantRow,
+    Variants,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 

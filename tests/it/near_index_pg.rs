@@ -15,7 +15,7 @@ mod near_data;
 use std::time::{Duration, Instant};
 
 use imgcas::maps::near::band_of;
-use imgcas::maps::{MapStore, PostgresMaps};
+use imgcas::maps::{Fingerprints, PostgresMaps};
 use imgcas_processors::FINGERPRINT_VERSION;
 use near_data::{percentile, seeds, Rng};
 

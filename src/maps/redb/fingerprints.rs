@@ -173,3 +173,110 @@ pub(super) fn remove_aliases(txn: &WriteTransaction, hash: &ContentHash) -> Resu
     }
     Ok(doomed.len() as u64)
 }
+
+use super::*;
+
+#[async_trait]
+impl Fingerprints for RedbMaps {
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| fingerprints::get(&db.read()?, &hash))
+            .await
+    }
+
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<(), MapError> {
+        let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
+        self.db
+            .run(move |db| {
+                let (old, _) = db.write(|txn| fingerprints::put(txn, &hash, &fingerprint))?;
+                // The index follows the table once the write is committed.
+                let mut index = write_index(&near);
+                let prefix = prefix_of(hash.as_bytes());
+                if let Some(old) = old {
+                    index.remove_known(prefix, old.phash);
+                }
+                if let Fingerprinted::Picture(fp) = fingerprint {
+                    index.insert_new(prefix, fp.phash);
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        let found = self
+            .near
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(phash, radius);
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.db
+            .run(move |db| {
+                let txn = db.read()?;
+                let mut out = Vec::with_capacity(found.len());
+                for (prefix, _) in found {
+                    for (hash, fingerprint) in fingerprints::by_prefix(&txn, prefix)? {
+                        let distance = (fingerprint.phash ^ phash).count_ones();
+                        if distance <= radius {
+                            out.push(NearMatch {
+                                hash,
+                                fingerprint,
+                                distance,
+                            });
+                        }
+                    }
+                }
+                out.sort_by_key(|m| (m.distance, m.hash));
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn unfingerprinted(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<ContentHash>, MapError> {
+        self.db
+            .run(move |db| fingerprints::missing(&db.read()?, originals::TABLE, after, limit))
+            .await
+    }
+
+    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        self.db.run(|db| fingerprints::all(&db.read()?)).await
+    }
+
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| fingerprints::alias(&db.read()?, &hash))
+            .await
+    }
+
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
+        let (own, canonical) = (*own, *canonical);
+        self.db
+            .run(move |db| {
+                db.write(|txn| fingerprints::put_alias(txn, &own, &canonical))
+                    .map(|_| ())
+            })
+            .await
+    }
+
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| {
+                db.write(|txn| fingerprints::remove_aliases(txn, &hash))
+                    .map(|(n, _)| n)
+            })
+            .await
+    }
+}

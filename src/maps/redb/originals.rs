@@ -70,3 +70,98 @@ pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), M
 pub(super) fn hashes(txn: &ReadTransaction) -> Result<Vec<ContentHash>, MapError> {
     super::keys_of(txn, TABLE, "originals", ContentHash::from_slice)
 }
+
+use super::*;
+
+#[async_trait]
+impl Originals for RedbMaps {
+    async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        if let Some(info) = self.recent.get(hash) {
+            return Ok(Some(info));
+        }
+        let hash = *hash;
+        let info = self
+            .db
+            .run(move |db| originals::get(&db.read()?, &hash))
+            .await?;
+        if let Some(info) = &info {
+            self.recent.insert(hash, info.clone());
+        }
+        Ok(info)
+    }
+
+    async fn add_original(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        let (hash, info) = (*hash, info.clone());
+        self.db
+            .run(move |db| db.write_durable(|txn| originals::insert_if_absent(txn, &hash, &info)))
+            .await
+    }
+
+    async fn record_download(
+        &self,
+        url: &str,
+        entry: &UrlEntry,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
+        let cache = self.urls.clone();
+        self.db
+            .run(move |db| {
+                let written = db.write(|txn| {
+                    let new = originals::insert_if_absent(txn, &entry.hash, &info)?;
+                    url_map::put(txn, &url, &entry)?;
+                    cache.insert(url.clone(), Some(entry.clone()));
+                    Ok(new)
+                });
+                if written.is_err() {
+                    cache.invalidate(&url);
+                }
+                written.map(|(new, _)| new)
+            })
+            .await
+    }
+
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
+        let (hash, facts, recent) = (*hash, facts.clone(), self.recent.clone());
+        self.db
+            .run(move |db| {
+                db.write(|txn| {
+                    // Inside the write transaction, so under redb's write lock: the cache
+                    // follows the table's order of writes (a removal cannot be undone here).
+                    if let Some(info) = originals::set_facts(txn, &hash, &facts)? {
+                        recent.insert(hash, info);
+                    }
+                    Ok(())
+                })
+                .map(|_| ())
+            })
+            .await
+    }
+
+    async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
+        let (hash, near) = (*hash, self.near.clone());
+        self.db
+            .run(move |db| {
+                let old = db.write_durable(|txn| {
+                    originals::remove(txn, &hash)?;
+                    fingerprints::remove(txn, &hash)
+                })?;
+                // The index follows the table once the write is committed.
+                if let Some(old) = old {
+                    write_index(&near).remove_known(prefix_of(hash.as_bytes()), old.phash);
+                }
+                Ok(())
+            })
+            .await?;
+        self.recent.invalidate(&hash);
+        Ok(())
+    }
+
+    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
+        self.db.run(|db| originals::hashes(&db.read()?)).await
+    }
+}

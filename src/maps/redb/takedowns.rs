@@ -71,3 +71,41 @@ pub(super) fn bump(txn: &WriteTransaction) -> Result<u64, MapError> {
     meta.insert(GENERATION, next)?;
     Ok(next)
 }
+
+use super::*;
+
+#[async_trait]
+impl Takedowns for RedbMaps {
+    async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| db.write_durable(|txn| takedowns::put(txn, &hash, at_ms)))
+            .await
+    }
+
+    async fn lift_takedown(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| db.write_durable(|txn| takedowns::remove(txn, &hash)))
+            .await
+    }
+
+    async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, MapError> {
+        self.db.run(|db| takedowns::all(&db.read()?)).await
+    }
+
+    async fn is_taken_down(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| takedowns::get(&db.read()?, &hash))
+            .await
+    }
+
+    async fn purge_generation(&self) -> Result<u64, MapError> {
+        self.db.run(|db| takedowns::generation(&db.read()?)).await
+    }
+
+    async fn bump_purge_generation(&self) -> Result<u64, MapError> {
+        self.db.run(|db| db.write_durable(takedowns::bump)).await
+    }
+}

@@ -259,3 +259,108 @@ pub(super) fn forget(
         .collect();
     remove_rows(txn, doomed)
 }
+
+use super::*;
+
+#[async_trait]
+impl UrlMap for RedbMaps {
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        if let Some(known) = self.urls.get(url) {
+            return Ok(known);
+        }
+        let key = url.to_string();
+        let entry = self
+            .db
+            .run(move |db| url_map::get(&db.read()?, &key))
+            .await?;
+        // Only what exists is kept: a URL that is not in the map (one the guard is about to
+        // refuse, say) leaves nothing in memory behind it (issue 28).
+        if entry.is_none() {
+            return Ok(None);
+        }
+        let cached = self.urls.entry(url.to_string()).or_insert(entry);
+        Ok(cached.into_value())
+    }
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
+        let (url, entry, cache) = (url.to_string(), entry.clone(), self.urls.clone());
+        self.db
+            .run(move |db| {
+                let written = db.write(|txn| {
+                    url_map::put(txn, &url, &entry)?;
+                    cache.insert(url.clone(), Some(entry.clone()));
+                    Ok(())
+                });
+                if written.is_err() {
+                    cache.invalidate(&url);
+                }
+                written.map(|_| ())
+            })
+            .await
+    }
+
+    async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        let (url, cache) = (url.to_string(), self.urls.clone());
+        self.db
+            .run(move |db| {
+                let removed = db.write(|txn| {
+                    url_map::remove(txn, &url)?;
+                    cache.insert(url.clone(), None);
+                    Ok(())
+                });
+                if removed.is_err() {
+                    cache.invalidate(&url);
+                }
+                removed.map(|_| ())
+            })
+            .await
+    }
+
+    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.db.run(|db| url_map::all(&db.read()?)).await
+    }
+
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| url_map::by_hash(&db.read()?, &hash))
+            .await
+    }
+
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        if requested.is_empty() {
+            return Ok(());
+        }
+        let (requested, cache) = (requested.to_vec(), self.urls.clone());
+        self.db
+            .run(move |db| {
+                let written = db.write(|txn| {
+                    for (url, entry) in url_map::mark_requested(txn, &requested)? {
+                        cache.insert(url, Some(entry));
+                    }
+                    Ok(())
+                });
+                if written.is_err() {
+                    for (url, _) in &requested {
+                        cache.invalidate(url);
+                    }
+                }
+                written.map(|_| ())
+            })
+            .await
+    }
+
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
+        self.drop_urls(move |txn| url_map::forget(txn, unused_since_ms))
+            .await
+    }
+
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        self.db.run(|db| url_map::bytes(&db.read()?)).await
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        self.drop_urls(move |txn| url_map::evict(txn, target_bytes))
+            .await
+    }
+}

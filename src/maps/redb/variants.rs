@@ -448,6 +448,89 @@ impl<'t> Books<'t> {
     }
 }
 
+use super::*;
+
+#[async_trait]
+impl Variants for RedbMaps {
+    async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
+        let key = key.clone();
+        self.db
+            .run(move |db| variants::get(&db.read()?, &key))
+            .await
+    }
+
+    async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
+        let (key, row) = (key.clone(), row.clone());
+        self.db
+            .run(move |db| {
+                let (size, seq) = db.write(|txn| variants::put(txn, &key, &row, now_ms()))?;
+                if db.unsynced_bytes.fetch_add(size, Ordering::Relaxed) + size >= SYNC_AFTER_BYTES {
+                    db.sync(seq)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> Result<(), MapError> {
+        if served.is_empty() {
+            return Ok(());
+        }
+        let served = served.to_vec();
+        self.db
+            .run(move |db| {
+                db.write(|txn| variants::mark_served(txn, &served))
+                    .map(|_| ())
+            })
+            .await
+    }
+
+    async fn variant_bytes(&self) -> Result<u64, MapError> {
+        self.db.run(|db| variants::counted_bytes(&db.read()?)).await
+    }
+
+    async fn evict_variants(&self, target_bytes: u64) -> Result<Evicted, MapError> {
+        self.db
+            .run(move |db| {
+                let mut all = Evicted::default();
+                loop {
+                    let ((batch, done), _) = db.write(|txn| variants::evict(txn, target_bytes))?;
+                    all.keys.extend(batch.keys);
+                    all.remaining_bytes = batch.remaining_bytes;
+                    if done {
+                        return Ok(all);
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
+        self.db.run(|db| variants::keys(&db.read()?)).await
+    }
+
+    async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let keys = keys.to_vec();
+        self.db
+            .run(move |db| db.write(|txn| variants::remove(txn, &keys)).map(|(n, _)| n))
+            .await
+    }
+
+    async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
+        self.db.run(|db| variants::totals(&db.read()?)).await
+    }
+
+    async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError> {
+        let hash = *hash;
+        self.db
+            .run(move |db| variants::of_hash(&db.read()?, &hash))
+            .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

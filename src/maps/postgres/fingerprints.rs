@@ -1,0 +1,162 @@
+//! Fingerprints.
+
+use super::*;
+
+#[async_trait]
+impl Fingerprints for PostgresMaps {
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
+                &[&raw, &(FINGERPRINT_VERSION as i32)],
+            )
+            .await?;
+        rows.first().map(fingerprinted).transpose()
+    }
+
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<(), MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let fp = fingerprint.picture();
+        let signed = |v: u64| v as i64;
+        let dim = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        let band = |b: usize| fp.map(|f| near::band_of(f.phash, b) as i16);
+        self.execute(
+            "INSERT INTO imgcas_fingerprints
+                (hash, version, phash, block_hash, colour, width, height,
+                 band0, band1, band2, band3)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (hash) DO UPDATE SET version = EXCLUDED.version,
+                phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
+                colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
+                band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
+                band3 = EXCLUDED.band3",
+            &[
+                &raw,
+                &(FINGERPRINT_VERSION as i32),
+                &fp.map(|f| signed(f.phash)),
+                &fp.map(|f| signed(f.block_hash)),
+                &fp.map(|f| signed(f.colour)),
+                &fp.map(|f| dim(f.width)),
+                &fp.map(|f| dim(f.height)),
+                &band(0),
+                &band(1),
+                &band(2),
+                &band(3),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        let [p0, p1, p2, p3] = near::probes(phash, radius)
+            .map(|values| values.into_iter().map(|v| v as i16).collect::<Vec<i16>>());
+        // Candidates by exact band, verified in the database (bit_count of the XOR).
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints
+                  WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
+                         OR band3 = ANY($4))
+                    AND version = $5
+                    AND bit_count((phash # $6)::bit(64)) <= $7",
+                &[
+                    &p0,
+                    &p1,
+                    &p2,
+                    &p3,
+                    &(FINGERPRINT_VERSION as i32),
+                    &(phash as i64),
+                    &i64::from(radius),
+                ],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Fingerprinted::Picture(fingerprint) = fingerprinted(row)? {
+                out.push(NearMatch {
+                    hash: hash_of(row, "hash")?,
+                    distance: (fingerprint.phash ^ phash).count_ones(),
+                    fingerprint,
+                });
+            }
+        }
+        out.sort_by_key(|m| (m.distance, m.hash));
+        Ok(out)
+    }
+
+    async fn unfingerprinted(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<ContentHash>, MapError> {
+        let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
+        let rows = self
+            .query(
+                "SELECT o.hash FROM imgcas_originals o
+                   LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
+                  WHERE f.hash IS NULL AND o.hash > $2
+                  ORDER BY o.hash LIMIT $3",
+                &[
+                    &(FINGERPRINT_VERSION as i32),
+                    &after,
+                    &(limit.min(1 << 20) as i64),
+                ],
+            )
+            .await?;
+        rows.iter().map(|row| hash_of(row, "hash")).collect()
+    }
+
+    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
+                &[&(FINGERPRINT_VERSION as i32)],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Fingerprinted::Picture(fp) = fingerprinted(row)? {
+                out.push((hash_of(row, "hash")?, fp));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT canonical FROM imgcas_aliases WHERE hash = $1",
+                &[&raw],
+            )
+            .await?;
+        rows.first()
+            .map(|row| hash_of(row, "canonical"))
+            .transpose()
+    }
+
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
+        let (own, canonical): (&[u8], &[u8]) = (own.as_bytes(), canonical.as_bytes());
+        self.execute(
+            "INSERT INTO imgcas_aliases (hash, canonical) VALUES ($1, $2)
+             ON CONFLICT (hash) DO UPDATE SET canonical = EXCLUDED.canonical",
+            &[&own, &canonical],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        self.execute(
+            "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
+            &[&raw],
+        )
+        .await
+    }
+}

@@ -1,0 +1,182 @@
+//! The URL map's table and its index by hash.
+
+use super::*;
+
+#[async_trait]
+impl UrlMap for PostgresMaps {
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        if let Some(known) = self.recent_urls.get(url) {
+            return Ok(known);
+        }
+        self.url_now(url).await
+    }
+
+    async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        let rows = match self
+            .query(
+                "SELECT * FROM imgcas_urls WHERE url_key = $1",
+                &[&url_key(url)],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                return match self.last_seen_urls.get(url) {
+                    Some(entry) => {
+                        tracing::debug!(%url, error = %e, "database unavailable; URL entry as last seen");
+                        Ok(Some(entry))
+                    }
+                    None => Err(e),
+                }
+            }
+        };
+        let entry = rows.first().map(url_entry).transpose()?;
+        self.saw_url(url, entry.as_ref());
+        Ok(entry)
+    }
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
+        let client = self.client().await?;
+        let written = put_url_on(&client, url, entry).await;
+        match written {
+            Ok(()) => self.saw_url(url, Some(entry)),
+            Err(_) => self.recent_urls.invalidate(url),
+        }
+        written
+    }
+
+    async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        self.saw_url(url, None);
+        self.execute(
+            "DELETE FROM imgcas_urls WHERE url_key = $1",
+            &[&url_key(url)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let rows = self.query("SELECT * FROM imgcas_urls", &[]).await?;
+        rows.iter()
+            .map(|row| {
+                let url: String = row.try_get("url").map_err(store_error)?;
+                Ok((url, url_entry(row)?))
+            })
+            .collect()
+    }
+
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "SELECT * FROM imgcas_urls WHERE hash = $1
+                 UNION
+                 SELECT * FROM imgcas_urls
+                  WHERE canonical IS NOT NULL AND substring(canonical from 33) = $1",
+                &[&raw],
+            )
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let entry = url_entry(row)?;
+            // A canonical half left by an older node's rewrite names nothing (`url_entry`).
+            if entry.hash == *hash || entry.canonical == Some(*hash) {
+                found.push((row.try_get("url").map_err(store_error)?, entry));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        if requested.is_empty() {
+            return Ok(());
+        }
+        for (url, _) in requested {
+            self.recent_urls.invalidate(url);
+        }
+        let keys: Vec<Vec<u8>> = requested.iter().map(|(u, _)| url_key(u)).collect();
+        let stamps: Vec<i64> = requested.iter().map(|(_, at)| ms(*at)).collect();
+        self.execute(
+            "UPDATE imgcas_urls AS u
+                SET requested_at_ms = s.at,
+                    last_used_ms = GREATEST(u.checked_at_ms, s.at)
+               FROM (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS t (url_key, at)) AS s
+              WHERE u.url_key = s.url_key AND u.requested_at_ms < s.at",
+            &[&keys, &stamps],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
+        let mut forgotten = 0;
+        loop {
+            let n = self
+                .execute(
+                    "DELETE FROM imgcas_urls WHERE url_key IN (
+                        SELECT url_key FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
+                    &[&ms(unused_since_ms), &FORGET_BATCH],
+                )
+                .await?;
+            forgotten += n;
+            if n < FORGET_BATCH as u64 {
+                if forgotten > 0 {
+                    self.recent_urls.invalidate_all();
+                }
+                return Ok(forgotten);
+            }
+        }
+    }
+
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        let rows = self
+            .query(
+                &format!("SELECT COALESCE(SUM({URL_ROW_BYTES}), 0)::bigint AS n FROM imgcas_urls"),
+                &[],
+            )
+            .await?;
+        let n: i64 = rows
+            .first()
+            .map(|r| r.try_get("n"))
+            .transpose()
+            .map_err(store_error)?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        let mut over = self.url_bytes().await?.saturating_sub(target_bytes);
+        let mut evicted = 0;
+        while over > 0 {
+            let rows = self
+                .query(
+                    &format!(
+                        "SELECT url_key, {URL_ROW_BYTES} AS size FROM imgcas_urls
+                         ORDER BY last_used_ms, url_key LIMIT $1"
+                    ),
+                    &[&FORGET_BATCH],
+                )
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for row in &rows {
+                if over == 0 {
+                    break;
+                }
+                let size: i64 = row.try_get("size").map_err(store_error)?;
+                keys.push(row.try_get("url_key").map_err(store_error)?);
+                over = over.saturating_sub(size.max(0) as u64);
+            }
+            evicted += self
+                .execute("DELETE FROM imgcas_urls WHERE url_key = ANY($1)", &[&keys])
+                .await?;
+        }
+        if evicted > 0 {
+            self.recent_urls.invalidate_all();
+            self.last_seen_urls.invalidate_all();
+        }
+        Ok(evicted)
+    }
+}
