@@ -66,24 +66,27 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, what)?[0])
     }
 
+    /// The next `N` bytes, as an array.
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Short> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N, what)?);
+        Ok(out)
+    }
+
     pub fn u16be(&mut self, what: &'static str) -> Result<u16, Short> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
+        self.array(what).map(u16::from_be_bytes)
     }
 
     pub fn u32be(&mut self, what: &'static str) -> Result<u32, Short> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.array(what).map(u32::from_be_bytes)
     }
 
     pub fn u16le(&mut self, what: &'static str) -> Result<u16, Short> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        self.array(what).map(u16::from_le_bytes)
     }
 
     pub fn u32le(&mut self, what: &'static str) -> Result<u32, Short> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        self.array(what).map(u32::from_le_bytes)
     }
 
     /// The next `declared` bytes of a chunk or box whose length the file gives: an error when

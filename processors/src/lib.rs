@@ -429,13 +429,7 @@ pub(crate) fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(),
 mod tests {
     use super::*;
 
-    fn resolved(query: &[(&str, &str)]) -> ResolvedSpec {
-        Spec::from_pairs(query.iter().copied()).unwrap().resolve(
-            Some(OutputFormat::Jpeg),
-            false,
-            None,
-        )
-    }
+    use crate::spec::resolved_for_jpeg as resolved;
 
     #[test]
     fn only_variants_whose_bytes_changed_take_a_later_version() {

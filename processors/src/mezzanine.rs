@@ -270,15 +270,8 @@ pub fn stored_size(m: &Mezzanine<'_>, limits: &Limits) -> Result<(u32, u32), Pro
 mod tests {
     use super::*;
     use crate::sniff::SourceFormat;
-    use crate::spec::Spec;
 
-    fn spec(query: &[(&str, &str)]) -> ResolvedSpec {
-        Spec::from_pairs(query.iter().copied()).unwrap().resolve(
-            Some(OutputFormat::Jpeg),
-            false,
-            None,
-        )
-    }
+    use crate::spec::resolved_for_jpeg as spec;
 
     fn info(width: u32, height: u32, has_alpha: bool) -> SourceInfo {
         SourceInfo {

@@ -25,7 +25,7 @@ use axum::Router;
 use hyper_util::service::TowerToHyperService;
 
 use super::{image, observe, Service};
-use crate::pipeline::Provenance;
+use crate::pipeline::{Provenance, Recalled};
 
 /// A hyper service: remembered hits first, then the router.
 #[derive(Clone)]
@@ -62,8 +62,22 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
         if super::target_too_long(&self.service, request.uri()) {
             return Box::pin(self.router.call(request));
         }
-        if let Some(response) = self.remembered_hit(&request) {
-            return Box::pin(std::future::ready(Ok(response)));
+        let mut request = request;
+        if request.uri().path().starts_with("/v1/image") {
+            // The request key and the request cache are looked up once, here: a hit in memory
+            // is answered now, and anything else carries what was found to the handler.
+            let key = image::request_key(request.uri(), request.headers());
+            let recalled = self.service.pipeline().recall_entry(&key);
+            if let Some(response) = recalled
+                .as_ref()
+                .and_then(|r| self.remembered_hit(&request, r, &key))
+            {
+                return Box::pin(std::future::ready(Ok(response)));
+            }
+            let target = recalled.map(|r| r.target());
+            request
+                .extensions_mut()
+                .insert(image::Looked { key, target });
         }
         let routed = self.router.call(request);
         Box::pin(routed)
@@ -74,10 +88,15 @@ impl Front {
     /// The answer to a `GET` of an image whose request is remembered and whose variant is
     /// in the hot cache, or `None` (the router answers: anything conditional, `HEAD`, a first
     /// request, a variant not in memory, an error).
-    fn remembered_hit<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
+    fn remembered_hit<B>(
+        &self,
+        request: &Request<B>,
+        recalled: &Recalled,
+        key: &[u8],
+    ) -> Option<Response<Body>> {
         let service = &self.service;
         let path = request.uri().path();
-        if request.method() != Method::GET || !path.starts_with("/v1/image") {
+        if request.method() != Method::GET {
             return None;
         }
         let headers = request.headers();
@@ -85,10 +104,7 @@ impl Front {
             return None;
         }
         let started = std::time::Instant::now();
-        let pipeline = service.pipeline();
-        let key = image::request_key(request.uri(), headers);
-        let recalled = pipeline.recall_entry(&key)?;
-        let (bytes, format) = pipeline.hot_answer(&recalled, &key)?;
+        let (bytes, format) = service.pipeline().hot_answer(recalled, key)?;
         let by_url = path == BY_URL;
         // The headers depend on the target and the route alone (both fixed by the key): made
         // once per remembered request, then a clone of shared values.

@@ -1,9 +1,12 @@
 //! `GET/HEAD /v1/image?url=…` and `GET/HEAD /v1/image/<sha256>`: processed images.
 //! (axum answers `HEAD` from the `GET` handler and drops the body.)
 
+use std::sync::Arc;
+
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 
 use imgcas_processors::{accept_class, ClientHints, Spec};
 
@@ -201,23 +204,58 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     key
 }
 
+/// What the front found of an image request before routing it: its request-cache key, and
+/// the target remembered under it (whose variant was not in memory, or the request was
+/// conditional or a `HEAD`).
+#[derive(Clone)]
+pub(super) struct Looked {
+    pub(super) key: Vec<u8>,
+    pub(super) target: Option<Arc<Target>>,
+}
+
+/// The checks and the lookup both image routes start with: the signature, then the request
+/// cache (as the front looked it up, or now for a request that did not come through it).
+/// `Err`: the answer (a refusal, or a remembered target's); `Ok`: the key to remember the
+/// request by.
+async fn signed_and_recalled(
+    service: &Service,
+    uri: &Uri,
+    headers: &HeaderMap,
+    looked: Option<Extension<Looked>>,
+    cache_control: &str,
+) -> Result<Vec<u8>, Response> {
+    service
+        .check_signature(uri)
+        .map_err(IntoResponse::into_response)?;
+    let looked = match looked {
+        Some(Extension(looked)) => looked,
+        None => {
+            let key = request_key(uri, headers);
+            let target = service.pipeline().recall(&key);
+            Looked { key, target }
+        }
+    };
+    match looked.target {
+        Some(target) => Err(respond(service, &target, headers, cache_control).await),
+        None => Ok(looked.key),
+    }
+}
+
 /// How long a `format=json` answer by hash may be kept.
 const FACTS_BY_HASH: &str = "public, max-age=3600";
 
-pub async fn by_url(
+pub(super) async fn by_url(
     State(service): State<Service>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    looked: Option<Extension<Looked>>,
 ) -> Response {
-    if let Err(e) = service.check_signature(&uri) {
-        return e.into_response();
-    }
-    let request = request_key(&uri, &headers);
     let cache_control = service.url_cache_control();
-    if let Some(target) = service.pipeline().recall(&request) {
-        return respond(&service, &target, &headers, cache_control).await;
-    }
+    let request = match signed_and_recalled(&service, &uri, &headers, looked, cache_control).await {
+        Ok(request) => request,
+        Err(answer) => return answer,
+    };
     let parsed = match parse_query(&service, query.as_deref(), true) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
@@ -243,20 +281,18 @@ pub async fn by_url(
     .await
 }
 
-pub async fn by_hash(
+pub(super) async fn by_hash(
     State(service): State<Service>,
     Path(hash): Path<String>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    looked: Option<Extension<Looked>>,
 ) -> Response {
-    if let Err(e) = service.check_signature(&uri) {
-        return e.into_response();
-    }
-    let request = request_key(&uri, &headers);
-    if let Some(target) = service.pipeline().recall(&request) {
-        return respond(&service, &target, &headers, IMMUTABLE).await;
-    }
+    let request = match signed_and_recalled(&service, &uri, &headers, looked, IMMUTABLE).await {
+        Ok(request) => request,
+        Err(answer) => return answer,
+    };
     let Ok(hash) = hash.parse() else {
         return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
     };

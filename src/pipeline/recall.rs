@@ -95,6 +95,11 @@ impl Recalled {
             .get_or_init(|| Box::new(make(&self.entry.target)))
             .downcast_ref()
     }
+
+    /// The remembered target.
+    pub fn target(&self) -> Arc<Target> {
+        self.entry.target.clone()
+    }
 }
 
 impl Default for RequestCache {

@@ -334,6 +334,15 @@ impl Default for Spec {
     }
 }
 
+/// A spec from `(name, value)` pairs resolved for a JPEG source without alpha or client, as
+/// the processors' tests use them.
+#[cfg(test)]
+pub(crate) fn resolved_for_jpeg(query: &[(&str, &str)]) -> ResolvedSpec {
+    Spec::from_pairs(query.iter().copied())
+        .unwrap()
+        .resolve(Some(OutputFormat::Jpeg), false, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
