@@ -39,7 +39,12 @@ pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
     let mut built = 0u64;
     for row in table.iter()? {
         let (k, v) = row?;
-        index_entry(&mut index, k.value(), &decode(k.value(), v.value())?)?;
+        reindex(
+            &mut index,
+            k.value(),
+            &decode(k.value(), v.value())?,
+            Index::Add,
+        )?;
         built += 1;
     }
     meta.insert(INDEX_BUILT, 1)?;
@@ -64,24 +69,25 @@ fn index_keys(url: &str, entry: &UrlEntry) -> Vec<Vec<u8>> {
     keys
 }
 
-fn index_entry(
-    index: &mut Table<&[u8], &[u8]>,
-    url: &str,
-    entry: &UrlEntry,
-) -> Result<(), MapError> {
-    for k in index_keys(url, entry) {
-        index.insert(k.as_slice(), [].as_slice())?;
-    }
-    Ok(())
+/// What to do with a URL's keys in the index by hash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Index {
+    Add,
+    Remove,
 }
 
-fn unindex_entry(
+/// Adds or removes the index-by-hash keys of a URL's entry.
+fn reindex(
     index: &mut Table<&[u8], &[u8]>,
     url: &str,
     entry: &UrlEntry,
+    what: Index,
 ) -> Result<(), MapError> {
     for k in index_keys(url, entry) {
-        index.remove(k.as_slice())?;
+        match what {
+            Index::Add => drop(index.insert(k.as_slice(), [].as_slice())?),
+            Index::Remove => drop(index.remove(k.as_slice())?),
+        }
     }
     Ok(())
 }
@@ -148,18 +154,18 @@ pub(super) fn put(txn: &WriteTransaction, url: &str, entry: &UrlEntry) -> Result
     let mut index = txn.open_table(BY_HASH)?;
     let mut removed = 0;
     if let Some(old) = lookup(&table, url)? {
-        unindex_entry(&mut index, url, &old)?;
+        reindex(&mut index, url, &old, Index::Remove)?;
         removed = url_row_bytes(url, &old);
     }
     table.insert(url, encode(entry)?.as_slice())?;
-    index_entry(&mut index, url, entry)?;
+    reindex(&mut index, url, entry, Index::Add)?;
     count(txn, url_row_bytes(url, entry), removed)
 }
 
 pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
     if let Some(old) = lookup(&table, url)? {
-        unindex_entry(&mut txn.open_table(BY_HASH)?, url, &old)?;
+        reindex(&mut txn.open_table(BY_HASH)?, url, &old, Index::Remove)?;
         count(txn, 0, url_row_bytes(url, &old))?;
     }
     table.remove(url)?;
@@ -240,7 +246,7 @@ fn remove_rows(
     let mut freed = 0;
     for (url, entry) in &rows {
         table.remove(url.as_str())?;
-        unindex_entry(&mut index, url, entry)?;
+        reindex(&mut index, url, entry, Index::Remove)?;
         freed += url_row_bytes(url, entry);
     }
     drop((table, index));
