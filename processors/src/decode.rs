@@ -190,7 +190,7 @@ fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, Proc
             format.name()
         )));
     }
-    crate::animation::check_declared(format, bytes)?;
+    crate::frames::check_declared(format, bytes)?;
     if format == SourceFormat::Tiff {
         crate::tif::check_first_ifd(bytes)?;
     }

@@ -4,7 +4,6 @@ use image::codecs::gif::{GifEncoder, Repeat};
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ImageEncoder};
 
-use crate::animation::OutputFrame;
 use crate::error::ProcessError;
 use crate::ops::flatten;
 use crate::spec::{OutputFormat, ResolvedSpec};
@@ -22,6 +21,12 @@ const WEBP_MAX_SIDE: u32 = 16383;
 /// GIF encoder speed for animations (1 best … 30 fastest palettes): an animation quantizes
 /// every frame, so the still's best-quality setting would cost its frames over.
 const GIF_ANIMATION_SPEED: i32 = 10;
+
+/// One output frame: its pixels and how long it shows, in milliseconds.
+pub struct OutputFrame {
+    pub pixels: image::RgbaImage,
+    pub delay_ms: u32,
+}
 
 /// The libwebp settings `spec` asks for: lossless, or its quality.
 fn webp_config(spec: &ResolvedSpec, quality: u8) -> Result<webp::WebPConfig, ProcessError> {

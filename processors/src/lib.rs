@@ -31,6 +31,7 @@ pub mod encode;
 pub mod error;
 pub mod facts;
 pub mod fingerprint;
+mod frames;
 pub mod geometry;
 pub mod gif;
 pub mod ico;
@@ -40,6 +41,7 @@ mod jpeg_encode;
 pub mod likeness;
 pub mod mezzanine;
 pub mod ops;
+mod shape;
 pub mod smart;
 pub mod sniff;
 pub mod spec;
@@ -243,21 +245,7 @@ pub fn process_input(
     if let Opened::Original(source) = &opened {
         decode::offer_small(source, denominator, &decoded, decodes);
     }
-    let image = match spec.shape.rotate {
-        0 => decoded,
-        degrees => Arc::new(ops::rotate(&decoded, degrees)),
-    };
-    let mut plan = plan.rescaled(rotated, (image.width(), image.height()));
-    if spec.shape.gravity == spec::Gravity::Smart {
-        plan.crop = plan.crop.map(|crop| smart::place(&image, crop));
-    }
-    let mut image = ops::apply_plan(image, &plan, spec.shape.background)?;
-    if let Some(sigma) = spec.shape.blur {
-        image = ops::blur(image, sigma.as_f64());
-    }
-    if let Some(sigma) = spec.shape.sharpen {
-        image = ops::sharpen(image, sigma.as_f64());
-    }
+    let image = shape::shape(decoded, spec, &plan, rotated, &mut None)?;
     let (width, height) = (image.width(), image.height());
     let bytes = encode::encode(image, spec)?;
     Ok(Processed {
