@@ -4,7 +4,7 @@
 //! or to pick up what changed.
 
 use imgcas::blob::{BlobStore, FsBlobStore};
-use imgcas::config::{Config, StorageBackend};
+use imgcas::config::{Config, MapsBackend, StorageBackend};
 use imgcas::error::Error;
 use imgcas::maps::{PostgresMaps, RedbMaps};
 use imgcas::pipeline::{copy_maps, CopyReport};
@@ -13,14 +13,14 @@ use super::progress;
 
 /// Why the copy cannot start, before any work (exit 2).
 pub fn refusal(config: &Config, to: &str) -> Option<String> {
-    if config.maps.url.is_some() {
+    if config.maps_backend().ok() != Some(MapsBackend::Embedded) {
         return Some(
             "maps copy reads the embedded maps under the data dir: unset maps.url \
              (IMGCAS_MAPS_URL) and name the target with --to"
                 .into(),
         );
     }
-    if !(to.starts_with("postgres://") || to.starts_with("postgresql://")) {
+    if !matches!(MapsBackend::of(Some(to)), Ok(MapsBackend::Postgres(_))) {
         return Some(format!("--to must be a postgres:// URL, not `{to}`"));
     }
     if config.storage.backend != StorageBackend::S3 {

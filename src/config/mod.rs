@@ -438,7 +438,36 @@ impl Flags {
     }
 }
 
+/// The map store a configuration names. The one place the rule is written: by the scheme of
+/// `maps.url`, unset being the embedded redb file under the data dir. Validation, the
+/// commands and `maps::open` all ask this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapsBackend {
+    /// redb under `data_dir`.
+    Embedded,
+    /// PostgreSQL at this URL, shared by every node that names it.
+    Postgres(String),
+}
+
+impl MapsBackend {
+    /// The backend a maps URL names (`None`: the embedded default), or why it names none.
+    pub fn of(url: Option<&str>) -> Result<MapsBackend, String> {
+        match url {
+            None => Ok(MapsBackend::Embedded),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(MapsBackend::Postgres(url.to_string()))
+            }
+            Some(_) => Err("must be a postgres:// URL, or unset for the embedded maps".into()),
+        }
+    }
+}
+
 impl Config {
+    /// The map store this configuration names ([`MapsBackend::of`] on `maps.url`).
+    pub fn maps_backend(&self) -> Result<MapsBackend, ConfigError> {
+        MapsBackend::of(self.maps.url.as_deref()).map_err(|m| bad("maps.url", m))
+    }
+
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
@@ -566,10 +595,8 @@ impl Config {
                 "must be at least 300ms (owners renew at a third of it)",
             ));
         }
-        if let Some(url) = &self.maps.url {
-            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                return Err(bad("maps.url", "must be a postgres:// URL"));
-            }
+        let maps = self.maps_backend()?;
+        if let MapsBackend::Postgres(_) = maps {
             if self.storage.backend != StorageBackend::S3 {
                 return Err(bad(
                     "maps.url",

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use imgcas_processors::Fingerprint;
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
-use crate::config::Config;
+use crate::config::{Config, MapsBackend};
 use crate::hash::ContentHash;
 
 pub mod near;
@@ -622,9 +622,12 @@ pub trait Claims: Send + Sync {
 /// The maps the configuration names: PostgreSQL at `maps.url` when set, else the embedded
 /// redb file under `data_dir`.
 pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
-    Ok(match &config.maps.url {
-        Some(url) => Arc::new(PostgresMaps::open(url).await?),
-        None => Arc::new(RedbMaps::open(config.data_dir.clone()).await?),
+    let backend = config
+        .maps_backend()
+        .map_err(|e| MapError::Store(e.to_string()))?;
+    Ok(match backend {
+        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open(&url).await?),
+        MapsBackend::Embedded => Arc::new(RedbMaps::open(config.data_dir.clone()).await?),
     })
 }
 

@@ -35,7 +35,7 @@ use imgcas_processors::Limits;
 use crate::admission::Admission;
 use crate::blob::BlobStore;
 use crate::coalesce::SingleFlight;
-use crate::config::Config;
+use crate::config::{Config, MapsBackend};
 use crate::error::Error;
 use crate::fetch::Fetcher;
 use crate::hash::ContentHash;
@@ -163,10 +163,14 @@ impl Pipeline {
     pub async fn open(config: Config, metrics: Metrics) -> Result<Pipeline, OpenError> {
         config.validate().map_err(|e| OpenError(e.to_string()))?;
         let maps = crate::maps::open(&config).await.map_err(|e| {
-            OpenError(match config.maps.url {
+            OpenError(match config.maps_backend() {
                 // (The URL itself may hold a password.)
-                Some(_) => format!("cannot open the maps on PostgreSQL (maps.url): {e}"),
-                None => format!("cannot open the maps in {}: {e}", config.data_dir.display()),
+                Ok(MapsBackend::Postgres(_)) | Err(_) => {
+                    format!("cannot open the maps on PostgreSQL (maps.url): {e}")
+                }
+                Ok(MapsBackend::Embedded) => {
+                    format!("cannot open the maps in {}: {e}", config.data_dir.display())
+                }
             })
         })?;
         let blobs = crate::blob::open(&config)
