@@ -1,5 +1,5 @@
 //! The near-neighbour index on PostgreSQL at scale (a measurement, not a check: `#[ignore]`d,
-//! run by `bench/near_index_pg.sh`). The same hashes as `bench/near_index.rs` (the shared
+//! run by `bench/near_index_pg.sh`). The same hashes as `benches/near_index.rs` (the shared
 //! photographs' DCT hashes, replicated with small perturbations) are loaded into
 //! `imgcas_fingerprints` of a real server the harness starts; lookups at radius 8 go through
 //! `PostgresMaps::near` (four band B-trees, verified by `bit_count` in the database), next to
@@ -9,7 +9,7 @@
 
 use crate::common;
 
-#[path = "../../bench/near_data.rs"]
+#[path = "../../benches/near_data.rs"]
 mod near_data;
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The hashes the near-neighbour benchmarks search (`bench/near_index.rs` for the embedded
+//! The hashes the near-neighbour benchmarks search (`benches/near_index.rs` for the embedded
 //! index, `tests/it/near_index_pg.rs` for PostgreSQL): the DCT hashes of the shared photographs
 //! and their transforms, replicated with small perturbations.
 
