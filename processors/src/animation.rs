@@ -1,13 +1,12 @@
 //! Animated sources (GIF, WebP and APNG of more than one frame) in, animated GIF or WebP out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
-//! block headers alone ([`header`]: no LZW, VP8 or zlib decoding; the RIFF and PNG chunk
-//! walks go through the bounded reader, and [`check_declared`] refuses, at `open`, chunk
-//! lengths and frame counts the bytes cannot hold), and the limits are checked
+//! block headers alone by `frames.rs` ([`header`], re-exported here with [`check_declared`],
+//! which refuses at `open` what the bytes cannot hold), and the limits are checked
 //! on that before any frame is decoded ([`check`]): an animation's pixels are frames × width
 //! × height, and a 2,000-frame file must be refused without decoding 2,000 frames to learn
 //! it. Frames are then decoded one at a time, composited onto the canvas (disposal and
-//! blending are the decoders'), shaped exactly as a still is, and handed to the encoder
+//! blending are the decoders'), shaped as a still is (`shape.rs`), and handed to the encoder
 //! (`encode::AnimationWriter`) before the next is decoded: a run holds a few frames, whatever
 //! their number.
 

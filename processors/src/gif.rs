@@ -56,7 +56,7 @@ pub enum Block<'a> {
 
 /// The blocks after the header and global colour table, found by skipping each block's
 /// sub-blocks (no LZW decoding): the walk the first-frame header ([`parse`]) and the
-/// animation facts (`crate::animation::header`) share. It ends at the trailer or at the end
+/// animation facts (`crate::frames::header`) share. It ends at the trailer or at the end
 /// of the bytes; an `Err` (bytes cut short inside a block, an unknown block) ends it too.
 /// An image's data is skipped when the next block is asked for, so a reader that stops at
 /// a descriptor never looks past it. Every read goes through [`Reader`], so a length or

@@ -68,7 +68,7 @@ impl SourceFormat {
     }
 
     /// Whether bytes of the format may hold an animation (GIF, WebP, APNG), which
-    /// [`crate::animation::header`] counts the frames of.
+    /// [`crate::frames::header`] counts the frames of.
     pub fn may_animate(self) -> bool {
         matches!(
             self,

@@ -1,11 +1,12 @@
-//! The three persistent maps behind one interface, [`MapStore`]: the URL map (source URL →
+//! The three persistent maps behind one interface, [`MapStore`] (composed of a trait per
+//! role): the URL map (source URL →
 //! hash and validators), the originals index (hash → what the original is) and the variants
 //! (hash + canonical spec + processor version → a processed image's row, or the cached error).
 //!
 //! The pipeline sees only this trait and the types here; each backend lives in a folder of its
 //! own and owns its encoding: `redb/` (one file under the data dir, the embedded default) and
 //! `postgres/` (one database shared by many nodes, `maps.url`). Each implements [`MapStore`],
-//! passes `tests/it/maps_contract.rs`, and is chosen in [`open`].
+//! passes `tests/it/maps_contract.rs`, and is chosen in [`open`] by `config::MapsBackend`.
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
 //! backend keeps them in its file (with the row, or in page-sized pieces beside it for large

@@ -163,14 +163,12 @@ impl Pipeline {
     pub async fn open(config: Config, metrics: Metrics) -> Result<Pipeline, OpenError> {
         config.validate().map_err(|e| OpenError(e.to_string()))?;
         let maps = crate::maps::open(&config).await.map_err(|e| {
+            // Validated above, so the backend is known. (The URL may hold a password.)
             OpenError(match config.maps_backend() {
-                // (The URL itself may hold a password.)
-                Ok(MapsBackend::Postgres(_)) | Err(_) => {
-                    format!("cannot open the maps on PostgreSQL (maps.url): {e}")
-                }
                 Ok(MapsBackend::Embedded) => {
                     format!("cannot open the maps in {}: {e}", config.data_dir.display())
                 }
+                _ => format!("cannot open the maps on PostgreSQL (maps.url): {e}"),
             })
         })?;
         let blobs = crate::blob::open(&config)

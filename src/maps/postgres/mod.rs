@@ -3,7 +3,9 @@
 //! knows.
 //!
 //! What it owns: a pool of connections (deadpool over tokio-postgres), the schema
-//! (`schema.rs`, migrated at open) and the rows' encoding. Unlike the embedded file, the rows
+//! (`schema.rs`, migrated at open) and the rows' encoding, here; each role of [`MapStore`]
+//! is implemented in a file of its own (`urls.rs`, `originals.rs`, `fingerprints.rs`,
+//! `variants.rs`, `takedowns.rs`, `claims.rs`). Unlike the embedded file, the rows
 //! do not hold variant bytes: those are in the blob store (the bucket all nodes share), and a
 //! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
 //! before it returns, so [`MapStore::flush`] has nothing to do.

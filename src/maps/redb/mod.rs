@@ -2,7 +2,8 @@
 //! `url_map.rs` owns the URL map and its index by hash, `originals.rs` a table, `variants.rs`
 //! the variants' rows, the pieces of large images and the budget's bookkeeping,
 //! `fingerprints.rs` the near-duplicate tables and `takedowns.rs` the takedown list; each
-//! owns its encoding.
+//! owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
+//! defaults: one process owns the file).
 //! Nothing outside this folder touches redb.
 //!
 //! redb is a blocking library, so every operation that touches the file runs on tokio's
