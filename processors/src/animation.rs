@@ -1,8 +1,8 @@
 //! Animated sources (GIF, WebP and APNG of more than one frame) in, animated GIF or WebP out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
-//! block headers alone by `frames.rs` ([`header`], re-exported here with [`check_declared`],
-//! which refuses at `open` what the bytes cannot hold), and the limits are checked
+//! block headers alone by the format's room in `formats/` ([`header`], re-exported here; the
+//! room's `open` refuses what the bytes cannot hold), and the limits are checked
 //! on that before any frame is decoded ([`check`]): an animation's pixels are frames × width
 //! × height, and a 2,000-frame file must be refused without decoding 2,000 frames to learn
 //! it. Frames are then decoded one at a time, composited onto the canvas (disposal and
@@ -21,11 +21,11 @@ use image::{AnimationDecoder, DynamicImage, Frames, ImageDecoder};
 use crate::decode::{Limits, Source};
 use crate::encode::{self, OutputFrame};
 use crate::error::ProcessError;
-use crate::sniff::SourceFormat;
+use crate::formats::SourceFormat;
 use crate::spec::ResolvedSpec;
 use crate::{Decodes, Processed};
 
-pub use crate::frames::{check_declared, frame_count, header, AnimationHeader};
+pub use crate::formats::{animation_header as header, frame_count, AnimationHeader};
 
 /// The limits of an animation of `frames` frames of `size` (its source, or its output):
 /// at most `limits.max_frames` frames, and frames × width × height within the pixel limit.
@@ -148,7 +148,7 @@ fn decoder<'a>(
     let map = |e: image::ImageError| ProcessError::Undecodable(e.to_string());
     Ok(match format {
         SourceFormat::Gif => {
-            let patched = crate::gif::with_fallback_palette(bytes).into_owned();
+            let patched = crate::formats::gif::with_fallback_palette(bytes).into_owned();
             let mut decoder = GifDecoder::new(Cursor::new(patched)).map_err(map)?;
             decoder.set_limits(decoder_limits).map_err(map)?;
             decoder.into_frames()

@@ -118,6 +118,37 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Fields at fixed offsets of a known layout (a header's width at byte 4): `None` when the
+/// bytes end before the field does, never a read past them. For walks, [`Reader`].
+pub fn array_at<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+pub fn u16be_at(b: &[u8], at: usize) -> Option<u16> {
+    array_at(b, at).map(u16::from_be_bytes)
+}
+
+pub fn u32be_at(b: &[u8], at: usize) -> Option<u32> {
+    array_at(b, at).map(u32::from_be_bytes)
+}
+
+pub fn u64be_at(b: &[u8], at: usize) -> Option<u64> {
+    array_at(b, at).map(u64::from_be_bytes)
+}
+
+pub fn u16le_at(b: &[u8], at: usize) -> Option<u16> {
+    array_at(b, at).map(u16::from_le_bytes)
+}
+
+/// A 24-bit little-endian field (WebP's canvas sides).
+pub fn u24le_at(b: &[u8], at: usize) -> Option<u32> {
+    array_at(b, at).map(|[x, y, z]| u32::from_le_bytes([x, y, z, 0]))
+}
+
+pub fn u32le_at(b: &[u8], at: usize) -> Option<u32> {
+    array_at(b, at).map(u32::from_le_bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +187,18 @@ mod tests {
         assert_eq!(r.count(0, 3, "entries"), Ok(0));
         // Entries said to be of no bytes count as one byte each.
         assert!(r.count(13, 0, "entries").is_err());
+    }
+
+    #[test]
+    fn fields_at_offsets_end_with_the_bytes() {
+        let b = [1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(u16be_at(&b, 0), Some(0x0102));
+        assert_eq!(u32be_at(&b, 4), Some(0x05060708));
+        assert_eq!(u64be_at(&b, 0), Some(0x0102030405060708));
+        assert_eq!(u16le_at(&b, 6), Some(0x0807));
+        assert_eq!(u24le_at(&b, 0), Some(0x030201));
+        assert_eq!(u32le_at(&b, 4), Some(0x08070605));
+        assert_eq!(u32be_at(&b, 5), None);
+        assert_eq!(u16le_at(&b, usize::MAX), None);
     }
 }

@@ -4,48 +4,12 @@
 //! then produces 8-bit RGB or RGBA, DCT-downscaled for JPEG at the scale
 //! [`Source::shrink_denominator`] picks for an output.
 
-use std::io::Cursor;
-
 use image::metadata::Orientation;
-use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
+use image::DynamicImage;
 
-use crate::avif::{self, AvifHeader};
 use crate::error::ProcessError;
-use crate::geometry;
-use crate::gif::{self, GifHeader};
-use crate::ico;
-use crate::jpeg::{self, JpegHeader};
-use crate::sniff::{sniff, SourceFormat};
-
-/// Bounds on what one decode may cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest width × height accepted, for sources (from their header) and for outputs.
-    pub max_pixels: u64,
-    /// Most frames an animation is processed with (`animated=1`); its frames × width ×
-    /// height are held to `max_pixels` too.
-    pub max_frames: u32,
-    /// The most work one run may imply, in pixel-equivalents ([`crate::cost`]); a spec over
-    /// it is refused with `too_costly` before any decode.
-    pub max_cost: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_pixels: 50_000_000,
-            max_frames: 500,
-            max_cost: 1_000_000_000,
-        }
-    }
-}
-
-impl Limits {
-    /// Bytes a decoder may allocate: the RGBA picture twice over, plus working room.
-    pub(crate) fn max_alloc(&self) -> u64 {
-        self.max_pixels.saturating_mul(8).saturating_add(64 << 20)
-    }
-}
+use crate::formats::{sniff, DecodeAt, Decoder, SourceFormat};
+pub use crate::limits::Limits;
 
 /// What the header of a source says, read without decoding pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,15 +21,6 @@ pub struct SourceInfo {
     pub has_alpha: bool,
 }
 
-enum Kind<'a> {
-    Jpeg(JpegHeader<'a>),
-    Avif(AvifHeader),
-    Gif(GifHeader),
-    /// An ICO entry, rewrapped as a file of its own.
-    Ico(Vec<u8>, ImageFormat),
-    Other(ImageFormat),
-}
-
 /// An opened source: headers read and checked, pixels not yet decoded.
 pub struct Source<'a> {
     bytes: &'a [u8],
@@ -74,15 +29,8 @@ pub struct Source<'a> {
     pub orientation: Orientation,
     /// The embedded colour profile, if any.
     pub icc: Option<Vec<u8>>,
-    kind: Kind<'a>,
-}
-
-fn map_image_error(e: ImageError, limits: &Limits, dims: (u32, u32)) -> ProcessError {
-    match e {
-        ImageError::Limits(_) => ProcessError::too_many_pixels(dims.0, dims.1, limits.max_pixels),
-        ImageError::Unsupported(u) => ProcessError::UnsupportedFormat(u.to_string()),
-        other => ProcessError::Undecodable(other.to_string()),
-    }
+    /// The format room's decoder for these bytes.
+    decoder: Box<dyn Decoder + 'a>,
 }
 
 fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessError> {
@@ -99,77 +47,6 @@ fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessE
         ));
     }
     Ok(())
-}
-
-fn image_format(format: SourceFormat) -> Option<ImageFormat> {
-    Some(match format {
-        SourceFormat::Png => ImageFormat::Png,
-        SourceFormat::Webp => ImageFormat::WebP,
-        SourceFormat::Tiff => ImageFormat::Tiff,
-        SourceFormat::Bmp => ImageFormat::Bmp,
-        _ => return None,
-    })
-}
-
-fn reader<'a>(
-    bytes: &'a [u8],
-    format: ImageFormat,
-    limits: &Limits,
-) -> ImageReader<Cursor<&'a [u8]>> {
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    let mut decoder_limits = image::Limits::default();
-    decoder_limits.max_alloc = Some(limits.max_alloc());
-    reader.limits(decoder_limits);
-    reader
-}
-
-/// The TIFF structure inside a WebP `EXIF` chunk (some writers prefix it with `Exif\0\0`).
-fn webp_exif(bytes: &[u8]) -> Option<&[u8]> {
-    let mut i = 12;
-    while i + 8 <= bytes.len() {
-        let fourcc = &bytes[i..i + 4];
-        let size = u32::from_le_bytes(bytes[i + 4..i + 8].try_into().ok()?) as usize;
-        let data = bytes.get(i + 8..i + 8 + size)?;
-        if fourcc == b"EXIF" {
-            return Some(data.strip_prefix(b"Exif\0\0").unwrap_or(data));
-        }
-        i += 8 + size + (size & 1);
-    }
-    None
-}
-
-/// The canvas a WebP declares in its first chunk (`VP8X` canvas or `VP8L` header), read here
-/// because the `image` crate's reader wraps a 16384-pixel lossless side to 0.
-fn webp_declared_size(bytes: &[u8]) -> Option<(u32, u32)> {
-    let fourcc = bytes.get(12..16)?;
-    let u24 = |at: usize| -> Option<u32> {
-        let b = bytes.get(at..at + 3)?;
-        Some(u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16)
-    };
-    match fourcc {
-        b"VP8X" => Some((u24(24)? + 1, u24(27)? + 1)),
-        b"VP8L" if bytes.get(20) == Some(&0x2F) => {
-            let bits = u32::from_le_bytes(bytes.get(21..25)?.try_into().ok()?);
-            Some(((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1))
-        }
-        _ => None,
-    }
-}
-
-/// The compression field of a BMP info header (0 RGB, 1 RLE8, 2 RLE4, 3 bitfields; OS/2
-/// core headers have none and count as 0).
-fn bmp_compression(bytes: &[u8]) -> Option<u32> {
-    let header_size = u32::from_le_bytes(bytes.get(14..18)?.try_into().ok()?);
-    if header_size < 40 {
-        return Some(0);
-    }
-    Some(u32::from_le_bytes(bytes.get(30..34)?.try_into().ok()?))
-}
-
-fn orientation_from_exif(tiff: Option<&[u8]>) -> Orientation {
-    tiff.map(|t| t.strip_prefix(b"Exif\0\0").unwrap_or(t))
-        .and_then(Orientation::from_exif_chunk)
-        .unwrap_or(Orientation::NoTransforms)
 }
 
 /// Reads a source's headers and checks them against the limits. Third-party header readers
@@ -190,147 +67,20 @@ fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, Proc
             format.name()
         )));
     }
-    crate::frames::check_declared(format, bytes)?;
-    if format == SourceFormat::Tiff {
-        crate::tif::check_first_ifd(bytes)?;
-    }
-    // Headers the `image` crate misreads or refuses, read once here for the arms below.
-    let tiff_refused = (format == SourceFormat::Tiff)
-        .then(|| crate::tif::refused_kind_header(bytes))
-        .flatten();
-    let webp_declared = (format == SourceFormat::Webp)
-        .then(|| webp_declared_size(bytes))
-        .flatten();
-    let info = |width, height, has_alpha| SourceInfo {
-        format,
-        width,
-        height,
-        has_alpha,
-    };
-    match format {
-        SourceFormat::Jpeg => {
-            let header = jpeg::parse(bytes)?;
-            if let Some(reason) = header.unsupported_reason() {
-                return Err(ProcessError::UnsupportedFormat(reason));
-            }
-            check_pixels(header.width, header.height, limits)?;
-            Ok(Source {
-                bytes,
-                info: info(header.width, header.height, false),
-                orientation: orientation_from_exif(header.exif),
-                icc: header.icc.clone(),
-                kind: Kind::Jpeg(header),
-            })
-        }
-        SourceFormat::Avif => {
-            let header = avif::parse(bytes)?;
-            check_pixels(header.width, header.height, limits)?;
-            Ok(Source {
-                bytes,
-                info: info(header.width, header.height, header.has_alpha),
-                orientation: Orientation::NoTransforms,
-                icc: None,
-                kind: Kind::Avif(header),
-            })
-        }
-        SourceFormat::Gif => {
-            let header = gif::parse(bytes)?;
-            let pixels = header.declared_pixels();
-            if pixels > limits.max_pixels {
-                let (w, h) = if header.frame.0 as u64 * header.frame.1 as u64 == pixels {
-                    header.frame
-                } else {
-                    header.screen
-                };
-                return Err(ProcessError::too_many_pixels(w, h, limits.max_pixels));
-            }
-            let (w, h) = header.canvas();
-            check_pixels(w, h, limits)?;
-            Ok(Source {
-                bytes,
-                info: info(w, h, true),
-                orientation: Orientation::NoTransforms,
-                icc: None,
-                kind: Kind::Gif(header),
-            })
-        }
-        SourceFormat::Ico => {
-            let entry = ico::largest_entry(bytes)?;
-            let format = if entry.is_png {
-                ImageFormat::Png
-            } else {
-                ImageFormat::Bmp
-            };
-            let ((w, h), has_alpha) = {
-                let decoder = reader(&entry.bytes, format, limits)
-                    .into_decoder()
-                    .map_err(|e| map_image_error(e, limits, (0, 0)))?;
-                (decoder.dimensions(), decoder.color_type().has_alpha())
-            };
-            check_pixels(w, h, limits)?;
-            Ok(Source {
-                bytes,
-                info: info(w, h, has_alpha),
-                orientation: Orientation::NoTransforms,
-                icc: None,
-                kind: Kind::Ico(entry.bytes, format),
-            })
-        }
-        SourceFormat::Bmp if !matches!(bmp_compression(bytes), Some(0..=3)) => {
-            Err(ProcessError::UnsupportedFormat(format!(
-                "BMP compression {:?} is not supported",
-                bmp_compression(bytes)
-            )))
-        }
-        SourceFormat::Tiff if tiff_refused.is_some() => {
-            let (w, h, orientation) = tiff_refused.unwrap_or_default();
-            check_pixels(w, h, limits)?;
-            Ok(Source {
-                bytes,
-                info: info(w, h, false),
-                orientation: Orientation::from_exif(orientation)
-                    .unwrap_or(Orientation::NoTransforms),
-                icc: None,
-                kind: Kind::Other(ImageFormat::Tiff),
-            })
-        }
-        SourceFormat::Webp
-            if webp_declared
-                .is_some_and(|(w, h)| u64::from(w) * u64::from(h) > limits.max_pixels) =>
-        {
-            let (w, h) = webp_declared.unwrap_or_default();
-            Err(ProcessError::too_many_pixels(w, h, limits.max_pixels))
-        }
-        other => {
-            let image_format = image_format(other).ok_or_else(|| {
-                ProcessError::UnsupportedFormat(format!(
-                    "{} sources are not supported",
-                    other.name()
-                ))
-            })?;
-            let mut decoder = reader(bytes, image_format, limits)
-                .into_decoder()
-                .map_err(|e| map_image_error(e, limits, (0, 0)))?;
-            let (w, h) = decoder.dimensions();
-            check_pixels(w, h, limits)?;
-            let orientation = if other == SourceFormat::Webp {
-                orientation_from_exif(webp_exif(bytes))
-            } else {
-                decoder.orientation().unwrap_or(Orientation::NoTransforms)
-            };
-            let icc = match decoder.icc_profile().ok().flatten() {
-                None if other == SourceFormat::Tiff => crate::tif::icc_profile(bytes),
-                icc => icc,
-            };
-            Ok(Source {
-                bytes,
-                info: info(w, h, decoder.color_type().has_alpha()),
-                orientation,
-                icc,
-                kind: Kind::Other(image_format),
-            })
-        }
-    }
+    let header = format.room().open(bytes, limits)?;
+    check_pixels(header.width, header.height, limits)?;
+    Ok(Source {
+        bytes,
+        info: SourceInfo {
+            format,
+            width: header.width,
+            height: header.height,
+            has_alpha: header.has_alpha,
+        },
+        orientation: header.orientation,
+        icc: header.icc,
+        decoder: header.decoder,
+    })
 }
 
 /// Reads the header only: format, stored size, alpha. Enforces the pixel limit.
@@ -356,8 +106,8 @@ impl<'a> Source<'a> {
 
     /// Width and height once orientation (EXIF, or AVIF's clap and irot) is applied.
     pub fn upright_size(&self) -> (u32, u32) {
-        if let Kind::Avif(header) = &self.kind {
-            return header.upright_size();
+        if let Some(size) = self.decoder.upright_size() {
+            return size;
         }
         let (w, h) = (self.info.width, self.info.height);
         if swaps_axes(self.orientation) {
@@ -369,7 +119,7 @@ impl<'a> Source<'a> {
 
     /// Whether [`Source::decode`] can downscale while decoding (JPEG's DCT scaling).
     pub fn can_shrink_on_load(&self) -> bool {
-        matches!(self.kind, Kind::Jpeg(_))
+        self.info.format.shrinks_on_load()
     }
 
     /// The scale of [`decode_small`]: the smallest that keeps both sides at least
@@ -399,24 +149,11 @@ impl<'a> Source<'a> {
     }
 
     /// The scale to decode at (1/denominator) for an output `reduction` times smaller than
-    /// the source: 1 where the format cannot shrink on load. JPEG keeps twice the output's
-    /// resolution ([`geometry::shrink_denominator`], libvips' rule: the DCT's block shrink
-    /// is coarse, the resize after it is the good filter) — except, when `coarse_ok` (the
-    /// output's own loss hides it: [`ResolvedSpec::hides_coarse_decode`]), a progressive file
-    /// whose 1/8 decode reads only its DC scans ([`jpeg::JpegHeader::dc_only`]): there 1/8
-    /// from a reduction of 8 costs an eighth of any other scale (a 16 MP photo: 24 ms against
-    /// 185 ms, the AC scans' entropy decoding being most of a progressive decode), and
-    /// keeps as much resolution as sharp's and Pillow's shrink-on-load keep by default.
+    /// the source: 1 where the format cannot shrink on load; JPEG's rule is its room's
+    /// (twice the output's resolution, or 1/8 from its DC scans where `coarse_ok`: the
+    /// output's own loss hides it, [`crate::ResolvedSpec::hides_coarse_decode`]).
     pub fn shrink_denominator(&self, reduction: f64, coarse_ok: bool) -> u32 {
-        match &self.kind {
-            Kind::Jpeg(header)
-                if coarse_ok && reduction >= 8.0 && header.reads_dc_only_at_one_eighth() =>
-            {
-                8
-            }
-            Kind::Jpeg(_) => geometry::shrink_denominator(reduction),
-            _ => 1,
-        }
+        self.decoder.shrink_denominator(reduction, coarse_ok)
     }
 
     /// Decodes to upright 8-bit RGB or RGBA, at `1/denominator` scale where the format
@@ -432,79 +169,19 @@ impl<'a> Source<'a> {
         limits: &Limits,
         denominator: u32,
     ) -> Result<DynamicImage, ProcessError> {
-        let dims = (self.info.width, self.info.height);
-        let mut image = match &self.kind {
-            Kind::Jpeg(header) => jpeg::decode(self.bytes, header, denominator)?,
-            // Transforms are applied inside; `orientation` is NoTransforms.
-            Kind::Avif(header) => avif::decode(self.bytes, header)?,
-            Kind::Gif(header) => {
-                DynamicImage::ImageRgba8(gif::decode(self.bytes, header, limits.max_alloc())?)
-            }
-            Kind::Ico(entry, format) => with_image_crate(entry, *format, limits, dims)?,
-            Kind::Other(ImageFormat::Tiff)
-                if self.icc.is_some() && crate::tif::is_cmyk8(self.bytes) =>
-            {
-                let managed = self
-                    .icc
-                    .as_deref()
-                    .and_then(|icc| crate::tif::decode_cmyk(self.bytes, icc, limits.max_alloc()));
-                match managed {
-                    Some(result) => {
-                        // The profile has been applied: orientation is all that is left.
-                        let mut image = result?;
-                        image.apply_orientation(self.orientation);
-                        return Ok(image);
-                    }
-                    None => with_image_crate(self.bytes, ImageFormat::Tiff, limits, dims)?,
-                }
-            }
-            Kind::Other(ImageFormat::Tiff) if crate::tif::is_ycbcr8(self.bytes) => {
-                crate::tif::decode_ycbcr(self.bytes, limits.max_alloc())?
-            }
-            Kind::Other(ImageFormat::Tiff) if crate::tif::is_fax3(self.bytes) => {
-                crate::tif::decode_fax3(self.bytes, limits.max_alloc())?
-            }
-            Kind::Other(ImageFormat::WebP) => match webp_still(self.bytes) {
-                Some(image) => image,
-                // An animation (its first frame) or bytes libwebp refuses: as before.
-                None => with_image_crate(self.bytes, ImageFormat::WebP, limits, dims)?,
-            },
-            Kind::Other(format) => with_image_crate(self.bytes, *format, limits, dims)?,
-        };
-        // JPEG handles its own profile (CMYK profiles need the raw inks).
-        if let (Some(icc), false) = (&self.icc, matches!(self.kind, Kind::Jpeg(_))) {
+        let decoded = self.decoder.decode(&DecodeAt {
+            bytes: self.bytes,
+            limits,
+            denominator,
+            icc: self.icc.as_deref(),
+        })?;
+        let mut image = decoded.image;
+        if let (Some(icc), false) = (&self.icc, decoded.profile_applied) {
             image = crate::color::to_srgb(normalize(image), icc);
         }
         image.apply_orientation(self.orientation);
         Ok(normalize(image))
     }
-}
-
-/// A still WebP decoded by libwebp (the library that encodes imgcas's WebP, fuzzed
-/// continuously upstream): the very pixels the `image` crate's decoder gives (checked on
-/// every still WebP of the test corpus), in 40 % of its time. `None` for an animation,
-/// which the simple API does not decode, and for what libwebp refuses.
-fn webp_still(bytes: &[u8]) -> Option<DynamicImage> {
-    let decoded = webp::Decoder::new(bytes).decode()?;
-    let (w, h) = (decoded.width(), decoded.height());
-    let pixels = decoded.to_vec();
-    if decoded.is_alpha() {
-        image::RgbaImage::from_raw(w, h, pixels).map(DynamicImage::ImageRgba8)
-    } else {
-        image::RgbImage::from_raw(w, h, pixels).map(DynamicImage::ImageRgb8)
-    }
-}
-
-fn with_image_crate(
-    bytes: &[u8],
-    format: ImageFormat,
-    limits: &Limits,
-    dims: (u32, u32),
-) -> Result<DynamicImage, ProcessError> {
-    let decoder = reader(bytes, format, limits)
-        .into_decoder()
-        .map_err(|e| map_image_error(e, limits, dims))?;
-    DynamicImage::from_decoder(decoder).map_err(|e| map_image_error(e, limits, dims))
 }
 
 /// 8-bit RGB, or RGBA when the picture has alpha: the two layouts the pipeline works in.
@@ -582,20 +259,15 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(SourceInfo, DynamicImage
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn testdata(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../testdata")
-            .join(name);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
+    use crate::testdata;
+    use image::ImageFormat;
 
     #[test]
     fn only_an_output_that_hides_it_takes_the_dc_only_eighth() {
         let limits = Limits::default();
         let photo = testdata("exif-orientation/Landscape_1.jpg");
         let rgb = open(&photo, &limits).unwrap().decode(&limits, 1).unwrap();
-        let progressive = crate::jpeg::encode(&rgb.into_rgb8(), 85, true).unwrap();
+        let progressive = crate::jpeg_encode::encode(&rgb.into_rgb8(), 85, true).unwrap();
         let source = open(&progressive, &limits).unwrap();
         let spec = |query: &str| {
             crate::Spec::parse(query)
@@ -621,39 +293,6 @@ mod tests {
         // From 16 on, 1/8 for every output; below 8 the margin rule for every output.
         assert_eq!(source.shrink_denominator(16.0, false), 8);
         assert_eq!(source.shrink_denominator(7.9, true), 2);
-    }
-
-    #[test]
-    fn libwebp_decodes_stills_to_the_image_crates_pixels() {
-        let limits = Limits::default();
-        let photo = testdata("exif-orientation/Landscape_1.jpg");
-        let rgb = open(&photo, &limits).unwrap().decode(&limits, 4).unwrap();
-        let rgba = DynamicImage::ImageRgba8(rgb.to_rgba8());
-        let lossless = webp::Encoder::from_rgb(rgb.as_bytes(), rgb.width(), rgb.height())
-            .encode_lossless()
-            .to_vec();
-        let with_alpha = webp::Encoder::from_rgba(rgba.as_bytes(), rgba.width(), rgba.height())
-            .encode(75.0)
-            .to_vec();
-        let files = [
-            ("hopper (lossy)", testdata("pillow/hopper.webp")),
-            (
-                "EXIF-oriented",
-                testdata("pillow/hopper_orientation_6.webp"),
-            ),
-            ("lossless", lossless),
-            ("lossy with alpha", with_alpha),
-        ];
-        for (name, bytes) in &files {
-            let info = open(bytes, &limits).unwrap().info;
-            let dims = (info.width, info.height);
-            let ours = webp_still(bytes).expect(name);
-            let theirs = with_image_crate(bytes, ImageFormat::WebP, &limits, dims).unwrap();
-            assert_eq!(ours.color(), theirs.color(), "{name}");
-            assert!(ours.as_bytes() == theirs.as_bytes(), "{name}: other pixels");
-        }
-        // An animation is left to the frame walk (and its first frame to the image crate).
-        assert!(webp_still(&testdata("sharp/animated-loop-3.webp")).is_none());
     }
 
     /// Keeps what a run offers, as the service's decode cache does.

@@ -211,14 +211,14 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
         OutputFormat::Jpeg => {
             let rgb = flatten(image, background);
             let (w, h) = rgb.dimensions();
-            if w > crate::jpeg::MAX_SIDE || h > crate::jpeg::MAX_SIDE {
+            if w > crate::jpeg_encode::MAX_SIDE || h > crate::jpeg_encode::MAX_SIDE {
                 return Err(ProcessError::too_many_pixels(
                     w,
                     h,
-                    u64::from(crate::jpeg::MAX_SIDE),
+                    u64::from(crate::jpeg_encode::MAX_SIDE),
                 ));
             }
-            out = crate::jpeg::encode(&rgb, q, spec.progressive)?;
+            out = crate::jpeg_encode::encode(&rgb, q, spec.progressive)?;
         }
         OutputFormat::Png => {
             let encoder =

@@ -21,8 +21,6 @@
 use std::sync::Arc;
 
 pub mod animation;
-pub mod avif;
-mod avif_pixi;
 pub mod bytes;
 pub mod color;
 pub mod compare;
@@ -31,21 +29,17 @@ pub mod encode;
 pub mod error;
 pub mod facts;
 pub mod fingerprint;
-mod frames;
+pub mod formats;
 pub mod geometry;
-pub mod gif;
-pub mod ico;
-pub mod jpeg;
 #[allow(unsafe_code)]
 mod jpeg_encode;
 pub mod likeness;
+mod limits;
 pub mod mezzanine;
 pub mod ops;
 mod shape;
 pub mod smart;
-pub mod sniff;
 pub mod spec;
-pub mod tif;
 #[allow(unsafe_code)]
 mod webp_anim;
 #[allow(unsafe_code)]
@@ -55,9 +49,9 @@ pub use decode::{probe, Limits, SourceInfo};
 pub use error::{decoder_panics, ProcessError, ProcessFailure};
 pub use facts::{Facts, FACTS_VERSION};
 pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};
+pub use formats::{sniff, SourceFormat};
 pub use image::DynamicImage;
 pub use mezzanine::MEZZANINE_VERSION;
-pub use sniff::{sniff, SourceFormat};
 pub use spec::{
     accept_class, negotiate, ClientHints, FormatRequest, HintsConsulted, OutputFormat,
     ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,
@@ -411,6 +405,15 @@ pub(crate) fn check_minimum(width: u32, height: u32, spec: &Shape) -> Result<(),
         return Err(ProcessError::SourceTooSmall { width, height, min });
     }
     Ok(())
+}
+
+/// A file of the repository's `testdata/`, for unit tests.
+#[cfg(test)]
+pub(crate) fn testdata(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

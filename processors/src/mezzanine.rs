@@ -151,7 +151,7 @@ fn encode_stripes(rgb: &image::RgbImage) -> Result<(Vec<u8>, Vec<u8>), ProcessEr
     let raw = rgb.as_raw();
     let stripe = |from: u32, to: u32| {
         let rows = &raw[from as usize * stride..to as usize * stride];
-        crate::jpeg::encode_rows(rows, width, QUALITY, false, false)
+        crate::jpeg_encode::encode_rows(rows, width, QUALITY, false, false)
     };
     let split = split_row(height);
     if split == 0 {
@@ -269,7 +269,7 @@ pub fn stored_size(m: &Mezzanine<'_>, limits: &Limits) -> Result<(u32, u32), Pro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sniff::SourceFormat;
+    use crate::formats::SourceFormat;
 
     use crate::spec::resolved_for_jpeg as spec;
 
@@ -354,8 +354,8 @@ mod tests {
                 let v = (x * 7 + y * 13 + (x * y) % 31) as u8;
                 image::Rgb([v, v.wrapping_mul(3), 255 - v])
             });
-            let whole =
-                crate::jpeg::encode_rows(rgb.as_raw(), width, QUALITY, false, false).unwrap();
+            let whole = crate::jpeg_encode::encode_rows(rgb.as_raw(), width, QUALITY, false, false)
+                .unwrap();
             let (top, bottom) = encode_stripes(&rgb).unwrap();
             assert_eq!(bottom.is_empty(), height < 16);
             let m = Mezzanine {

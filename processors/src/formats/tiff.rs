@@ -1,17 +1,76 @@
-//! TIFF cases the `image` crate's TIFF path gets wrong or refuses, read with the `tiff` crate
-//! directly: CMYK with an embedded CMYK profile (the `image` crate converts inks to RGB
+//! TIFF: the first IFD's entry count held to the bytes before any decoder walks it; most
+//! files through the `image` crate's TIFF path, and the cases it gets wrong or refuses read
+//! with the `tiff` crate directly: CMYK with an embedded CMYK profile (the `image` crate converts inks to RGB
 //! naively before any profile could be applied), YCbCr pixels (the `tiff` crate hands them
 //! over as samples, the `image` crate refuses them), and CCITT Group 3 fax strips (decoded
 //! with the `fax` crate; the `tiff` crate reads Group 4 only).
 
 use std::io::Cursor;
 
-use image::DynamicImage;
+use image::metadata::Orientation;
+use image::{DynamicImage, ImageFormat};
 use tiff::decoder::{Decoder, DecodingResult, Limits as TiffLimits};
 use tiff::tags::Tag;
 use tiff::ColorType;
 
+use super::image_decoders;
+use super::{DecodeAt, Decoded, Format, Header};
 use crate::error::ProcessError;
+use crate::limits::Limits;
+
+pub(crate) struct Tiff;
+
+impl Format for Tiff {
+    fn sniff(&self, bytes: &[u8]) -> bool {
+        bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*")
+    }
+
+    fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
+        check_first_ifd(bytes)?;
+        if let Some((w, h, orientation)) = refused_kind_header(bytes) {
+            return Ok(Header {
+                orientation: Orientation::from_exif(orientation)
+                    .unwrap_or(Orientation::NoTransforms),
+                ..Header::plain(w, h, false, Pixels { dims: (w, h) })
+            });
+        }
+        let mut header = image_decoders::open(bytes, ImageFormat::Tiff, limits)?;
+        header.icc = header.icc.or_else(|| icc_profile(bytes));
+        header.decoder = Box::new(Pixels {
+            dims: (header.width, header.height),
+        });
+        Ok(header)
+    }
+}
+
+/// A TIFF's decode: the `tiff` crate for the kinds below, the `image` crate otherwise.
+struct Pixels {
+    dims: (u32, u32),
+}
+
+impl super::Decoder for Pixels {
+    fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
+        let (bytes, max_alloc) = (at.bytes, at.limits.max_alloc());
+        let whole = || image_decoders::decode(bytes, ImageFormat::Tiff, at.limits, self.dims);
+        if let Some(icc) = at.icc.filter(|_| is_cmyk8(bytes)) {
+            return Ok(match decode_cmyk(bytes, icc, max_alloc) {
+                Some(managed) => Decoded {
+                    image: managed?,
+                    profile_applied: true,
+                },
+                None => Decoded::pixels(whole()?),
+            });
+        }
+        let image = if is_ycbcr8(bytes) {
+            decode_ycbcr(bytes, max_alloc)?
+        } else if is_fax3(bytes) {
+            decode_fax3(bytes, max_alloc)?
+        } else {
+            whole()?
+        };
+        Ok(Decoded::pixels(image))
+    }
+}
 
 fn undecodable(e: impl std::fmt::Display) -> ProcessError {
     ProcessError::Undecodable(format!("TIFF: {e}"))
@@ -27,7 +86,7 @@ fn decoder(bytes: &[u8], max_alloc: u64) -> Result<Decoder<Cursor<&[u8]>>, Proce
 
 /// Size and EXIF-style orientation of the first image, for the TIFF kinds this module decodes
 /// and the `image` crate refuses (YCbCr, Group 3 fax); `None` for every other TIFF.
-pub fn refused_kind_header(bytes: &[u8]) -> Option<(u32, u32, u8)> {
+fn refused_kind_header(bytes: &[u8]) -> Option<(u32, u32, u8)> {
     if !is_ycbcr8(bytes) && !is_fax3(bytes) {
         return None;
     }
@@ -47,7 +106,7 @@ const IFD_ENTRY_BYTES: usize = 12;
 /// The first IFD's declared entry count, checked against the bytes from its offset before
 /// the `tiff` crate walks it (issue 35): a directory of 65,535 entries in a 22-byte file is
 /// `undecodable` here. Offsets past the end are left to the decoder, which refuses them.
-pub fn check_first_ifd(bytes: &[u8]) -> Result<(), ProcessError> {
+fn check_first_ifd(bytes: &[u8]) -> Result<(), ProcessError> {
     let short = |e: crate::bytes::Short| undecodable(format!("the first IFD: {e}"));
     let mut r = crate::bytes::Reader::new(bytes);
     let order = r.take(2, "byte order").map_err(short)?;
@@ -84,7 +143,7 @@ pub fn check_first_ifd(bytes: &[u8]) -> Result<(), ProcessError> {
 const MAX_ICC_BYTES: usize = 4 << 20;
 
 /// The first image's ICC profile (the `image` crate's TIFF path drops larger ones).
-pub fn icc_profile(bytes: &[u8]) -> Option<Vec<u8>> {
+fn icc_profile(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut limits = TiffLimits::default();
     limits.ifd_value_size = MAX_ICC_BYTES;
     let mut d = Decoder::new(Cursor::new(bytes)).ok()?.with_limits(limits);
@@ -92,7 +151,7 @@ pub fn icc_profile(bytes: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Whether the first image is 8-bit YCbCr.
-pub fn is_ycbcr8(bytes: &[u8]) -> bool {
+fn is_ycbcr8(bytes: &[u8]) -> bool {
     Decoder::new(Cursor::new(bytes))
         .and_then(|mut d| d.colortype())
         .is_ok_and(|c| c == ColorType::YCbCr(8))
@@ -106,7 +165,7 @@ const TAG_REFERENCE_BLACK_WHITE: u16 = 532;
 
 /// Decodes 8-bit YCbCr (unsubsampled, or JPEG-compressed) to RGB with the file's luma
 /// coefficients (BT.601 unless it says otherwise, e.g. BT.709) and reference black and white.
-pub fn decode_ycbcr(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, ProcessError> {
+fn decode_ycbcr(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, ProcessError> {
     let mut d = decoder(bytes, max_alloc)?;
     let (w, h) = d.dimensions().map_err(undecodable)?;
     let compression = d.get_tag_u32(Tag::Compression).unwrap_or(1);
@@ -149,7 +208,7 @@ pub fn decode_ycbcr(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, Proces
 }
 
 /// Whether the first image is 8-bit chunky CMYK (the layout [`decode_cmyk`] reads).
-pub fn is_cmyk8(bytes: &[u8]) -> bool {
+fn is_cmyk8(bytes: &[u8]) -> bool {
     Decoder::new(Cursor::new(bytes))
         .and_then(|mut d| d.colortype())
         .is_ok_and(|c| c == ColorType::CMYK(8))
@@ -157,7 +216,7 @@ pub fn is_cmyk8(bytes: &[u8]) -> bool {
 
 /// Decodes an 8-bit CMYK TIFF through its CMYK profile to sRGB. `None` when the profile is not
 /// a usable CMYK profile (the caller then takes the ordinary path).
-pub fn decode_cmyk(
+fn decode_cmyk(
     bytes: &[u8],
     icc: &[u8],
     max_alloc: u64,
@@ -185,7 +244,7 @@ pub fn decode_cmyk(
 const COMPRESSION_FAX3: u32 = 3;
 
 /// Whether the first image is Group 3 fax-compressed.
-pub fn is_fax3(bytes: &[u8]) -> bool {
+fn is_fax3(bytes: &[u8]) -> bool {
     Decoder::new(Cursor::new(bytes))
         .and_then(|mut d| d.get_tag_u32(Tag::Compression))
         .is_ok_and(|c| c == COMPRESSION_FAX3)
@@ -193,7 +252,7 @@ pub fn is_fax3(bytes: &[u8]) -> bool {
 
 /// Decodes the first image of a Group 3 fax TIFF to grey (black and white). Lines the data
 /// does not reach stay white, like a fax machine's paper.
-pub fn decode_fax3(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, ProcessError> {
+fn decode_fax3(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, ProcessError> {
     let mut d = decoder(bytes, max_alloc)?;
     let (w, h) = d.dimensions().map_err(undecodable)?;
     let width = u16::try_from(w).map_err(|_| undecodable("fax lines are at most 65535 wide"))?;

@@ -1,5 +1,5 @@
-//! GIF: its block structure, walked without decoding ([`Blocks`]: the first frame's header
-//! here, the frames and plays of an animation in [`crate::animation`]), and its first frame,
+//! GIF: its block structure, walked without decoding ([`Blocks`]: the first frame's header,
+//! and the frames and plays of an animation), and its first frame,
 //! composited onto its logical screen. The frame's declared size is checked against the
 //! pixel limit before the decoder allocates; a file with no colour table at all gets a
 //! grayscale one, as other decoders do (animations, decoded frame by frame, get it too).
@@ -8,10 +8,91 @@ use std::borrow::Cow;
 use std::io::Cursor;
 use std::num::NonZeroU64;
 
-use image::{Rgba, RgbaImage};
+use image::{DynamicImage, Rgba, RgbaImage};
 
+use super::{AnimationHeader, DecodeAt, Decoded, Decoder, Format, Header};
 use crate::bytes::{Reader, Short};
 use crate::error::ProcessError;
+use crate::limits::Limits;
+use crate::spec::OutputFormat;
+
+pub(crate) struct Gif;
+
+impl Format for Gif {
+    fn sniff(&self, bytes: &[u8]) -> bool {
+        bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a")
+    }
+
+    /// The canvas is the picture's size; the decoder allocates for the larger of screen and
+    /// first frame, and both are held to the pixel limit.
+    fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
+        let header = parse(bytes)?;
+        let pixels = header.declared_pixels();
+        if pixels > limits.max_pixels {
+            let (w, h) = if u64::from(header.frame.0) * u64::from(header.frame.1) == pixels {
+                header.frame
+            } else {
+                header.screen
+            };
+            return Err(ProcessError::too_many_pixels(w, h, limits.max_pixels));
+        }
+        let (w, h) = header.canvas();
+        Ok(Header::plain(w, h, true, header))
+    }
+
+    /// Image descriptors, found by skipping every block's sub-blocks; plays from the
+    /// `NETSCAPE2.0` extension (its count is of repeats after the first play, 0 for ever;
+    /// with no extension the animation plays once).
+    fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
+        let mut header = AnimationHeader::of(0, 1);
+        let area = |(w, h): (u32, u32)| u64::from(w) * u64::from(h);
+        // The walk ends at the trailer, or where the bytes are cut short (common in GIFs
+        // found on the web) with the frame cut into counted: the decoder plays the frames
+        // before it.
+        for block in Blocks::new(bytes)?.map_while(Result::ok) {
+            match block {
+                Block::Extension {
+                    label: 0xFF,
+                    sub_blocks,
+                } => {
+                    // An application extension: its 11-byte name, then `[3, 1, repeats]`
+                    // (u16 LE).
+                    let name = sub_blocks.get(..12);
+                    let looping = sub_blocks.get(12..16);
+                    if let (Some(b"\x0bNETSCAPE2.0" | b"\x0bANIMEXTS1.0"), Some(&[3, 1, lo, hi])) =
+                        (name, looping)
+                    {
+                        let repeats = u32::from(u16::from_le_bytes([lo, hi]));
+                        header.plays = if repeats == 0 { 0 } else { repeats + 1 };
+                    }
+                }
+                Block::Extension { .. } => {}
+                Block::Image { width, height } => {
+                    header.frames += 1;
+                    if area((width, height)) > area(header.largest_frame) {
+                        header.largest_frame = (width, height);
+                    }
+                }
+            }
+        }
+        Some(header)
+    }
+
+    fn may_animate(&self) -> bool {
+        true
+    }
+
+    fn as_output(&self) -> Option<OutputFormat> {
+        Some(OutputFormat::Gif)
+    }
+}
+
+impl Decoder for GifHeader {
+    fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
+        let rgba = decode(at.bytes, self, at.limits.max_alloc())?;
+        Ok(Decoded::pixels(DynamicImage::ImageRgba8(rgba)))
+    }
+}
 
 /// The logical screen and the first frame's rectangle, from the headers alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +137,7 @@ pub enum Block<'a> {
 
 /// The blocks after the header and global colour table, found by skipping each block's
 /// sub-blocks (no LZW decoding): the walk the first-frame header ([`parse`]) and the
-/// animation facts (`crate::frames::header`) share. It ends at the trailer or at the end
+/// animation facts ([`Gif`]'s `animation`) share. It ends at the trailer or at the end
 /// of the bytes; an `Err` (bytes cut short inside a block, an unknown block) ends it too.
 /// An image's data is skipped when the next block is asked for, so a reader that stops at
 /// a descriptor never looks past it. Every read goes through [`Reader`], so a length or

@@ -5,7 +5,46 @@
 
 use image::{imageops, DynamicImage, RgbaImage};
 
+use super::heif::{child, children};
+use super::{DecodeAt, Decoded, Decoder, Format, Header};
+use crate::bytes::{u16be_at, u32be_at as u32be};
 use crate::error::ProcessError;
+use crate::limits::Limits;
+use crate::spec::OutputFormat;
+
+pub(crate) struct Avif;
+
+impl Format for Avif {
+    /// An `avif` (still) or `avis` (sequence) brand anywhere among the brands.
+    fn sniff(&self, bytes: &[u8]) -> bool {
+        super::heif::brands(bytes).any(|brand| brand == b"avif" || brand == b"avis")
+    }
+
+    fn open<'a>(&self, bytes: &'a [u8], _limits: &Limits) -> Result<Header<'a>, ProcessError> {
+        let header = parse(bytes)?;
+        Ok(Header::plain(
+            header.width,
+            header.height,
+            header.has_alpha,
+            header,
+        ))
+    }
+
+    fn as_output(&self) -> Option<OutputFormat> {
+        Some(OutputFormat::Avif)
+    }
+}
+
+impl Decoder for AvifHeader {
+    /// Full size, with the container's transforms applied.
+    fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
+        decode(at.bytes, self).map(Decoded::pixels)
+    }
+
+    fn upright_size(&self) -> Option<(u32, u32)> {
+        Some(AvifHeader::upright_size(self))
+    }
+}
 
 /// The clean aperture, resolved to whole pixels of the coded picture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,46 +81,7 @@ fn undecodable(m: &str) -> ProcessError {
 }
 
 fn u16be(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from(u16::from_be_bytes(
-        b.get(at..at + 2)?.try_into().ok()?,
-    )))
-}
-
-fn u32be(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-/// The child boxes of `b`: `(type, payload)`.
-fn boxes(mut b: &[u8]) -> Vec<([u8; 4], &[u8])> {
-    let mut out = Vec::new();
-    while b.len() >= 8 {
-        let size = u32be(b, 0).unwrap_or(0) as u64;
-        let kind: [u8; 4] = [b[4], b[5], b[6], b[7]];
-        let (header, size) = match size {
-            1 => match b.get(8..16) {
-                Some(s) => (16, u64::from_be_bytes(s.try_into().unwrap_or([0; 8]))),
-                None => break,
-            },
-            0 => (8, b.len() as u64),
-            s => (8, s),
-        };
-        let Ok(size) = usize::try_from(size) else {
-            break;
-        };
-        if size < header || size > b.len() {
-            break;
-        }
-        out.push((kind, &b[header..size]));
-        b = &b[size..];
-    }
-    out
-}
-
-fn child<'a>(b: &'a [u8], kind: &[u8; 4]) -> Option<&'a [u8]> {
-    boxes(b)
-        .into_iter()
-        .find(|(k, _)| k == kind)
-        .map(|(_, p)| p)
+    u16be_at(b, at).map(u32::from)
 }
 
 /// Parses the container. Fails only when there is no image size to be found at all.
@@ -123,7 +123,9 @@ fn parse_meta(meta: &[u8], h: &mut AvifHeader) -> Result<(), ProcessError> {
     let Some(iprp) = child(meta, b"iprp") else {
         return Ok(());
     };
-    let properties: Vec<([u8; 4], &[u8])> = child(iprp, b"ipco").map(boxes).unwrap_or_default();
+    let properties: Vec<([u8; 4], &[u8])> = child(iprp, b"ipco")
+        .map(|ipco| children(ipco).collect())
+        .unwrap_or_default();
     let Some(ipma) = child(iprp, b"ipma") else {
         return Ok(());
     };
@@ -278,7 +280,7 @@ fn strict_mode_repair(b: &[u8], header: &AvifHeader) -> Option<Vec<u8>> {
         }
         changed = true;
     }
-    if let Some(with_pixi) = crate::avif_pixi::with_pixi(&copy) {
+    if let Some(with_pixi) = super::avif_pixi::with_pixi(&copy) {
         copy = with_pixi;
         changed = true;
     }
@@ -311,12 +313,7 @@ pub fn decode(b: &[u8], header: &AvifHeader) -> Result<DynamicImage, ProcessErro
 mod tests {
     use super::*;
 
-    fn full_box(kind: &[u8; 4], body: &[u8]) -> Vec<u8> {
-        let mut b = ((body.len() + 8) as u32).to_be_bytes().to_vec();
-        b.extend_from_slice(kind);
-        b.extend_from_slice(body);
-        b
-    }
+    use super::super::heif::plain_box as full_box;
 
     #[test]
     fn primary_item_properties_are_found() {

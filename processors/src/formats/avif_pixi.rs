@@ -7,32 +7,22 @@
 //! Only plain layouts are handled (32-bit box sizes, a 1-byte association count); anything else
 //! gives `None` and the original error stands.
 
-/// A box found at `start` (header included) spanning `size` bytes, payload from `body`.
-#[derive(Debug, Clone, Copy)]
-struct BoxAt {
-    kind: [u8; 4],
-    start: usize,
-    body: usize,
-    end: usize,
-}
+use super::heif::{BoxAt, Boxes};
+use crate::bytes::{u16be_at, u32be_at, u64be_at};
 
 fn u16_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from(u16::from_be_bytes(
-        b.get(at..at + 2)?.try_into().ok()?,
-    )))
+    u16be_at(b, at).map(u64::from)
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from(u32::from_be_bytes(
-        b.get(at..at + 4)?.try_into().ok()?,
-    )))
+    u32be_at(b, at).map(u64::from)
 }
 
 fn uint_at(b: &[u8], at: usize, size: usize) -> Option<u64> {
     match size {
         0 => Some(0),
         4 => u32_at(b, at),
-        8 => Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?)),
+        8 => u64be_at(b, at),
         _ => None,
     }
 }
@@ -48,25 +38,12 @@ fn put_uint(b: &mut [u8], at: usize, size: usize, value: u64) -> Option<()> {
     Some(())
 }
 
-/// The child boxes in `b[from..to]`, 32-bit sizes only.
+/// The child boxes in `b[from..to]`, when every one of them has a plain 32-bit size (the
+/// layout whose sizes this repair rewrites).
 fn children(b: &[u8], from: usize, to: usize) -> Option<Vec<BoxAt>> {
-    let mut out = Vec::new();
-    let mut at = from;
-    while at + 8 <= to {
-        let size = usize::try_from(u32_at(b, at)?).ok()?;
-        if size < 8 || at + size > to {
-            return None;
-        }
-        let kind = b.get(at + 4..at + 8)?.try_into().ok()?;
-        out.push(BoxAt {
-            kind,
-            start: at,
-            body: at + 8,
-            end: at + size,
-        });
-        at += size;
-    }
-    Some(out)
+    Boxes::within(b, from, to)
+        .map(|found| found.ok().filter(|x| x.plain))
+        .collect()
 }
 
 fn find(boxes: &[BoxAt], kind: &[u8; 4]) -> Option<BoxAt> {

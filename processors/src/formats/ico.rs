@@ -2,22 +2,73 @@
 //! its own. Reading the entry ourselves makes imgcas as lenient as browsers are: any PNG colour
 //! type, directory fields that disagree with the bitmap, a truncated AND mask.
 
+use image::ImageFormat;
+
+use super::image_decoders::{self, Whole};
+use super::{DecodeAt, Format, Header};
+use crate::bytes::{u16le_at, u32le_at as u32le};
 use crate::error::ProcessError;
+use crate::limits::Limits;
+
+pub(crate) struct Ico;
+
+impl Format for Ico {
+    /// ICO and CUR: reserved 0, type 1 or 2, then a non-zero image count.
+    fn sniff(&self, bytes: &[u8]) -> bool {
+        bytes.len() >= 6
+            && (bytes.starts_with(&[0, 0, 1, 0]) || bytes.starts_with(&[0, 0, 2, 0]))
+            && bytes[4..6] != [0, 0]
+    }
+
+    /// The largest entry, read by the PNG or BMP decoder as a file of its own.
+    fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
+        let entry = largest_entry(bytes)?;
+        let format = if entry.is_png {
+            ImageFormat::Png
+        } else {
+            ImageFormat::Bmp
+        };
+        let read = image_decoders::header(&entry.bytes, format, limits)?;
+        let (width, height) = (read.width, read.height);
+        Ok(Header::plain(
+            width,
+            height,
+            read.has_alpha,
+            Entry {
+                bytes: entry.bytes,
+                whole: Whole {
+                    format,
+                    dims: (width, height),
+                },
+            },
+        ))
+    }
+}
+
+/// The entry chosen, rewrapped as a file, and its decoder.
+struct Entry {
+    bytes: Vec<u8>,
+    whole: Whole,
+}
+
+impl super::Decoder for Entry {
+    fn decode(&self, at: &DecodeAt<'_>) -> Result<super::Decoded, ProcessError> {
+        let entry = DecodeAt {
+            bytes: &self.bytes,
+            ..*at
+        };
+        self.whole.decode(&entry)
+    }
+}
 
 /// One entry, as a standalone file.
-pub struct IcoEntry {
-    pub bytes: Vec<u8>,
-    pub is_png: bool,
+struct IcoEntry {
+    bytes: Vec<u8>,
+    is_png: bool,
 }
 
 fn u16le(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from(u16::from_le_bytes(
-        b.get(at..at + 2)?.try_into().ok()?,
-    )))
-}
-
-fn u32le(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    u16le_at(b, at).map(u32::from)
 }
 
 fn undecodable(m: &str) -> ProcessError {
@@ -25,7 +76,7 @@ fn undecodable(m: &str) -> ProcessError {
 }
 
 /// The best (largest, then deepest) entry.
-pub fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
+fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
     let short = |e: crate::bytes::Short| undecodable(&e.to_string());
     let mut r = crate::bytes::Reader::new(b);
     r.take(4, "header").map_err(short)?;

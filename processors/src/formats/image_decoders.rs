@@ -1,0 +1,103 @@
+//! The `image` crate's decoders, for the rooms that use them (PNG, BMP, TIFF, WebP
+//! animations, ICO entries): held to the allocation limit, their errors mapped to imgcas's.
+
+use std::io::Cursor;
+
+use image::metadata::Orientation;
+use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
+
+use super::{DecodeAt, Decoded, Decoder, Header};
+use crate::error::ProcessError;
+use crate::limits::Limits;
+
+pub(crate) fn map_error(e: ImageError, limits: &Limits, dims: (u32, u32)) -> ProcessError {
+    match e {
+        ImageError::Limits(_) => ProcessError::too_many_pixels(dims.0, dims.1, limits.max_pixels),
+        ImageError::Unsupported(u) => ProcessError::UnsupportedFormat(u.to_string()),
+        other => ProcessError::Undecodable(other.to_string()),
+    }
+}
+
+fn reader<'a>(
+    bytes: &'a [u8],
+    format: ImageFormat,
+    limits: &Limits,
+) -> ImageReader<Cursor<&'a [u8]>> {
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_alloc = Some(limits.max_alloc());
+    reader.limits(decoder_limits);
+    reader
+}
+
+/// What the crate's decoder reads from a header.
+pub(crate) struct Read {
+    pub width: u32,
+    pub height: u32,
+    pub has_alpha: bool,
+    pub orientation: Orientation,
+    pub icc: Option<Vec<u8>>,
+}
+
+/// Reads a header with the crate's decoder for `format`.
+pub(crate) fn header(
+    bytes: &[u8],
+    format: ImageFormat,
+    limits: &Limits,
+) -> Result<Read, ProcessError> {
+    let mut decoder = reader(bytes, format, limits)
+        .into_decoder()
+        .map_err(|e| map_error(e, limits, (0, 0)))?;
+    let (width, height) = decoder.dimensions();
+    Ok(Read {
+        width,
+        height,
+        has_alpha: decoder.color_type().has_alpha(),
+        orientation: decoder.orientation().unwrap_or(Orientation::NoTransforms),
+        icc: decoder.icc_profile().ok().flatten(),
+    })
+}
+
+/// Decodes whole with the crate's decoder for `format`; `dims` (the header's size) names a
+/// refusal by the allocation limit.
+pub(crate) fn decode(
+    bytes: &[u8],
+    format: ImageFormat,
+    limits: &Limits,
+    dims: (u32, u32),
+) -> Result<DynamicImage, ProcessError> {
+    let decoder = reader(bytes, format, limits)
+        .into_decoder()
+        .map_err(|e| map_error(e, limits, dims))?;
+    DynamicImage::from_decoder(decoder).map_err(|e| map_error(e, limits, dims))
+}
+
+/// A source's header read by the crate's decoder for `format`, which decodes it whole.
+pub(crate) fn open<'a>(
+    bytes: &[u8],
+    format: ImageFormat,
+    limits: &Limits,
+) -> Result<Header<'a>, ProcessError> {
+    let read = header(bytes, format, limits)?;
+    let dims = (read.width, read.height);
+    Ok(Header {
+        width: read.width,
+        height: read.height,
+        has_alpha: read.has_alpha,
+        orientation: read.orientation,
+        icc: read.icc,
+        decoder: Box::new(Whole { format, dims }),
+    })
+}
+
+/// A source the crate's decoder for `format` decodes whole, its header's size `dims`.
+pub(crate) struct Whole {
+    pub format: ImageFormat,
+    pub dims: (u32, u32),
+}
+
+impl Decoder for Whole {
+    fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
+        decode(at.bytes, self.format, at.limits, self.dims).map(Decoded::pixels)
+    }
+}
