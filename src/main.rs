@@ -168,26 +168,41 @@ fn init_logging() -> imgcas::log::Flush {
     guard
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Waits for SIGTERM or SIGINT (Ctrl-C). The handlers are registered here, when called, not
+/// when the future is first polled: the service prints its "listening" line after this, so
+/// a SIGTERM that follows that line at once (a supervisor's, a test's) always finds the
+/// handler, and the shutdown is graceful (maps flushed) rather than the default death.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, interrupt) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(interrupt) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
     }
-    tracing::info!("shutting down: finishing in-flight requests");
 }
 
 /// Panics go to the log as one line (where, and what) instead of the default hook's message and
@@ -381,6 +396,7 @@ async fn serve(config: Config) -> Result<Outcome, Outcome> {
     let running = app::start(config)
         .await
         .map_err(|e| Outcome::Failed(e.to_string()))?;
+    let shutdown = shutdown_signal();
     // The one line on stdout: scripts and tests read the bound address from it.
     println!("imgcas listening on http://{}", running.addr());
     tracing::info!(
@@ -388,6 +404,6 @@ async fn serve(config: Config) -> Result<Outcome, Outcome> {
         addr = %running.addr(),
         "serving"
     );
-    running.wait(shutdown_signal()).await;
+    running.wait(shutdown).await;
     Ok(Outcome::Done)
 }
