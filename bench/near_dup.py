@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Near-duplicate accuracy on the shared photographs, as a table with confidence bounds.
 
-Runs `processors/tests/it/near_dup_accuracy.rs` (release build), which fingerprints the 255
-photos of `../shared/corpus/photos/` and 15 transforms of each made with the `image` crate
-(never with imgcas's own processors), and writes every count to
-`bench/results/near-dup.json`. This script renders that file: recall per transform at the
+Runs the benchmark `processors/benches/near_dup.rs` (release build; its measurement is the
+accuracy test's, `processors/tests/it/near_dup_corpus.rs`), which fingerprints the 255 photos
+of `../shared/corpus/photos/` and the transforms of each made with the `image` crate (never
+with imgcas's own processors), and writes every count to `bench/results/near-dup.json`. This script renders that file: recall per transform at the
 report and the canonical radius, and false matches among distinct photos and between each
 photo and every transform of the others, each with its exact one-sided 95 % upper bound
 (Clopper-Pearson), and what that bound means at 500 M originals.
@@ -63,11 +63,9 @@ def lower_bound(k, n, confidence=0.95):
 
 def main():
     if "--no-run" not in sys.argv:
-        env = dict(os.environ, IMGCAS_NEAR_DUP_REPORT=RESULTS)
         subprocess.run(
-            ["cargo", "test", "--release", "-p", "imgcas-processors",
-             "--test", "it", "--", "near_dup_accuracy::", "--nocapture"],
-            cwd=ROOT, env=env, check=True)
+            ["cargo", "bench", "-p", "imgcas-processors", "--bench", "near_dup"],
+            cwd=ROOT, check=True)
     with open(RESULTS) as f:
         r = json.load(f)
     print(f"photos: {r['photos']}   report radius {r['report_radius']}, "

@@ -4,7 +4,7 @@
 //!
 //! The hashes are not random bits, whose bands spread unrealistically well: they are the DCT
 //! hashes of the 255 shared photographs and of their 15 transforms each
-//! (`bench/results/near-dup.json`, written by `processors/tests/it/near_dup_accuracy.rs`),
+//! (`bench/results/near-dup.json`, written by the benchmark `processors/benches/near_dup.rs`),
 //! replicated to each size with small perturbations: nine in ten replicas get 10–14 random
 //! bits flipped (another picture of similar statistics), one in ten 0–4 (a near-duplicate).
 //! Queries are drawn the same way, at radius 8.

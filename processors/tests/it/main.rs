@@ -8,4 +8,5 @@ mod common;
 mod fuzz_replay;
 mod mezzanine_quality;
 mod near_dup_accuracy;
+mod near_dup_corpus;
 mod process;
