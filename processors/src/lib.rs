@@ -169,7 +169,8 @@ pub fn process(
         let mezzanine = mezzanine::build(bytes, limits, &Decode)?;
         return process_input(Input::Mezzanine(&mezzanine.bytes), spec, limits, &Decode);
     }
-    process_input(Input::Original(bytes), spec, limits, &Decode)
+    // The header read above is the run's: read once.
+    run(Opened::Original(source), spec, limits, &Decode)
 }
 
 /// An input, its header read.
@@ -191,6 +192,16 @@ pub fn process_input(
         Input::Original(bytes) => Opened::Original(decode::open(bytes, limits)?),
         Input::Mezzanine(framed) => Opened::Mezzanine(mezzanine::parse(framed)?),
     };
+    run(opened, spec, limits, decodes)
+}
+
+/// [`process_input`] on an input whose header has been read.
+fn run(
+    opened: Opened<'_>,
+    spec: &ResolvedSpec,
+    limits: &Limits,
+    decodes: &dyn Decodes,
+) -> Result<Processed, ProcessError> {
     if let (Opened::Original(source), true) = (&opened, spec.animated) {
         if let Some(processed) = animation::process(source, spec, limits, decodes)? {
             return Ok(processed);

@@ -81,7 +81,12 @@ fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
 fn describe(bytes: &[u8], probe: Option<SourceInfo>) -> (ContentHash, OriginalInfo) {
     let hash = ContentHash::of(bytes);
     let info = OriginalInfo {
-        format: sniff(bytes).map(|f| f.name().to_string()),
+        // The probe's format; sniffed here only when the probe failed (bytes that are no
+        // image, or a format this build does not decode, are stored and named all the same).
+        format: probe
+            .map(|p| p.format)
+            .or_else(|| sniff(bytes))
+            .map(|f| f.name().to_string()),
         width: probe.map(|p| p.width),
         height: probe.map(|p| p.height),
         has_alpha: probe.is_some_and(|p| p.has_alpha),
