@@ -92,11 +92,12 @@ enum Command {
 
 #[derive(Subcommand)]
 enum MapsCommand {
-    /// Copy this node's embedded maps (under the data dir) into PostgreSQL, and its bytes
-    /// (local originals, variant bytes) into the configured S3 bucket, to join a cluster.
-    /// Idempotent and resumable; run it while the node is stopped.
+    /// Copy the maps this configuration names, and the bytes they name, into other maps:
+    /// into PostgreSQL and the configured S3 bucket (a node joins a cluster), or into
+    /// `redb://<dir>` and that directory (a cluster's or a node's maps become a node's).
+    /// Idempotent and resumable; run it while the embedded maps involved are not in use.
     Copy {
-        /// The shared maps: `postgres://user:password@host:port/database`.
+        /// The target: `postgres://user:password@host:port/database`, or `redb://<dir>`.
         #[arg(long)]
         to: String,
     },

@@ -1,71 +1,108 @@
-//! `imgcas maps copy --to postgres://…`: a node's embedded maps (the redb file under its data
-//! dir) and its bytes copied into PostgreSQL and the configured bucket, so the node can join
-//! a cluster. Run it with the node stopped (redb admits one process); run it again to resume
-//! or to pick up what changed.
+//! `imgcas maps copy --to URL`: the maps this configuration names (the embedded ones under the
+//! data dir, or PostgreSQL) copied into other maps, with the bytes they name. Into
+//! `postgres://…` and the configured S3 bucket, to move a node into a cluster; into
+//! `redb://<dir>` and that directory's blob store, to move a cluster's maps (or a node's) into
+//! a node's data dir. Run it with the embedded maps involved stopped (redb admits one
+//! process); run it again to resume or to pick up what changed.
+
+use std::sync::Arc;
 
 use imgcas::blob::{BlobStore, FsBlobStore};
 use imgcas::config::{Config, MapsBackend, StorageBackend};
 use imgcas::error::Error;
-use imgcas::maps::{PostgresMaps, RedbMaps};
+use imgcas::maps::open_backend;
 use imgcas::pipeline::{copy_maps, CopyReport};
 
 use super::progress;
 
 /// Why the copy cannot start, before any work (exit 2).
 pub fn refusal(config: &Config, to: &str) -> Option<String> {
-    if config.maps_backend().ok() != Some(MapsBackend::Embedded) {
-        return Some(
-            "maps copy reads the embedded maps under the data dir: unset maps.url \
-             (IMGCAS_MAPS_URL) and name the target with --to"
-                .into(),
-        );
+    let from = match config.maps_backend() {
+        Ok(from) => from,
+        Err(e) => return Some(e.to_string()),
+    };
+    let target = match MapsBackend::of(Some(to)) {
+        Ok(target) => target,
+        Err(_) => {
+            return Some(format!(
+                "--to must be a postgres:// URL or redb://<directory>, not `{to}`"
+            ))
+        }
+    };
+    let same_dir = match (
+        from.embedded_dir(&config.data_dir),
+        target.embedded_dir(&config.data_dir),
+    ) {
+        (Some(a), Some(b)) => a == b || a.canonicalize().ok() == b.canonicalize().ok(),
+        _ => false,
+    };
+    if same_dir || (matches!(from, MapsBackend::Postgres(_)) && from == target) {
+        return Some("--to names the maps being copied".into());
     }
-    if !matches!(MapsBackend::of(Some(to)), Ok(MapsBackend::Postgres(_))) {
-        return Some(format!("--to must be a postgres:// URL, not `{to}`"));
-    }
-    if config.storage.backend != StorageBackend::S3 {
+    if matches!(target, MapsBackend::Postgres(_)) && config.storage.backend != StorageBackend::S3 {
         return Some(
             "maps copy puts every byte into the cluster's bucket: set IMGCAS_STORAGE=s3 and \
              IMGCAS_S3_BUCKET (and the endpoint) to it"
                 .into(),
         );
     }
-    if !config.data_dir.join("imgcas.redb").is_file() {
-        return Some(format!(
-            "no embedded maps to copy: {} has no imgcas.redb",
-            config.data_dir.display()
-        ));
+    if let Some(dir) = from.embedded_dir(&config.data_dir) {
+        if !dir.join("imgcas.redb").is_file() {
+            return Some(format!(
+                "no embedded maps to copy: {} has no imgcas.redb",
+                dir.display()
+            ));
+        }
     }
     None
 }
 
 pub async fn copy(config: Config, to: &str) -> Result<CopyReport, Error> {
     let unavailable = |what: &str, e: String| Error::StorageUnavailable(format!("{what}: {e}"));
-    let from = RedbMaps::open(config.data_dir.clone())
+    // Both checked by `refusal` before this runs.
+    let from_backend = config
+        .maps_backend()
+        .map_err(|e| unavailable("maps.url", e.to_string()))?;
+    let from = open_backend(&from_backend, &config.data_dir)
         .await
-        .map_err(|e| unavailable("the embedded maps", e.to_string()))?;
-    let local = if config.data_dir.join("originals").is_dir() {
-        Some(
+        .map_err(|e| unavailable("the maps to copy", e.to_string()))?;
+    // The source's bytes: a local blob directory where the node kept them, then the
+    // configured store.
+    let local = match config.data_dir.join("originals").is_dir() {
+        true => Some(
             FsBlobStore::open(&config.data_dir)
                 .map_err(|e| unavailable("the local blob directory", e.to_string()))?,
-        )
-    } else {
-        None
+        ),
+        false => None,
     };
-    let target = PostgresMaps::open(to)
+    let configured = imgcas::blob::open(&config).await?;
+    let target_backend = MapsBackend::of(Some(to)).map_err(|e| unavailable("--to", e))?;
+    let target = open_backend(&target_backend, &config.data_dir)
         .await
-        .map_err(|e| unavailable("the PostgreSQL maps", e.to_string()))?;
-    let bucket = imgcas::blob::open(&config).await?;
+        .map_err(|e| unavailable("the target maps", e.to_string()))?;
+    // Shared maps read the shared bucket; a node's embedded maps its own directory.
+    let to_blobs: Arc<dyn BlobStore> = match target_backend.embedded_dir(&config.data_dir) {
+        Some(dir) => Arc::new(
+            FsBlobStore::open(dir)
+                .map_err(|e| unavailable("the target's blob directory", e.to_string()))?,
+        ),
+        None => configured.clone(),
+    };
+    let mut sources: Vec<&dyn BlobStore> = Vec::new();
+    if let Some(local) = &local {
+        sources.push(local);
+    }
+    sources.push(configured.as_ref());
     let bar = progress(0, "copying");
     let advance = |done: u64, total: u64| {
         bar.set_length(total);
         bar.set_position(done);
     };
     let report = copy_maps(
-        &from,
-        local.as_ref().map(|s| s as &dyn BlobStore),
-        &target,
-        bucket.as_ref(),
+        from.as_ref(),
+        &sources,
+        target.as_ref(),
+        to_blobs.as_ref(),
         &advance,
     )
     .await;

@@ -445,6 +445,9 @@ impl Flags {
 pub enum MapsBackend {
     /// redb under `data_dir`.
     Embedded,
+    /// redb under another directory: `redb://<dir>` (`redb:///srv/imgcas`), what
+    /// `maps copy --to` names to move maps into a node's data dir.
+    EmbeddedAt(PathBuf),
     /// PostgreSQL at this URL, shared by every node that names it.
     Postgres(String),
 }
@@ -457,7 +460,23 @@ impl MapsBackend {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 Ok(MapsBackend::Postgres(url.to_string()))
             }
-            Some(_) => Err("must be a postgres:// URL, or unset for the embedded maps".into()),
+            Some(url) => match url.strip_prefix("redb://") {
+                Some(dir) if !dir.is_empty() => Ok(MapsBackend::EmbeddedAt(PathBuf::from(dir))),
+                _ => Err(
+                    "must be a postgres:// URL, a redb://<directory>, or unset for the \
+                          embedded maps under the data dir"
+                        .into(),
+                ),
+            },
+        }
+    }
+
+    /// The directory of embedded maps (`data_dir` for the default); `None` for shared maps.
+    pub fn embedded_dir<'a>(&'a self, data_dir: &'a Path) -> Option<&'a Path> {
+        match self {
+            MapsBackend::Embedded => Some(data_dir),
+            MapsBackend::EmbeddedAt(dir) => Some(dir),
+            MapsBackend::Postgres(_) => None,
         }
     }
 }
@@ -827,6 +846,20 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("maps.url"));
+    }
+
+    #[test]
+    fn the_maps_url_scheme_names_the_backend() {
+        let dir = Path::new("/srv/imgcas");
+        assert_eq!(MapsBackend::of(None), Ok(MapsBackend::Embedded));
+        let elsewhere = MapsBackend::of(Some("redb:///srv/other")).unwrap();
+        assert_eq!(elsewhere, MapsBackend::EmbeddedAt("/srv/other".into()));
+        assert_eq!(elsewhere.embedded_dir(dir), Some(Path::new("/srv/other")));
+        assert_eq!(MapsBackend::Embedded.embedded_dir(dir), Some(dir));
+        let shared = MapsBackend::of(Some("postgresql://db/imgcas")).unwrap();
+        assert_eq!(shared.embedded_dir(dir), None);
+        assert!(MapsBackend::of(Some("redb://")).is_err());
+        assert!(MapsBackend::of(Some("mysql://x")).is_err());
     }
 
     #[test]

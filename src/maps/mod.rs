@@ -626,9 +626,19 @@ pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
     let backend = config
         .maps_backend()
         .map_err(|e| MapError::Store(e.to_string()))?;
+    open_backend(&backend, &config.data_dir).await
+}
+
+/// Opens the maps `backend` names (embedded ones under `data_dir` unless it names a
+/// directory): the one place a backend becomes a store, for the service and the commands.
+pub async fn open_backend(
+    backend: &MapsBackend,
+    data_dir: &std::path::Path,
+) -> Result<Arc<dyn MapStore>, MapError> {
     Ok(match backend {
-        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open(&url).await?),
-        MapsBackend::Embedded => Arc::new(RedbMaps::open(config.data_dir.clone()).await?),
+        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open(url).await?),
+        MapsBackend::Embedded => Arc::new(RedbMaps::open(data_dir.to_path_buf()).await?),
+        MapsBackend::EmbeddedAt(dir) => Arc::new(RedbMaps::open(dir.clone()).await?),
     })
 }
 

@@ -1,6 +1,9 @@
-//! Moving a node into a cluster: [`copy_maps`] copies one node's embedded maps into shared
-//! maps, and its bytes into the shared bucket — originals from its local blob directory,
-//! variant bytes out of its redb rows into `variants/<hash>/<key digest>`.
+//! Moving maps between backends: [`copy_maps`] copies any maps into any other — a node's
+//! embedded maps into a cluster's PostgreSQL, a cluster's maps into a node's data dir, one
+//! node's into another's — and the bytes they name into the target's blob store: originals,
+//! and variant bytes, which move between rows (maps that hold them, redb) and
+//! `variants/<hash>/<key digest>` objects (maps that do not, PostgreSQL) as the target keeps
+//! them.
 //!
 //! The write order is the pipeline's: bytes first, then the row that points at them. So a
 //! row found in the target means its bytes are there, and a second run (after an
@@ -16,7 +19,7 @@ use crate::error::Error;
 use crate::maps::{MapStore, VariantBody, VariantRow};
 
 use super::maintenance::Progress;
-use super::variant::row_for;
+use super::variant::{row_for, variant_object, with_bytes_in_hand};
 
 /// What [`copy_maps`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,7 +27,7 @@ pub struct CopyReport {
     pub originals_copied: u64,
     /// Found in the target already (an earlier run).
     pub originals_present: u64,
-    /// Indexed by the source but in neither the local directory nor the bucket: not copied
+    /// Indexed by the source but in none of its blob stores (nor the target's): not copied
     /// (`imgcas verify` on the source names them).
     pub originals_missing: u64,
     pub urls_copied: u64,
@@ -32,18 +35,18 @@ pub struct CopyReport {
     pub urls_skipped: u64,
     pub variants_copied: u64,
     pub variants_present: u64,
-    /// Bytes put into the bucket (originals and variants).
+    /// Bytes put into the target's blob store (originals and variants).
     pub bytes_uploaded: u64,
 }
 
-/// Copies `from` (and the originals in `local_originals`, when the node kept them in a local
-/// directory) into `to` and `bucket`. `to` keeps variant bytes in `bucket`, unless it holds
-/// them itself.
+/// Copies `from` into `to`, and every byte they name from the first of `sources` that has it
+/// into `to_blobs` (where the target node reads its bytes; nothing is put that is there
+/// already). An original whose bytes no source has is not copied, nor what names it.
 pub async fn copy_maps(
     from: &dyn MapStore,
-    local_originals: Option<&dyn BlobStore>,
+    sources: &[&dyn BlobStore],
     to: &dyn MapStore,
-    bucket: &dyn BlobStore,
+    to_blobs: &dyn BlobStore,
     progress: Progress<'_>,
 ) -> Result<CopyReport, Error> {
     let mut report = CopyReport::default();
@@ -68,7 +71,7 @@ pub async fn copy_maps(
     let listed: std::collections::HashSet<_> =
         to.takedowns().await?.into_iter().map(|(h, _)| h).collect();
 
-    // Originals: bytes into the bucket, then the index entry.
+    // Originals: bytes into the target's store, then the index entry.
     let mut copied = std::collections::HashSet::new();
     for hash in hashes {
         step();
@@ -83,22 +86,21 @@ pub async fn copy_maps(
         let Some(info) = from.original(&hash).await? else {
             continue;
         };
-        let local = match local_originals {
-            Some(store) => store.get(&hash).await?,
-            None => None,
-        };
-        match local {
-            Some(bytes) => {
-                report.bytes_uploaded += bytes.len() as u64;
-                bucket.put_if_absent(&hash, bytes).await?;
+        if to_blobs.size(&hash).await?.is_none() {
+            let mut found = None;
+            for source in sources {
+                found = source.get(&hash).await?;
+                if found.is_some() {
+                    break;
+                }
             }
-            // A node that kept its originals in this bucket already.
-            None if bucket.size(&hash).await?.is_some() => {}
-            None => {
-                tracing::warn!(%hash, "original missing from the node's blob store; not copied");
+            let Some(bytes) = found else {
+                tracing::warn!(%hash, "original missing from the source's blob stores; not copied");
                 report.originals_missing += 1;
                 continue;
-            }
+            };
+            report.bytes_uploaded += bytes.len() as u64;
+            to_blobs.put_if_absent(&hash, bytes).await?;
         }
         to.add_original(&hash, &info).await?;
         copied.insert(hash);
@@ -124,7 +126,7 @@ pub async fn copy_maps(
         }
     }
 
-    // Variants: bytes into the bucket, then the row that names them.
+    // Variants: bytes where the target keeps them, then the row that names them.
     for key in keys {
         step();
         if !copied.contains(&key.hash) {
@@ -137,7 +139,24 @@ pub async fn copy_maps(
         let Some(row) = from.variant(&key).await? else {
             continue;
         };
-        let row = row_for(to, bucket, &key, row).await?;
+        // Bytes already where the target keeps them: the row as it is. Otherwise in hand,
+        // from the source's stores, for `row_for` to put where the target keeps them.
+        let kept_by_target = matches!(
+            row,
+            VariantRow::Image {
+                body: VariantBody::InBlobStore { .. },
+                ..
+            }
+        ) && !to.holds_variant_bytes()
+            && to_blobs.get_variant(&variant_object(&key)).await?.is_some();
+        let row = match kept_by_target {
+            true => row,
+            false => match with_bytes_in_hand(row, &key, sources).await? {
+                Some(row) => row,
+                None => continue,
+            },
+        };
+        let row = row_for(to, to_blobs, &key, row).await?;
         if let VariantRow::Image {
             body: VariantBody::InBlobStore { len },
             ..

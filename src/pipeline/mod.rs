@@ -165,8 +165,11 @@ impl Pipeline {
         let maps = crate::maps::open(&config).await.map_err(|e| {
             // Validated above, so the backend is known. (The URL may hold a password.)
             OpenError(match config.maps_backend() {
-                Ok(MapsBackend::Embedded) => {
-                    format!("cannot open the maps in {}: {e}", config.data_dir.display())
+                Ok(backend @ (MapsBackend::Embedded | MapsBackend::EmbeddedAt(_))) => {
+                    let dir = backend
+                        .embedded_dir(&config.data_dir)
+                        .unwrap_or(&config.data_dir);
+                    format!("cannot open the maps in {}: {e}", dir.display())
                 }
                 _ => format!("cannot open the maps on PostgreSQL (maps.url): {e}"),
             })

@@ -149,7 +149,8 @@ async fn cluster_node(
 /// `imgcas maps copy --to postgres://…` moves the fixture's node into a cluster: its maps
 /// into PostgreSQL, its originals and variant bytes into the bucket. A second run copies
 /// nothing again; a node on the shared maps and bucket alone (an empty data dir) then
-/// serves everything the fixture's node served, as stored.
+/// serves everything the fixture's node served, as stored. `--to redb://<dir>` then moves
+/// the cluster's maps back into a node's own data dir, which serves it all again.
 #[tokio::test(flavor = "multi_thread")]
 async fn maps_copy_moves_a_node_into_a_cluster() {
     let Some(pg) = common::postgres::PgServer::or_skip("maps_copy") else {
@@ -193,7 +194,44 @@ async fn maps_copy_moves_a_node_into_a_cluster() {
         "{out}"
     );
 
-    let (app, _empty) = cluster_node(&bucket, maps_url).await;
+    let (app, _empty) = cluster_node(&bucket, maps_url.clone()).await;
+    serves_what_the_fixture_served(&app, &manifest).await;
+    drop(app);
+
+    // And back: the cluster's maps into a node's own data dir (`redb://<dir>`), its bytes
+    // out of the bucket into that directory; the node, on the embedded default alone,
+    // serves everything as stored.
+    let node = tempfile::tempdir().unwrap();
+    let cluster = tempfile::tempdir().unwrap();
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    let to = format!("redb://{}", node.path().display());
+    let args = ["maps", "copy", "--to", to.as_str()];
+    let (code, out) = common::binary::run(cluster.path(), &env, &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("originals  3 copied, 0 already there, 0 missing"),
+        "{out}"
+    );
+    assert!(out.contains("variants   3 copied"), "{out}");
+    let copied = |dir: &str| {
+        std::fs::read_dir(node.path().join(dir))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert!(copied("originals") > 0, "originals in the node's directory");
+    // The copy into the maps being copied is refused.
+    let (code, out) =
+        common::binary::run(cluster.path(), &env, &["maps", "copy", "--to", &maps_url]);
+    assert_eq!(code, 2, "{out}");
+
+    let dir = node.path().to_path_buf();
+    let app = spawn_app_with(move |c| {
+        c.data_dir = dir;
+        c.storage.backend = StorageBackend::Fs;
+        c.fetch.revalidate_after = std::time::Duration::from_secs(100 * 365 * 86_400);
+    })
+    .await;
     serves_what_the_fixture_served(&app, &manifest).await;
 }
 

@@ -26,7 +26,7 @@ use crate::maps::{VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
 use produce::Job;
-pub(in crate::pipeline) use stored::{row_for, variant_object};
+pub(in crate::pipeline) use stored::{row_for, variant_object, with_bytes_in_hand};
 
 /// What a request names.
 #[derive(Debug, Clone)]

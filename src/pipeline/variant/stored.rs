@@ -41,6 +41,47 @@ pub(in crate::pipeline) async fn row_for(
     }
 }
 
+/// `row` with its image bytes in hand: a row whose bytes sit in a blob store is completed
+/// from the first of `stores` that has them whole. `None` when none has (evicted by another
+/// node between the two reads, or lost): the variant is made again, or not copied.
+pub(in crate::pipeline) async fn with_bytes_in_hand(
+    row: VariantRow,
+    key: &VariantKey,
+    stores: &[&dyn BlobStore],
+) -> Result<Option<VariantRow>, Error> {
+    let VariantRow::Image {
+        format,
+        width,
+        height,
+        body: VariantBody::InBlobStore { len },
+    } = row
+    else {
+        return Ok(Some(row));
+    };
+    let object = variant_object(key);
+    let mut found = None;
+    for store in stores {
+        match store.get_variant(&object).await? {
+            Some(bytes) if bytes.len() as u64 == len => {
+                return Ok(Some(VariantRow::Image {
+                    format,
+                    width,
+                    height,
+                    body: VariantBody::Inline(bytes),
+                }))
+            }
+            other => found = other.map(|b| b.len()).or(found),
+        }
+    }
+    tracing::warn!(
+        key = %object.key(),
+        expected = len,
+        found,
+        "variant bytes missing or short in the blob store"
+    );
+    Ok(None)
+}
+
 /// Where a variant's bytes live in the blob store, when the maps keep none.
 pub(in crate::pipeline) fn variant_object(key: &VariantKey) -> VariantObject {
     VariantObject {
@@ -61,32 +102,7 @@ impl Pipeline {
         let Some(row) = s.maps.variant(key).await? else {
             return Ok(None);
         };
-        let VariantRow::Image {
-            format,
-            width,
-            height,
-            body: VariantBody::InBlobStore { len },
-        } = row
-        else {
-            return Ok(Some(row));
-        };
-        match s.blobs.get_variant(&variant_object(key)).await? {
-            Some(bytes) if bytes.len() as u64 == len => Ok(Some(VariantRow::Image {
-                format,
-                width,
-                height,
-                body: VariantBody::Inline(bytes),
-            })),
-            found => {
-                tracing::warn!(
-                    key = %variant_object(key).key(),
-                    expected = len,
-                    found = found.map(|b| b.len()),
-                    "variant bytes missing or short in the blob store; making them again"
-                );
-                Ok(None)
-            }
-        }
+        with_bytes_in_hand(row, key, &[s.blobs.as_ref()]).await
     }
 
     /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob
