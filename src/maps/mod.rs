@@ -38,6 +38,7 @@ use imgcas_processors::{OutputFormat, ProcessFailure};
 use crate::config::{Config, MapsBackend};
 use crate::hash::ContentHash;
 
+pub(crate) mod cache;
 pub mod near;
 pub mod postgres;
 pub mod redb;
@@ -99,47 +100,6 @@ impl UrlEntry {
 pub fn url_row_bytes(url: &str, entry: &UrlEntry) -> u64 {
     let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     (2 * url.len() + text(&entry.etag) + text(&entry.last_modified) + 160) as u64
-}
-
-/// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes
-/// long, so these caches are bounded by what they hold, not by how many entries (issue 28:
-/// a cap of 100,000 entries let 60 KB URLs take gigabytes).
-const URL_CACHE_BYTES: u64 = 32 << 20;
-
-/// A cache of URL entries (or of their absence) bounded by [`URL_CACHE_BYTES`], counting the
-/// URL, the entry's strings and a fixed cost for the rest, with an optional time to live.
-pub(crate) fn url_entry_cache<V>(time_to_live: Option<Duration>) -> moka::sync::Cache<String, V>
-where
-    V: UrlCached + Clone + Send + Sync + 'static,
-{
-    let builder = moka::sync::Cache::builder()
-        .max_capacity(URL_CACHE_BYTES)
-        .weigher(|url: &String, value: &V| {
-            u32::try_from(url.len() + value.held_bytes()).unwrap_or(u32::MAX)
-        });
-    match time_to_live {
-        Some(ttl) => builder.time_to_live(ttl).build(),
-        None => builder.build(),
-    }
-}
-
-/// What a URL cache's value holds in memory, about (its strings, plus a fixed cost for the
-/// rest and the cache's own bookkeeping).
-pub(crate) trait UrlCached {
-    fn held_bytes(&self) -> usize;
-}
-
-impl UrlCached for UrlEntry {
-    fn held_bytes(&self) -> usize {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        160 + text(&self.etag) + text(&self.last_modified)
-    }
-}
-
-impl UrlCached for Option<UrlEntry> {
-    fn held_bytes(&self) -> usize {
-        self.as_ref().map_or(64, UrlCached::held_bytes)
-    }
 }
 
 /// What the originals index holds for one hash (the bytes live in the blob store).

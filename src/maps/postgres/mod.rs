@@ -61,8 +61,6 @@ const URL_FRESH_FOR: Duration = Duration::from_secs(1);
 /// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls`.
 const URL_ROW_BYTES: &str = "(2 * octet_length(url) + COALESCE(octet_length(etag), 0) \
      + COALESCE(octet_length(last_modified), 0) + 160)::bigint";
-/// Originals remembered in memory.
-const RECENT_ORIGINALS: u64 = 100_000;
 /// Least recently served variants considered per eviction round.
 const EVICTION_BATCH: i64 = 1_000;
 /// URL entries dropped per statement when forgetting (short transactions).
@@ -126,9 +124,9 @@ impl PostgresMaps {
             .map_err(|e| MapError::Store(format!("PostgreSQL pool: {e}")))?;
         let maps = PostgresMaps {
             pool,
-            recent: moka::sync::Cache::new(RECENT_ORIGINALS),
-            last_seen_urls: super::url_entry_cache(None),
-            recent_urls: super::url_entry_cache(Some(URL_FRESH_FOR)),
+            recent: super::cache::recent_originals(),
+            last_seen_urls: super::cache::url_entry_cache(None),
+            recent_urls: super::cache::url_entry_cache(Some(URL_FRESH_FOR)),
         };
         let mut client = maps.client().await?;
         schema::migrate(&mut client).await?;

@@ -288,9 +288,6 @@ fn write_index(near: &RwLock<NearIndex>) -> std::sync::RwLockWriteGuard<'_, Near
     near.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Originals entries kept in memory.
-const RECENT_ENTRIES: u64 = 100_000;
-
 /// The three maps in one redb file.
 #[derive(Clone)]
 pub struct RedbMaps {
@@ -341,8 +338,8 @@ impl RedbMaps {
         Ok(RedbMaps {
             near: Arc::new(RwLock::new(near)),
             db,
-            recent: moka::sync::Cache::new(RECENT_ENTRIES),
-            urls: super::url_entry_cache(None),
+            recent: super::cache::recent_originals(),
+            urls: super::cache::url_entry_cache(None),
         })
     }
 }
