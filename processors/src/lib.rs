@@ -309,7 +309,7 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
 /// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
 /// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8, lossless WebP about 40 and
 /// GIF (the best palette search) about 50, 5 for an animation's frames (a faster search);
-/// blur and sharpen, a few box passes each.
+/// the shaping options' own passes ([`Shape::filter_passes`]).
 fn output_passes(spec: &ResolvedSpec) -> u64 {
     let encoder = match spec.format {
         OutputFormat::Jpeg => 0,
@@ -321,9 +321,7 @@ fn output_passes(spec: &ResolvedSpec) -> u64 {
         OutputFormat::Gif if spec.animated => 5,
         OutputFormat::Gif => 50,
     };
-    let blur = if spec.shape.blur.is_some() { 3 } else { 0 };
-    let sharpen = if spec.shape.sharpen.is_some() { 4 } else { 0 };
-    encoder + blur + sharpen
+    encoder + spec.shape.filter_passes()
 }
 
 /// Refuses a run whose [`cost`] is over `limits.max_cost`.
