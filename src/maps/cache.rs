@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::hash::ContentHash;
 
-use super::{OriginalInfo, UrlEntry};
+use super::{MapError, OriginalInfo, UrlEntry};
 
 /// Originals entries kept in memory, per backend.
 const RECENT_ORIGINALS: u64 = 100_000;
@@ -16,6 +16,26 @@ const RECENT_ORIGINALS: u64 = 100_000;
 /// A cache of originals entries by hash, bounded by [`RECENT_ORIGINALS`].
 pub(crate) fn recent_originals() -> moka::sync::Cache<ContentHash, OriginalInfo> {
     moka::sync::Cache::new(RECENT_ORIGINALS)
+}
+
+/// The entry of `hash`: from `cache`, or read by `read` and kept there when found. Every
+/// backend's `Originals::original` is this over its own read.
+pub(crate) async fn original_through<F>(
+    cache: &moka::sync::Cache<ContentHash, OriginalInfo>,
+    hash: &ContentHash,
+    read: F,
+) -> Result<Option<OriginalInfo>, MapError>
+where
+    F: std::future::Future<Output = Result<Option<OriginalInfo>, MapError>>,
+{
+    if let Some(info) = cache.get(hash) {
+        return Ok(Some(info));
+    }
+    let info = read.await?;
+    if let Some(info) = &info {
+        cache.insert(*hash, info.clone());
+    }
+    Ok(info)
 }
 
 /// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes

@@ -5,18 +5,14 @@ use super::*;
 #[async_trait]
 impl Originals for PostgresMaps {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
-        if let Some(info) = self.recent.get(hash) {
-            return Ok(Some(info));
-        }
-        let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query("SELECT * FROM imgcas_originals WHERE hash = $1", &[&raw])
-            .await?;
-        let info = rows.first().map(original_info).transpose()?;
-        if let Some(info) = &info {
-            self.recent.insert(*hash, info.clone());
-        }
-        Ok(info)
+        let read = async {
+            let raw: &[u8] = hash.as_bytes();
+            let rows = self
+                .query("SELECT * FROM imgcas_originals WHERE hash = $1", &[&raw])
+                .await?;
+            rows.first().map(original_info).transpose()
+        };
+        crate::maps::cache::original_through(&self.recent, hash, read).await
     }
 
     async fn add_original(

@@ -76,18 +76,9 @@ use super::*;
 #[async_trait]
 impl Originals for RedbMaps {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
-        if let Some(info) = self.recent.get(hash) {
-            return Ok(Some(info));
-        }
-        let hash = *hash;
-        let info = self
-            .db
-            .run(move |db| originals::get(&db.read()?, &hash))
-            .await?;
-        if let Some(info) = &info {
-            self.recent.insert(hash, info.clone());
-        }
-        Ok(info)
+        let key = *hash;
+        let read = self.db.run(move |db| originals::get(&db.read()?, &key));
+        crate::maps::cache::original_through(&self.recent, hash, read).await
     }
 
     async fn add_original(
