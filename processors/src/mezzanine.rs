@@ -80,9 +80,19 @@ pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bo
 /// Whether [`serves`] may hold, before the orientation is known (either way round): when it
 /// cannot, the service need not read the original's header to decide.
 pub fn may_serve(info: &SourceInfo, spec: &ResolvedSpec) -> bool {
-    [(info.width, info.height), (info.height, info.width)]
-        .into_iter()
-        .any(|upright| serves(info, upright, spec))
+    both_ways(info).any(|upright| serves(info, upright, spec))
+}
+
+/// Whether [`serves`] holds whatever the orientation: then, too, the service need not read
+/// the original's header to decide (a header that does not open fails the mezzanine's
+/// build as it would fail the run, and the variant takes that failure).
+pub fn serves_either_way(info: &SourceInfo, spec: &ResolvedSpec) -> bool {
+    both_ways(info).all(|upright| serves(info, upright, spec))
+}
+
+/// The stored size, and its transpose.
+fn both_ways(info: &SourceInfo) -> impl Iterator<Item = (u32, u32)> {
+    [(info.width, info.height), (info.height, info.width)].into_iter()
 }
 
 /// The reduction from an original whose long side is `long` (at least [`FROM_SIDE`]) to its
@@ -311,6 +321,21 @@ mod tests {
             &photo,
             landscape,
             &spec(&[("w", "400"), ("h", "3000"), ("fit", "cover")])
+        ));
+    }
+
+    #[test]
+    fn either_way_round_only_when_the_orientation_cannot_matter() {
+        let photo = info(4000, 3000, false);
+        // 375 wide is within a quarter of the mezzanine both ways round (2000 and 1500).
+        assert!(serves_either_way(&photo, &spec(&[("w", "375")])));
+        // 500 wide is, landscape only: the header decides.
+        assert!(may_serve(&photo, &spec(&[("w", "500")])));
+        assert!(!serves_either_way(&photo, &spec(&[("w", "500")])));
+        assert!(!serves_either_way(&photo, &spec(&[("w", "510")])));
+        assert!(!serves_either_way(
+            &info(4000, 3000, true),
+            &spec(&[("w", "100")])
         ));
     }
 

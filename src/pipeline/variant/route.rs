@@ -46,8 +46,8 @@ impl Pipeline {
     /// Whether a variant is made from its original's mezzanine: decided from the spec and the
     /// original's header facts alone (`processors::mezzanine::serves`), with the mezzanine
     /// switched on (`limits.mezzanine`). The originals index keeps the stored size, not the
-    /// orientation: when that could change the answer, the original's header is read (and
-    /// its bytes kept for the run, when they are its input).
+    /// orientation: only when that could change the answer is the original's header read
+    /// here (and its bytes kept for the run, when they are its input).
     pub(super) async fn route(&self, target: &Target) -> Result<Route, Error> {
         let facts = match (target.source_format, target.source_size) {
             (Some(format), Some((width, height))) => SourceInfo {
@@ -60,6 +60,11 @@ impl Pipeline {
         };
         if !self.shared.config.limits.mezzanine || !mezzanine::may_serve(&facts, &target.spec) {
             return Ok(Route::Original(None));
+        }
+        // Either way round: the orientation cannot change the answer, and the original's
+        // header is read once, by the mezzanine's build (or not at all, once it is stored).
+        if mezzanine::serves_either_way(&facts, &target.spec) {
+            return Ok(Route::Mezzanine);
         }
         // A mezzanine in memory carries the original's upright size: no need to read the
         // original for it (the common case of a second spec).
