@@ -53,11 +53,6 @@ fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessE
 /// run here and in [`Source::decode`], both under [`crate::error::guarded`]: a panic in one
 /// is the file's `undecodable`.
 pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
-    let name = sniff(bytes).map_or("unknown", SourceFormat::name);
-    crate::error::guarded(name, || open_headers(bytes, limits))
-}
-
-fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
     let format = sniff(bytes).ok_or_else(|| {
         ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
     })?;
@@ -67,6 +62,14 @@ fn open_headers<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, Proc
             format.name()
         )));
     }
+    crate::error::guarded(format.name(), || open_headers(bytes, format, limits))
+}
+
+fn open_headers<'a>(
+    bytes: &'a [u8],
+    format: SourceFormat,
+    limits: &Limits,
+) -> Result<Source<'a>, ProcessError> {
     let header = format.room().open(bytes, limits)?;
     check_pixels(header.width, header.height, limits)?;
     Ok(Source {

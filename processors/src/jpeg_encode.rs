@@ -1,5 +1,7 @@
-//! libjpeg-turbo's compressor driven directly (through `mozjpeg-sys`), for the one setting the
-//! `mozjpeg` crate cannot reach: the scan script of a progressive JPEG.
+//! JPEG encoding: [`encode`] and [`encode_rows`] choose the settings (libjpeg's own, with
+//! libvips' chroma rule), and [`compress`] drives libjpeg-turbo's compressor directly (through
+//! `mozjpeg-sys`), for the one setting the `mozjpeg` crate cannot reach: the scan script of a
+//! progressive JPEG.
 //!
 //! libjpeg's standard progression (`jpeg_simple_progression`) sends every AC coefficient in
 //! two passes, its high bits first and a refinement scan of the low bit after, so that a

@@ -29,14 +29,20 @@ pub fn refusal(config: &Config, to: &str) -> Option<String> {
             ))
         }
     };
-    let same_dir = match (
+    let same = match (
         from.embedded_dir(&config.data_dir),
         target.embedded_dir(&config.data_dir),
     ) {
-        (Some(a), Some(b)) => a == b || a.canonicalize().ok() == b.canonicalize().ok(),
+        // Spelt differently, one directory all the same (a directory not made yet is not
+        // the source's, which exists).
+        (Some(a), Some(b)) => match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        },
+        (None, None) => from == target,
         _ => false,
     };
-    if same_dir || (matches!(from, MapsBackend::Postgres(_)) && from == target) {
+    if same {
         return Some("--to names the maps being copied".into());
     }
     if matches!(target, MapsBackend::Postgres(_)) && config.storage.backend != StorageBackend::S3 {
@@ -66,9 +72,11 @@ pub async fn copy(config: Config, to: &str) -> Result<CopyReport, Error> {
     let from = open_backend(&from_backend, &config.data_dir)
         .await
         .map_err(|e| unavailable("the maps to copy", e.to_string()))?;
-    // The source's bytes: a local blob directory where the node kept them, then the
-    // configured store.
-    let local = match config.data_dir.join("originals").is_dir() {
+    // The source's bytes: the configured store, and before it, for a node now configured
+    // for S3, the blob directory it kept under its data dir (a node on the filesystem has
+    // that directory as its configured store already).
+    let on_s3 = config.storage.backend == StorageBackend::S3;
+    let local = match on_s3 && config.data_dir.join("originals").is_dir() {
         true => Some(
             FsBlobStore::open(&config.data_dir)
                 .map_err(|e| unavailable("the local blob directory", e.to_string()))?,

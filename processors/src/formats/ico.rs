@@ -22,24 +22,17 @@ impl Format for Ico {
 
     /// The largest entry, read by the PNG or BMP decoder as a file of its own.
     fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
-        let entry = largest_entry(bytes)?;
-        let format = if entry.is_png {
-            ImageFormat::Png
-        } else {
-            ImageFormat::Bmp
-        };
-        let read = image_decoders::header(&entry.bytes, format, limits)?;
-        let (width, height) = (read.width, read.height);
+        let (bytes, format) = largest_entry(bytes)?;
+        // The entry's size and alpha; an icon has no orientation, and its profile is ignored.
+        let read = image_decoders::open(&bytes, format, limits)?;
+        let dims = (read.width, read.height);
         Ok(Header::plain(
-            width,
-            height,
+            dims.0,
+            dims.1,
             read.has_alpha,
             Entry {
-                bytes: entry.bytes,
-                whole: Whole {
-                    format,
-                    dims: (width, height),
-                },
+                bytes,
+                whole: Whole { format, dims },
             },
         ))
     }
@@ -61,12 +54,6 @@ impl super::Decoder for Entry {
     }
 }
 
-/// One entry, as a standalone file.
-struct IcoEntry {
-    bytes: Vec<u8>,
-    is_png: bool,
-}
-
 fn u16le(b: &[u8], at: usize) -> Option<u32> {
     u16le_at(b, at).map(u32::from)
 }
@@ -76,7 +63,7 @@ fn undecodable(m: &str) -> ProcessError {
 }
 
 /// The best (largest, then deepest) entry.
-fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
+fn largest_entry(b: &[u8]) -> Result<(Vec<u8>, ImageFormat), ProcessError> {
     let short = |e: crate::bytes::Short| undecodable(&e.to_string());
     let mut r = crate::bytes::Reader::new(b);
     r.take(4, "header").map_err(short)?;
@@ -107,15 +94,10 @@ fn largest_entry(b: &[u8]) -> Result<IcoEntry, ProcessError> {
     }
     let (_, _, data) = best.ok_or_else(|| undecodable("no readable entry"))?;
     if data.starts_with(b"\x89PNG\r\n\x1a\n") {
-        return Ok(IcoEntry {
-            bytes: data.to_vec(),
-            is_png: true,
-        });
+        return Ok((data.to_vec(), ImageFormat::Png));
     }
-    Ok(IcoEntry {
-        bytes: bmp_file(data).ok_or_else(|| undecodable("bad bitmap entry"))?,
-        is_png: false,
-    })
+    let bmp = bmp_file(data).ok_or_else(|| undecodable("bad bitmap entry"))?;
+    Ok((bmp, ImageFormat::Bmp))
 }
 
 /// Wraps an ICO bitmap (a DIB whose height counts the AND mask too) as a BMP file.

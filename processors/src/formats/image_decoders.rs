@@ -30,34 +30,6 @@ fn reader<'a>(
     reader
 }
 
-/// What the crate's decoder reads from a header.
-pub(crate) struct Read {
-    pub width: u32,
-    pub height: u32,
-    pub has_alpha: bool,
-    pub orientation: Orientation,
-    pub icc: Option<Vec<u8>>,
-}
-
-/// Reads a header with the crate's decoder for `format`.
-pub(crate) fn header(
-    bytes: &[u8],
-    format: ImageFormat,
-    limits: &Limits,
-) -> Result<Read, ProcessError> {
-    let mut decoder = reader(bytes, format, limits)
-        .into_decoder()
-        .map_err(|e| map_error(e, limits, (0, 0)))?;
-    let (width, height) = decoder.dimensions();
-    Ok(Read {
-        width,
-        height,
-        has_alpha: decoder.color_type().has_alpha(),
-        orientation: decoder.orientation().unwrap_or(Orientation::NoTransforms),
-        icc: decoder.icc_profile().ok().flatten(),
-    })
-}
-
 /// Decodes whole with the crate's decoder for `format`; `dims` (the header's size) names a
 /// refusal by the allocation limit.
 pub(crate) fn decode(
@@ -78,15 +50,20 @@ pub(crate) fn open<'a>(
     format: ImageFormat,
     limits: &Limits,
 ) -> Result<Header<'a>, ProcessError> {
-    let read = header(bytes, format, limits)?;
-    let dims = (read.width, read.height);
+    let mut decoder = reader(bytes, format, limits)
+        .into_decoder()
+        .map_err(|e| map_error(e, limits, (0, 0)))?;
+    let (width, height) = decoder.dimensions();
     Ok(Header {
-        width: read.width,
-        height: read.height,
-        has_alpha: read.has_alpha,
-        orientation: read.orientation,
-        icc: read.icc,
-        decoder: Box::new(Whole { format, dims }),
+        width,
+        height,
+        has_alpha: decoder.color_type().has_alpha(),
+        orientation: decoder.orientation().unwrap_or(Orientation::NoTransforms),
+        icc: decoder.icc_profile().ok().flatten(),
+        decoder: Box::new(Whole {
+            format,
+            dims: (width, height),
+        }),
     })
 }
 

@@ -44,26 +44,40 @@ pub enum SourceFormat {
     Ico,
 }
 
-/// A format's entry: the variant, its name (in specs, logs and metrics), its media type, and
-/// its room.
-struct Entry(
-    SourceFormat,
-    &'static str,
-    &'static str,
-    &'static dyn Format,
-);
+/// A format's entry in [`FORMATS`].
+struct Entry {
+    format: SourceFormat,
+    /// Its name in specs, logs and metrics.
+    name: &'static str,
+    mime: &'static str,
+    room: &'static dyn Format,
+}
+
+const fn entry(
+    format: SourceFormat,
+    name: &'static str,
+    mime: &'static str,
+    room: &'static dyn Format,
+) -> Entry {
+    Entry {
+        format,
+        name,
+        mime,
+        room,
+    }
+}
 
 /// Every format, in the order bytes are tried against them.
 const FORMATS: [Entry; 9] = [
-    Entry(SourceFormat::Jpeg, "jpeg", "image/jpeg", &jpeg::Jpeg),
-    Entry(SourceFormat::Png, "png", "image/png", &png::Png),
-    Entry(SourceFormat::Gif, "gif", "image/gif", &gif::Gif),
-    Entry(SourceFormat::Webp, "webp", "image/webp", &webp::Webp),
-    Entry(SourceFormat::Tiff, "tiff", "image/tiff", &tiff::Tiff),
-    Entry(SourceFormat::Bmp, "bmp", "image/bmp", &bmp::Bmp),
-    Entry(SourceFormat::Ico, "ico", "image/x-icon", &ico::Ico),
-    Entry(SourceFormat::Avif, "avif", "image/avif", &avif::Avif),
-    Entry(SourceFormat::Heic, "heic", "image/heic", &heic::Heic),
+    entry(SourceFormat::Jpeg, "jpeg", "image/jpeg", &jpeg::Jpeg),
+    entry(SourceFormat::Png, "png", "image/png", &png::Png),
+    entry(SourceFormat::Gif, "gif", "image/gif", &gif::Gif),
+    entry(SourceFormat::Webp, "webp", "image/webp", &webp::Webp),
+    entry(SourceFormat::Tiff, "tiff", "image/tiff", &tiff::Tiff),
+    entry(SourceFormat::Bmp, "bmp", "image/bmp", &bmp::Bmp),
+    entry(SourceFormat::Ico, "ico", "image/x-icon", &ico::Ico),
+    entry(SourceFormat::Avif, "avif", "image/avif", &avif::Avif),
+    entry(SourceFormat::Heic, "heic", "image/heic", &heic::Heic),
 ];
 
 /// What one source format knows of itself.
@@ -205,18 +219,21 @@ pub fn frame_count(bytes: &[u8]) -> u32 {
 
 /// The format of `bytes` from its magic numbers, if it is an image format imgcas knows of.
 pub fn sniff(bytes: &[u8]) -> Option<SourceFormat> {
-    FORMATS.iter().find(|e| e.3.sniff(bytes)).map(|e| e.0)
+    FORMATS
+        .iter()
+        .find(|e| e.room.sniff(bytes))
+        .map(|e| e.format)
 }
 
 impl SourceFormat {
     /// Its room. Every variant has an entry (a test walks them); were one missing, the format
     /// would read as HEIC does: known, not decoded.
     pub(crate) fn room(self) -> &'static dyn Format {
-        self.entry().map_or(&heic::Heic, |e| e.3)
+        self.entry().map_or(&heic::Heic, |e| e.room)
     }
 
     fn entry(self) -> Option<&'static Entry> {
-        FORMATS.iter().find(|e| e.0 == self)
+        FORMATS.iter().find(|e| e.format == self)
     }
 
     pub fn shrinks_on_load(self) -> bool {
@@ -224,15 +241,15 @@ impl SourceFormat {
     }
 
     pub fn name(self) -> &'static str {
-        self.entry().map_or("unknown", |e| e.1)
+        self.entry().map_or("unknown", |e| e.name)
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        FORMATS.iter().find(|e| e.1 == name).map(|e| e.0)
+        FORMATS.iter().find(|e| e.name == name).map(|e| e.format)
     }
 
     pub fn mime(self) -> &'static str {
-        self.entry().map_or("application/octet-stream", |e| e.2)
+        self.entry().map_or("application/octet-stream", |e| e.mime)
     }
 
     /// Whether bytes of the format may hold an animation (GIF, WebP, APNG), whose frames

@@ -27,46 +27,100 @@ impl Format for Tiff {
 
     fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
         check_first_ifd(bytes)?;
-        if let Some((w, h, orientation)) = refused_kind_header(bytes) {
+        let first = FirstImage::read(bytes);
+        if let (Kind::YCbCr8 | Kind::Fax3, Some((w, h, orientation))) = (first.kind, first.size) {
             return Ok(Header {
                 orientation: Orientation::from_exif(orientation)
                     .unwrap_or(Orientation::NoTransforms),
-                ..Header::plain(w, h, false, Pixels { dims: (w, h) })
+                ..Header::plain(
+                    w,
+                    h,
+                    false,
+                    TiffSource {
+                        dims: (w, h),
+                        kind: first.kind,
+                    },
+                )
             });
         }
         let mut header = image_decoders::open(bytes, ImageFormat::Tiff, limits)?;
         header.icc = header.icc.or_else(|| icc_profile(bytes));
-        header.decoder = Box::new(Pixels {
+        header.decoder = Box::new(TiffSource {
             dims: (header.width, header.height),
+            kind: first.kind,
         });
         Ok(header)
     }
 }
 
-/// A TIFF's decode: the `tiff` crate for the kinds below, the `image` crate otherwise.
-struct Pixels {
-    dims: (u32, u32),
+/// The kinds of first image this module decodes itself, rather than the `image` crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// 8-bit CMYK: through its CMYK profile when it has one.
+    Cmyk8,
+    /// 8-bit YCbCr, which the `image` crate refuses.
+    YCbCr8,
+    /// Group 3 fax, which the `tiff` crate does not decode.
+    Fax3,
+    Other,
 }
 
-impl super::Decoder for Pixels {
+/// What the first IFD says, read once at `open` for the decode to follow.
+struct FirstImage {
+    kind: Kind,
+    /// Size and EXIF-style orientation, when readable.
+    size: Option<(u32, u32, u8)>,
+}
+
+impl FirstImage {
+    fn read(bytes: &[u8]) -> Self {
+        let Ok(mut d) = Decoder::new(Cursor::new(bytes)) else {
+            return FirstImage {
+                kind: Kind::Other,
+                size: None,
+            };
+        };
+        let kind = match d.colortype().ok() {
+            Some(ColorType::CMYK(8)) => Kind::Cmyk8,
+            Some(ColorType::YCbCr(8)) => Kind::YCbCr8,
+            _ if d.get_tag_u32(Tag::Compression).ok() == Some(COMPRESSION_FAX3) => Kind::Fax3,
+            _ => Kind::Other,
+        };
+        let size = d.dimensions().ok().map(|(w, h)| {
+            let orientation = d
+                .find_tag_unsigned::<u8>(Tag::Orientation)
+                .ok()
+                .flatten()
+                .unwrap_or(1);
+            (w, h, orientation)
+        });
+        FirstImage { kind, size }
+    }
+}
+
+/// A TIFF's decode: the `tiff` crate for the kinds above, the `image` crate otherwise.
+struct TiffSource {
+    dims: (u32, u32),
+    kind: Kind,
+}
+
+impl super::Decoder for TiffSource {
     fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
         let (bytes, max_alloc) = (at.bytes, at.limits.max_alloc());
         let whole = || image_decoders::decode(bytes, ImageFormat::Tiff, at.limits, self.dims);
-        if let Some(icc) = at.icc.filter(|_| is_cmyk8(bytes)) {
-            return Ok(match decode_cmyk(bytes, icc, max_alloc) {
-                Some(managed) => Decoded {
-                    image: managed?,
-                    profile_applied: true,
-                },
-                None => Decoded::pixels(whole()?),
-            });
-        }
-        let image = if is_ycbcr8(bytes) {
-            decode_ycbcr(bytes, max_alloc)?
-        } else if is_fax3(bytes) {
-            decode_fax3(bytes, max_alloc)?
-        } else {
-            whole()?
+        let image = match (self.kind, at.icc) {
+            (Kind::Cmyk8, Some(icc)) => {
+                return Ok(match decode_cmyk(bytes, icc, max_alloc) {
+                    Some(managed) => Decoded {
+                        image: managed?,
+                        profile_applied: true,
+                    },
+                    None => Decoded::pixels(whole()?),
+                })
+            }
+            (Kind::YCbCr8, _) => decode_ycbcr(bytes, max_alloc)?,
+            (Kind::Fax3, _) => decode_fax3(bytes, max_alloc)?,
+            _ => whole()?,
         };
         Ok(Decoded::pixels(image))
     }
@@ -82,22 +136,6 @@ fn decoder(bytes: &[u8], max_alloc: u64) -> Result<Decoder<Cursor<&[u8]>>, Proce
     Ok(Decoder::new(Cursor::new(bytes))
         .map_err(undecodable)?
         .with_limits(limits))
-}
-
-/// Size and EXIF-style orientation of the first image, for the TIFF kinds this module decodes
-/// and the `image` crate refuses (YCbCr, Group 3 fax); `None` for every other TIFF.
-fn refused_kind_header(bytes: &[u8]) -> Option<(u32, u32, u8)> {
-    if !is_ycbcr8(bytes) && !is_fax3(bytes) {
-        return None;
-    }
-    let mut d = Decoder::new(Cursor::new(bytes)).ok()?;
-    let (w, h) = d.dimensions().ok()?;
-    let orientation = d
-        .find_tag_unsigned::<u8>(Tag::Orientation)
-        .ok()
-        .flatten()
-        .unwrap_or(1);
-    Some((w, h, orientation))
 }
 
 /// Bytes of one IFD entry: tag, type, count and value or offset.
@@ -150,13 +188,6 @@ fn icc_profile(bytes: &[u8]) -> Option<Vec<u8>> {
     d.get_tag_u8_vec(Tag::IccProfile).ok()
 }
 
-/// Whether the first image is 8-bit YCbCr.
-fn is_ycbcr8(bytes: &[u8]) -> bool {
-    Decoder::new(Cursor::new(bytes))
-        .and_then(|mut d| d.colortype())
-        .is_ok_and(|c| c == ColorType::YCbCr(8))
-}
-
 /// TIFF compression 7: JPEG, whose codec already returns RGB.
 const COMPRESSION_JPEG: u32 = 7;
 /// Tags the `tiff` crate does not name.
@@ -207,13 +238,6 @@ fn decode_ycbcr(bytes: &[u8], max_alloc: u64) -> Result<DynamicImage, ProcessErr
         .ok_or_else(|| undecodable("YCbCr buffer size mismatch"))
 }
 
-/// Whether the first image is 8-bit chunky CMYK (the layout [`decode_cmyk`] reads).
-fn is_cmyk8(bytes: &[u8]) -> bool {
-    Decoder::new(Cursor::new(bytes))
-        .and_then(|mut d| d.colortype())
-        .is_ok_and(|c| c == ColorType::CMYK(8))
-}
-
 /// Decodes an 8-bit CMYK TIFF through its CMYK profile to sRGB. `None` when the profile is not
 /// a usable CMYK profile (the caller then takes the ordinary path).
 fn decode_cmyk(
@@ -242,13 +266,6 @@ fn decode_cmyk(
 
 /// TIFF compression 3: CCITT T.4 (Group 3 fax).
 const COMPRESSION_FAX3: u32 = 3;
-
-/// Whether the first image is Group 3 fax-compressed.
-fn is_fax3(bytes: &[u8]) -> bool {
-    Decoder::new(Cursor::new(bytes))
-        .and_then(|mut d| d.get_tag_u32(Tag::Compression))
-        .is_ok_and(|c| c == COMPRESSION_FAX3)
-}
 
 /// Decodes the first image of a Group 3 fax TIFF to grey (black and white). Lines the data
 /// does not reach stay white, like a fax machine's paper.

@@ -1,6 +1,7 @@
 //! WebP: every RIFF chunk held to the bytes present at `open` (an `ANMF` of 4 GB in 68 bytes
-//! is refused, not walked); the canvas read from the first chunk (the `image` crate wraps a
-//! 16384-pixel lossless side to 0); EXIF orientation from the `EXIF` chunk; frames and plays
+//! is refused, not walked) in the same walk that finds the `EXIF` chunk (the orientation; some
+//! writers prefix its TIFF structure with `Exif\0\0`); the canvas read from the first chunk
+//! (the `image` crate wraps a 16384-pixel lossless side to 0); frames and plays
 //! from `ANMF` and `ANIM`. Stills decode through libwebp, animations' first frame through the
 //! `image` crate.
 
@@ -22,26 +23,26 @@ impl Format for Webp {
     }
 
     fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
-        Chunks::new(bytes)
-            .try_for_each(|chunk| chunk.map(drop))
-            .map_err(|e| super::undecodable("WebP", e))?;
+        // One walk: every chunk held to the bytes, and the first `EXIF` kept.
+        let mut exif = None;
+        for chunk in Chunks::new(bytes) {
+            let (fourcc, data) = chunk.map_err(|e| super::undecodable("WebP", e))?;
+            if fourcc == b"EXIF" && exif.is_none() {
+                exif = Some(data.strip_prefix(b"Exif\0\0").unwrap_or(data));
+            }
+        }
         if let Some((w, h)) = declared_size(bytes) {
             if u64::from(w) * u64::from(h) > limits.max_pixels {
                 return Err(ProcessError::too_many_pixels(w, h, limits.max_pixels));
             }
         }
-        let read = image_decoders::header(bytes, ImageFormat::WebP, limits)?;
-        let orientation = super::exif_orientation(exif(bytes));
-        Ok(Header {
-            width: read.width,
-            height: read.height,
-            has_alpha: read.has_alpha,
-            orientation,
-            icc: read.icc,
-            decoder: Box::new(Pixels {
-                dims: (read.width, read.height),
-            }),
-        })
+        // The image crate's header, its orientation the EXIF chunk's (which it ignores).
+        let mut header = image_decoders::open(bytes, ImageFormat::WebP, limits)?;
+        header.orientation = super::exif_orientation(exif);
+        header.decoder = Box::new(WebpSource {
+            dims: (header.width, header.height),
+        });
+        Ok(header)
     }
 
     /// `ANMF` chunks of a file with an `ANIM` chunk (whose loop count is the plays), as far
@@ -71,14 +72,6 @@ impl Format for Webp {
     }
 }
 
-/// The TIFF structure inside the `EXIF` chunk (some writers prefix it with `Exif\0\0`).
-fn exif(bytes: &[u8]) -> Option<&[u8]> {
-    Chunks::new(bytes)
-        .map_while(Result::ok)
-        .find(|(fourcc, _)| *fourcc == b"EXIF")
-        .map(|(_, data)| data.strip_prefix(b"Exif\0\0").unwrap_or(data))
-}
-
 /// The canvas the first chunk declares (`VP8X` canvas or `VP8L` header).
 fn declared_size(bytes: &[u8]) -> Option<(u32, u32)> {
     match bytes.get(12..16)? {
@@ -91,11 +84,13 @@ fn declared_size(bytes: &[u8]) -> Option<(u32, u32)> {
     }
 }
 
-struct Pixels {
+/// A WebP's decode: libwebp for a still, the `image` crate for the rest (`dims`, the
+/// header's size, names a refusal by the allocation limit).
+struct WebpSource {
     dims: (u32, u32),
 }
 
-impl Decoder for Pixels {
+impl Decoder for WebpSource {
     fn decode(&self, at: &DecodeAt<'_>) -> Result<Decoded, ProcessError> {
         let image = match still(at.bytes) {
             Some(image) => image,
