@@ -88,7 +88,16 @@ fn open_headers<'a>(
 
 /// Reads the header only: format, stored size, alpha. Enforces the pixel limit.
 pub fn probe(bytes: &[u8], limits: &Limits) -> Result<SourceInfo, ProcessError> {
-    open(bytes, limits).map(|s| s.info)
+    probe_upright(bytes, limits).map(|(info, _)| info)
+}
+
+/// [`probe`], and the size once orientation is applied ([`Source::upright_size`]): what an
+/// index of originals keeps so that routing a variant needs no header read.
+pub fn probe_upright(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(SourceInfo, (u32, u32)), ProcessError> {
+    open(bytes, limits).map(|s| (s.info, s.upright_size()))
 }
 
 fn swaps_axes(o: Orientation) -> bool {

@@ -45,7 +45,7 @@ mod webp_anim;
 #[allow(unsafe_code)]
 mod webp_encode;
 
-pub use decode::{probe, Limits, SourceInfo};
+pub use decode::{probe, probe_upright, Limits, SourceInfo};
 pub use error::{decoder_panics, ProcessError, ProcessFailure};
 pub use facts::{Facts, FACTS_VERSION};
 pub use fingerprint::{Fingerprint, Guards, FINGERPRINT_VERSION};

@@ -22,6 +22,20 @@ fn io(context: &str, path: &Path, e: std::io::Error) -> BlobError {
     BlobError::Io(format!("{context} {}: {e}", path.display()))
 }
 
+/// What `op` on `path` gave, or `None` when the file is not there: absence is an answer
+/// here (a miss, or a delete already done), never an error.
+async fn unless_absent<T>(
+    op: impl std::future::Future<Output = std::io::Result<T>>,
+    context: &str,
+    path: &Path,
+) -> Result<Option<T>, BlobError> {
+    match op.await {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(context, path, e)),
+    }
+}
+
 impl FsBlobStore {
     /// Opens (creating if needed) a store rooted at `root`.
     pub fn open(root: &Path) -> Result<FsBlobStore, BlobError> {
@@ -122,29 +136,20 @@ impl BlobStore for FsBlobStore {
 
     async fn get(&self, hash: &ContentHash) -> Result<Option<Bytes>, BlobError> {
         let path = self.path(hash);
-        match tokio::fs::read(&path).await {
-            Ok(bytes) => Ok(Some(Bytes::from(bytes))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io("cannot read", &path, e)),
-        }
+        let bytes = unless_absent(tokio::fs::read(&path), "cannot read", &path).await?;
+        Ok(bytes.map(Bytes::from))
     }
 
     async fn size(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
         let path = self.path(hash);
-        match tokio::fs::metadata(&path).await {
-            Ok(m) => Ok(Some(m.len())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io("cannot stat", &path, e)),
-        }
+        let meta = unless_absent(tokio::fs::metadata(&path), "cannot stat", &path).await?;
+        Ok(meta.map(|m| m.len()))
     }
 
     async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
         let path = self.path(hash);
-        match tokio::fs::remove_file(&path).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("cannot delete", &path, e)),
-        }
+        unless_absent(tokio::fs::remove_file(&path), "cannot delete", &path).await?;
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<ContentHash>, BlobError> {
@@ -196,20 +201,14 @@ impl BlobStore for FsBlobStore {
 
     async fn get_variant(&self, name: &VariantObject) -> Result<Option<Bytes>, BlobError> {
         let path = self.root.join(name.key());
-        match tokio::fs::read(&path).await {
-            Ok(bytes) => Ok(Some(Bytes::from(bytes))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io("cannot read", &path, e)),
-        }
+        let bytes = unless_absent(tokio::fs::read(&path), "cannot read", &path).await?;
+        Ok(bytes.map(Bytes::from))
     }
 
     async fn modified_ms(&self, hash: &ContentHash) -> Result<Option<u64>, BlobError> {
         let path = self.path(hash);
-        match tokio::fs::metadata(&path).await {
-            Ok(m) => Ok(Some(modified(&m))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io("cannot stat", &path, e)),
-        }
+        let meta = unless_absent(tokio::fs::metadata(&path), "cannot stat", &path).await?;
+        Ok(meta.map(|m| modified(&m)))
     }
 
     async fn list_variants(&self) -> Result<Vec<(VariantObject, u64)>, BlobError> {
@@ -245,11 +244,7 @@ impl BlobStore for FsBlobStore {
     async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {
         for name in names {
             let path = self.root.join(name.key());
-            match tokio::fs::remove_file(&path).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io("cannot delete", &path, e)),
-            }
+            unless_absent(tokio::fs::remove_file(&path), "cannot delete", &path).await?;
         }
         Ok(())
     }
@@ -259,10 +254,16 @@ impl BlobStore for FsBlobStore {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn put_is_idempotent_and_content_addressed() {
+    /// A store in a fresh temp dir (kept alive by the dir returned with it).
+    fn store_in_temp() -> (tempfile::TempDir, FsBlobStore) {
         let dir = tempfile::tempdir().unwrap();
         let store = FsBlobStore::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn put_is_idempotent_and_content_addressed() {
+        let (dir, store) = store_in_temp();
         let bytes = Bytes::from_static(b"hello blob");
         let hash = ContentHash::of(&bytes);
         assert_eq!(store.get(&hash).await.unwrap(), None);
@@ -296,8 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn new_fan_out_directories_are_created_on_the_way() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = FsBlobStore::open(dir.path()).unwrap();
+        let (dir, store) = store_in_temp();
         let bytes = Bytes::from_static(b"fan out");
         let hash = ContentHash::of(&bytes);
         store.put_if_absent(&hash, bytes).await.unwrap();

@@ -1,58 +1,154 @@
-//! The maps' memory caches, built here for every backend alike: originals entries by hash
-//! (recently read or written, bounded by count), and URL entries (bounded by the bytes they
-//! hold, since URLs may be kilobytes long). Each backend decides when to fill and forget
-//! them, as its own consistency rules say (redb under its write lock, PostgreSQL on a
-//! freshness window); what they hold and how much is decided once, here.
+//! The maps' memory, one wrapper over any backend: [`Cached`] answers the two reads every
+//! request by URL makes (its URL entry, its original's index entry) from memory, and passes
+//! everything else to the store it wraps. Backends keep no memory of their rows; they only
+//! say, by [`Claims::shared`], whether other processes write them too:
+//!
+//! - **a store of one process's own** (the embedded file) is remembered without a time
+//!   limit: every write goes through this wrapper, so memory follows the store exactly
+//!   (a hop to redb's blocking pool costs more than the read: a fifth of the hit path's
+//!   throughput, measured);
+//! - **a shared store** (PostgreSQL) is remembered for [`URL_FRESH_FOR`], since another node
+//!   may change an entry; and the last URL entry seen is kept apart, answered only while the
+//!   store does not answer, so an outage costs hot hits nothing.
+//!
+//! Originals entries are remembered in both (content-addressed, they change only when facts
+//! are added or a removal drops them); the purge generation drops everything
+//! ([`MapStore::drop_memory`]).
+//!
+//! A write never puts a value in memory, it forgets the key ([`Coherent`]): two writes of one
+//! key could otherwise land in memory in the other order than in the store, and a read that
+//! raced a write could put back what the write replaced.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
+use super::{
+    Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted, Fingerprints, MapError,
+    MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns, UrlEntry, UrlMap,
+    VariantKey, VariantRow, VariantTotals, Variants,
+};
 use crate::hash::ContentHash;
 
-use super::{MapError, OriginalInfo, UrlEntry};
-
-/// Originals entries kept in memory, per backend.
+/// Originals entries kept in memory.
 const RECENT_ORIGINALS: u64 = 100_000;
-
-/// A cache of originals entries by hash, bounded by [`RECENT_ORIGINALS`].
-pub(crate) fn recent_originals() -> moka::sync::Cache<ContentHash, OriginalInfo> {
-    moka::sync::Cache::new(RECENT_ORIGINALS)
-}
-
-/// The entry of `hash`: from `cache`, or read by `read` and kept there when found. Every
-/// backend's `Originals::original` is this over its own read.
-pub(crate) async fn original_through<F>(
-    cache: &moka::sync::Cache<ContentHash, OriginalInfo>,
-    hash: &ContentHash,
-    read: F,
-) -> Result<Option<OriginalInfo>, MapError>
-where
-    F: std::future::Future<Output = Result<Option<OriginalInfo>, MapError>>,
-{
-    if let Some(info) = cache.get(hash) {
-        return Ok(Some(info));
-    }
-    let info = read.await?;
-    if let Some(info) = &info {
-        cache.insert(*hash, info.clone());
-    }
-    Ok(info)
-}
 
 /// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes
 /// long, so these caches are bounded by what they hold, not by how many entries (issue 28:
 /// a cap of 100,000 entries let 60 KB URLs take gigabytes).
 const URL_CACHE_BYTES: u64 = 32 << 20;
 
-/// A cache of URL entries (or of their absence) bounded by [`URL_CACHE_BYTES`], counting the
-/// URL, the entry's strings and a fixed cost for the rest, with an optional time to live.
-pub(crate) fn url_entry_cache<V>(time_to_live: Option<Duration>) -> moka::sync::Cache<String, V>
+/// How long a node answers a shared store's URL entry from memory before asking the store
+/// again. Another node's revalidation reaches this node at most this late, which
+/// `fetch.revalidate_after` (minutes) does not notice; in exchange a hot variant by URL costs
+/// no round trip (measured on PostgreSQL: a third of the hit path's throughput).
+pub const URL_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// Stripes of keys that share a write generation: a write makes reads of its stripe that
+/// were under way leave nothing in memory; more stripes, fewer such needless misses.
+const STRIPES: usize = 64;
+
+/// A memory of a store's entries that a read cannot fill with a value a concurrent write
+/// replaced. Writers call [`Coherent::changed`] after writing; a reader takes a [`Ticket`]
+/// before it reads the store and hands it to [`Coherent::fill`], which keeps the value only
+/// if no write of the key's stripe ended in between (checked after the insert, so a write
+/// that ends at any moment either sees the value to forget or is seen by the reader).
+struct Coherent<K, V> {
+    memory: moka::sync::Cache<K, V>,
+    generations: Arc<[AtomicU64]>,
+}
+
+impl<K, V> Clone for Coherent<K, V> {
+    fn clone(&self) -> Self {
+        Coherent {
+            memory: self.memory.clone(),
+            generations: self.generations.clone(),
+        }
+    }
+}
+
+/// A read's place in its key's stripe of writes ([`Coherent::ticket`]).
+#[derive(Clone, Copy)]
+struct Ticket {
+    stripe: usize,
+    generation: u64,
+}
+
+impl<K, V> Coherent<K, V>
 where
-    V: UrlCached + Clone + Send + Sync + 'static,
+    K: Hash + Eq + Send + Sync + Clone + 'static,
+    V: Clone + Send + Sync + 'static,
 {
+    fn new(memory: moka::sync::Cache<K, V>) -> Self {
+        Coherent {
+            memory,
+            generations: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn stripe<Q: Hash + ?Sized>(key: &Q) -> usize {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut hasher);
+        (hasher.finish() % STRIPES as u64) as usize
+    }
+
+    fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.memory.get(key)
+    }
+
+    fn ticket<Q: Hash + ?Sized>(&self, key: &Q) -> Ticket {
+        let stripe = Self::stripe(key);
+        Ticket {
+            stripe,
+            generation: self.generations[stripe].load(Ordering::SeqCst),
+        }
+    }
+
+    /// Keeps what a read that took `ticket` found, unless a write ended since.
+    fn fill(&self, key: K, value: V, ticket: Ticket) {
+        self.memory.insert(key.clone(), value);
+        if self.generations[ticket.stripe].load(Ordering::SeqCst) != ticket.generation {
+            self.memory.invalidate(&key);
+        }
+    }
+
+    /// After a write of `key` (whether or not it succeeded: a failed commit may still have
+    /// landed): forgets it, and any read under way.
+    fn changed<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.generations[Self::stripe(key)].fetch_add(1, Ordering::SeqCst);
+        self.memory.invalidate(key);
+    }
+
+    /// After a write of keys not known here: forgets everything, and any read under way.
+    fn clear(&self) {
+        for generation in self.generations.iter() {
+            generation.fetch_add(1, Ordering::SeqCst);
+        }
+        self.memory.invalidate_all();
+    }
+}
+
+/// A cache of URL entries bounded by [`URL_CACHE_BYTES`], counting the URL, the entry's
+/// strings and a fixed cost for the rest, with an optional time to live.
+fn url_entry_cache(time_to_live: Option<Duration>) -> moka::sync::Cache<String, UrlEntry> {
     let builder = moka::sync::Cache::builder()
         .max_capacity(URL_CACHE_BYTES)
-        .weigher(|url: &String, value: &V| {
-            u32::try_from(url.len() + value.held_bytes()).unwrap_or(u32::MAX)
+        .weigher(|url: &String, entry: &UrlEntry| {
+            let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+            let held = 160 + text(&entry.etag) + text(&entry.last_modified);
+            u32::try_from(url.len() + held).unwrap_or(u32::MAX)
         });
     match time_to_live {
         Some(ttl) => builder.time_to_live(ttl).build(),
@@ -60,21 +156,325 @@ where
     }
 }
 
-/// What a URL cache's value holds in memory, about (its strings, plus a fixed cost for the
-/// rest and the cache's own bookkeeping).
-pub(crate) trait UrlCached {
-    fn held_bytes(&self) -> usize;
+/// A map store with its memory: what [`super::open_backend`] hands out for every backend.
+pub struct Cached<S> {
+    store: S,
+    originals: Coherent<ContentHash, OriginalInfo>,
+    urls: Coherent<String, UrlEntry>,
+    /// Shared stores only: the URL entries last read or written, answered while the store
+    /// does not answer.
+    last_seen_urls: Option<moka::sync::Cache<String, UrlEntry>>,
 }
 
-impl UrlCached for UrlEntry {
-    fn held_bytes(&self) -> usize {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        160 + text(&self.etag) + text(&self.last_modified)
+impl<S: Clone> Clone for Cached<S> {
+    fn clone(&self) -> Self {
+        Cached {
+            store: self.store.clone(),
+            originals: self.originals.clone(),
+            urls: self.urls.clone(),
+            last_seen_urls: self.last_seen_urls.clone(),
+        }
     }
 }
 
-impl UrlCached for Option<UrlEntry> {
-    fn held_bytes(&self) -> usize {
-        self.as_ref().map_or(64, UrlCached::held_bytes)
+impl<S: MapStore> Cached<S> {
+    /// `store` with memory as its sharing allows (see the module's doc).
+    pub fn new(store: S) -> Self {
+        let shared = store.shared();
+        Cached {
+            originals: Coherent::new(moka::sync::Cache::new(RECENT_ORIGINALS)),
+            urls: Coherent::new(url_entry_cache(shared.then_some(URL_FRESH_FOR))),
+            last_seen_urls: shared.then(|| url_entry_cache(None)),
+            store,
+        }
+    }
+
+    /// Reads a URL entry from the store and remembers what it found; while the store does
+    /// not answer, a shared store's entry as last seen.
+    async fn read_url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        let ticket = self.urls.ticket(url);
+        match self.store.url_now(url).await {
+            Ok(entry) => {
+                // Only what exists is kept: a URL that is not in the map (one the guard is
+                // about to refuse, say) leaves nothing in memory behind it (issue 28).
+                match &entry {
+                    Some(found) => {
+                        self.urls.fill(url.to_string(), found.clone(), ticket);
+                        self.saw(url, Some(found));
+                    }
+                    None => self.saw(url, None),
+                }
+                Ok(entry)
+            }
+            Err(e) => match self.last_seen_urls.as_ref().and_then(|seen| seen.get(url)) {
+                Some(entry) => {
+                    tracing::debug!(%url, error = %e, "maps unavailable; URL entry as last seen");
+                    Ok(Some(entry))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Keeps (or forgets) the entry a shared store's outage is answered with.
+    fn saw(&self, url: &str, entry: Option<&UrlEntry>) {
+        if let Some(seen) = &self.last_seen_urls {
+            match entry {
+                Some(entry) => seen.insert(url.to_string(), entry.clone()),
+                None => seen.invalidate(url),
+            }
+        }
+    }
+
+    /// After a write of URL entries not known here.
+    fn urls_dropped(&self) {
+        self.urls.clear();
+        if let Some(seen) = &self.last_seen_urls {
+            seen.invalidate_all();
+        }
+    }
+}
+
+#[async_trait]
+impl<S: MapStore> UrlMap for Cached<S> {
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        if let Some(known) = self.urls.get(url) {
+            return Ok(Some(known));
+        }
+        self.read_url(url).await
+    }
+
+    async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        if !self.store.shared() {
+            // Memory follows the store exactly.
+            return self.url(url).await;
+        }
+        self.read_url(url).await
+    }
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
+        let written = self.store.put_url(url, entry).await;
+        self.urls.changed(url);
+        self.saw(url, written.is_ok().then_some(entry));
+        written
+    }
+
+    async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        let removed = self.store.remove_url(url).await;
+        self.urls.changed(url);
+        self.saw(url, None);
+        removed
+    }
+
+    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.store.urls().await
+    }
+
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.store.urls_of(hash).await
+    }
+
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        let written = self.store.mark_urls_requested(requested).await;
+        for (url, _) in requested {
+            self.urls.changed(url.as_str());
+        }
+        written
+    }
+
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
+        let forgotten = self.store.forget_urls(unused_since_ms).await;
+        if !matches!(forgotten, Ok(0)) {
+            self.urls_dropped();
+        }
+        forgotten
+    }
+
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        self.store.url_bytes().await
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        let evicted = self.store.evict_urls(target_bytes).await;
+        if !matches!(evicted, Ok(0)) {
+            self.urls_dropped();
+        }
+        evicted
+    }
+}
+
+#[async_trait]
+impl<S: MapStore> Originals for Cached<S> {
+    async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        if let Some(info) = self.originals.get(hash) {
+            return Ok(Some(info));
+        }
+        let ticket = self.originals.ticket(hash);
+        let info = self.store.original(hash).await?;
+        if let Some(info) = &info {
+            self.originals.fill(*hash, info.clone(), ticket);
+        }
+        Ok(info)
+    }
+
+    async fn add_original(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        // The first sighting wins: an entry in memory is the one the store keeps.
+        self.store.add_original(hash, info).await
+    }
+
+    async fn record_download(
+        &self,
+        url: &str,
+        entry: &UrlEntry,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        let recorded = self.store.record_download(url, entry, info).await;
+        self.urls.changed(url);
+        self.saw(url, recorded.is_ok().then_some(entry));
+        recorded
+    }
+
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
+        let written = self.store.put_facts(hash, facts).await;
+        self.originals.changed(hash);
+        written
+    }
+
+    async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
+        let removed = self.store.remove_original(hash).await;
+        self.originals.changed(hash);
+        removed
+    }
+
+    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
+        self.store.original_hashes().await
+    }
+}
+
+/// A role this wrapper keeps no memory for: each listed call is the store's, and the
+/// items after `;` are written out (the trait's defaults must not answer for the store's).
+macro_rules! store_answers {
+    ($role:ident { $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)* } $($rest:tt)*) => {
+        #[async_trait]
+        impl<S: MapStore> $role for Cached<S> {
+            $(async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, MapError> {
+                self.store.$name($($arg),*).await
+            })*
+            $($rest)*
+        }
+    };
+}
+
+store_answers!(Fingerprints {
+    fn fingerprint(&self, hash: &ContentHash) -> Option<Fingerprinted>;
+    fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ();
+    fn near(&self, phash: u64, radius: u32) -> Vec<NearMatch>;
+    fn unfingerprinted(&self, after: Option<ContentHash>, limit: usize) -> Vec<ContentHash>;
+    fn fingerprints(&self) -> Vec<(ContentHash, Fingerprint)>;
+    fn alias(&self, hash: &ContentHash) -> Option<ContentHash>;
+    fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> ();
+    fn remove_aliases(&self, hash: &ContentHash) -> u64;
+});
+
+store_answers!(Variants {
+    fn variant(&self, key: &VariantKey) -> Option<VariantRow>;
+    fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> ();
+    fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> ();
+    fn variant_bytes(&self) -> u64;
+    fn evict_variants(&self, target_bytes: u64) -> Evicted;
+    fn variant_keys(&self) -> Vec<VariantKey>;
+    fn remove_variants(&self, keys: &[VariantKey]) -> u64;
+    fn variants_of(&self, hash: &ContentHash) -> Vec<(VariantKey, u64)>;
+    fn variant_totals(&self) -> VariantTotals;
+    fn put_variant_claimed(&self, key: &VariantKey, row: &VariantRow, claim: &Claim) -> ();
+}
+    fn holds_variant_bytes(&self) -> bool {
+        self.store.holds_variant_bytes()
+    }
+);
+
+store_answers!(Takedowns {
+    fn take_down(&self, hash: &ContentHash, at_ms: u64) -> bool;
+    fn lift_takedown(&self, hash: &ContentHash) -> bool;
+    fn takedowns(&self) -> Vec<(ContentHash, u64)>;
+    fn is_taken_down(&self, hash: &ContentHash) -> bool;
+    fn purge_generation(&self) -> u64;
+    fn bump_purge_generation(&self) -> u64;
+});
+
+store_answers!(Claims {
+    fn try_claim(&self, key: &str, owner: &str, token: i64, ttl: Duration) -> ClaimOutcome;
+    fn renew_claim(&self, claim: &Claim, new_token: i64, ttl: Duration) -> bool;
+    fn release_claim(&self, claim: &Claim) -> ();
+}
+    fn shared(&self) -> bool {
+        self.store.shared()
+    }
+);
+
+#[async_trait]
+impl<S: MapStore> MapStore for Cached<S> {
+    fn drop_memory(&self) {
+        // Originals are content-addressed, but a takedown removes them, and another node's
+        // removal must not be answered from here; URL entries it removed likewise.
+        self.originals.clear();
+        self.urls_dropped();
+        self.store.drop_memory();
+    }
+
+    async fn flush(&self) -> Result<(), MapError> {
+        self.store.flush().await
+    }
+
+    async fn compact(&self) -> Result<bool, MapError> {
+        self.store.compact().await
+    }
+
+    async fn check(&self) -> Result<(), MapError> {
+        self.store.check().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory() -> Coherent<String, u32> {
+        Coherent::new(moka::sync::Cache::new(16))
+    }
+
+    #[test]
+    fn a_read_that_raced_a_write_keeps_nothing() {
+        let memory = memory();
+        let ticket = memory.ticket("k");
+        // The read found the old value; the write ended before the read came back.
+        memory.changed("k");
+        memory.fill("k".to_string(), 1, ticket);
+        assert_eq!(memory.get("k"), None);
+    }
+
+    #[test]
+    fn a_read_with_no_write_in_between_is_kept() {
+        let memory = memory();
+        let ticket = memory.ticket("k");
+        memory.fill("k".to_string(), 1, ticket);
+        assert_eq!(memory.get("k"), Some(1));
+        memory.changed("k");
+        assert_eq!(memory.get("k"), None, "a write forgets the key");
+    }
+
+    #[test]
+    fn clearing_forgets_every_key_and_every_read_under_way() {
+        let memory = memory();
+        memory.fill("a".to_string(), 1, memory.ticket("a"));
+        let ticket = memory.ticket("b");
+        memory.clear();
+        memory.fill("b".to_string(), 2, ticket);
+        assert_eq!(memory.get("a"), None);
+        assert_eq!(memory.get("b"), None);
     }
 }

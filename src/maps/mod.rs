@@ -7,6 +7,8 @@
 //! own and owns its encoding: `redb/` (one file under the data dir, the embedded default) and
 //! `postgres/` (one database shared by many nodes, `maps.url`). Each implements [`MapStore`],
 //! passes `tests/it/maps_contract.rs`, and is chosen in [`open`] by `config::MapsBackend`.
+//! Backends keep no memory of their rows: [`open_backend`] wraps every one in
+//! [`Cached`] (`cache.rs`), the one memory of URL and originals entries.
 //!
 //! A variant's row is kept apart from where its bytes live ([`VariantBody`]): the embedded
 //! backend keeps them in its file (with the row, or in page-sized pieces beside it for large
@@ -38,13 +40,14 @@ use imgcas_processors::{OutputFormat, ProcessFailure};
 use crate::config::{Config, MapsBackend};
 use crate::hash::ContentHash;
 
-pub(crate) mod cache;
+pub mod cache;
 pub mod near;
 pub mod postgres;
 pub mod redb;
 
-pub use self::postgres::PostgresMaps;
-pub use self::redb::RedbMaps;
+pub use self::cache::Cached;
+pub use self::postgres::{PostgresMaps, PostgresStore};
+pub use self::redb::{RedbMaps, RedbStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
@@ -110,6 +113,11 @@ pub struct OriginalInfo {
     /// Stored dimensions from the header (before EXIF orientation), when readable.
     pub width: Option<u32>,
     pub height: Option<u32>,
+    /// Width and height once orientation (EXIF, AVIF's rotation and crop) is applied, from
+    /// the header, when readable; `None` in entries written before the index kept it (a
+    /// variant's routing then reads the original's header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upright: Option<(u32, u32)>,
     pub has_alpha: bool,
     pub bytes: u64,
     pub first_seen_ms: u64,

@@ -78,7 +78,8 @@ fn is_fresh(entry: &UrlEntry, revalidate_after: Duration) -> bool {
 /// Hash and header facts of any bytes, given what the probe read of them, if anything
 /// (downloads are stored even when they are no image: the processing error is then cached
 /// per spec like any result).
-fn describe(bytes: &[u8], probe: Option<SourceInfo>) -> (ContentHash, OriginalInfo) {
+fn describe(bytes: &[u8], probe: Option<(SourceInfo, (u32, u32))>) -> (ContentHash, OriginalInfo) {
+    let (probe, upright) = probe.unzip();
     let hash = ContentHash::of(bytes);
     let info = OriginalInfo {
         // The probe's format; sniffed here only when the probe failed (bytes that are no
@@ -89,6 +90,7 @@ fn describe(bytes: &[u8], probe: Option<SourceInfo>) -> (ContentHash, OriginalIn
             .map(|f| f.name().to_string()),
         width: probe.map(|p| p.width),
         height: probe.map(|p| p.height),
+        upright,
         has_alpha: probe.is_some_and(|p| p.has_alpha),
         bytes: bytes.len() as u64,
         first_seen_ms: now_ms(),
@@ -112,7 +114,7 @@ impl Pipeline {
         let slot = self.shared.admission.side_work(Urgency::Request).await;
         blocking(move || {
             let _slot = slot;
-            let probe = match processors::probe(&bytes, &limits) {
+            let probe = match processors::probe_upright(&bytes, &limits) {
                 Ok(info) => Some(info),
                 Err(e) if readable => return Err(e.into()),
                 Err(_) => None,

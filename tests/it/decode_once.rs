@@ -289,3 +289,40 @@ async fn a_new_originals_facts_and_fingerprint_take_the_requests_decode() {
     assert!(response.bytes().await.expect("body") == offline(&original, 200));
     app.stop().await;
 }
+
+/// Which of an original's variants its mezzanine serves can hang on the orientation: at 450
+/// px wide, a 4000 × 3000 picture upright keeps the margin the mezzanine needs, the same
+/// picture turned a quarter does not. The originals index keeps the upright size, so routing
+/// such a spec reads nothing of the original: with its blob gone, a fresh process (nothing
+/// in memory) still makes the variant from the stored mezzanine, as offline makes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routing_by_orientation_reads_nothing_of_the_original() {
+    let original = large_photo(11);
+    let storage = Restartable::new().await;
+    let on_disk = |c: &mut imgcas::config::Config| {
+        c.storage.backend = imgcas::config::StorageBackend::Fs;
+        c.maps.url = None;
+    };
+    let app = storage.spawn(on_disk).await;
+    let hash = upload_hash(&app, &original).await;
+    // 300 px is made from the mezzanine whichever way the picture is turned: its build
+    // stores the mezzanine.
+    variant(&app, &hash, 300).await;
+    assert_eq!(app.stats().mezzanines_built, 1);
+    app.pipeline.settle().await;
+    app.stop().await;
+
+    let id: imgcas::hash::ContentHash = hash.parse().expect("a hash");
+    std::fs::remove_file(storage.path().join(imgcas::blob::key_for(&id)))
+        .expect("the original's blob");
+    let app = storage.spawn(on_disk).await;
+    let made = variant(&app, &hash, 450).await;
+    assert!(made == offline(&original, 450), "w=450 as offline makes it");
+    let stats = app.stats();
+    assert_eq!(
+        (stats.mezzanines_built, stats.decodes_original),
+        (0, 0),
+        "made from the stored mezzanine"
+    );
+    app.stop().await;
+}

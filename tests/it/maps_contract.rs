@@ -28,6 +28,7 @@ fn info(bytes: u64) -> OriginalInfo {
         format: Some("png".into()),
         width: Some(3),
         height: Some(2),
+        upright: Some((2, 3)),
         has_alpha: true,
         bytes,
         first_seen_ms: now_ms(),
@@ -111,6 +112,11 @@ async fn contract(open: impl Fn() -> Opened) {
     assert!(maps.add_original(&a, &info(10)).await.unwrap());
     assert!(!maps.add_original(&a, &info(99)).await.unwrap());
     assert_eq!(maps.original(&a).await.unwrap().unwrap().bytes, 10);
+    assert_eq!(
+        maps.original(&a).await.unwrap().unwrap().upright,
+        Some((2, 3)),
+        "the size once orientation is applied is kept"
+    );
 
     // A download records its original (new or not) and its URL together.
     let new = maps

@@ -3,7 +3,7 @@
 use super::*;
 
 #[async_trait]
-impl Claims for PostgresMaps {
+impl Claims for PostgresStore {
     fn shared(&self) -> bool {
         true
     }

@@ -3,7 +3,7 @@
 use super::*;
 
 #[async_trait]
-impl Fingerprints for PostgresMaps {
+impl Fingerprints for PostgresStore {
     async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
         let raw: &[u8] = hash.as_bytes();
         let rows = self

@@ -10,12 +10,12 @@
 //! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
 //! before it returns, so [`MapStore::flush`] has nothing to do.
 //!
-//! URL entries are answered from memory for a second after they were read or written
-//! (another node may change them, so not longer), and the last one seen is kept to answer
-//! while the database does not (an outage then costs hot hits nothing). Originals are cached: an index entry changes only when its facts
-//! are added (a node whose memory predates them computes them once more, and keeps the same),
-//! and only `verify --repair` and a takedown drop one; a takedown moves the purge generation,
-//! on which every node drops this memory ([`MapStore::drop_memory`]).
+//! This store keeps no memory of its rows: [`Cached`] wears it as a shared store (URL
+//! entries remembered for a second, the last one seen answered through an outage).
+//! Originals are remembered too: an index entry changes only when its facts are added (a
+//! node whose memory predates them computes them once more, and keeps the same), and only
+//! `verify --repair` and a takedown drop one; a takedown moves the purge generation, on
+//! which every node drops its memory ([`MapStore::drop_memory`]).
 //!
 //! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed in the
 //! transaction that changes a variant, so the budget check is a sixteen-row read however many
@@ -31,6 +31,7 @@ use tokio_postgres::{NoTls, Row};
 
 use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
+use super::cache::Cached;
 use super::{
     near, now_ms, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted, Fingerprints,
     MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns, UrlEntry,
@@ -53,11 +54,6 @@ const POOL_SIZE: usize = 16;
 /// How long a statement may wait for a connection, or a connection take to open, before the
 /// maps count as unavailable (503 `storage_unavailable`, not a hung request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a node answers a URL entry from memory before asking the database again. Another
-/// node's revalidation reaches this node at most this late, which `fetch.revalidate_after`
-/// (minutes) does not notice; in exchange a hot variant by URL costs no round trip (measured
-/// by `bench/cluster.py`: 5x the requests per second of a query per request).
-const URL_FRESH_FOR: Duration = Duration::from_secs(1);
 /// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls`.
 const URL_ROW_BYTES: &str = "(2 * octet_length(url) + COALESCE(octet_length(etag), 0) \
      + COALESCE(octet_length(last_modified), 0) + 160)::bigint";
@@ -85,22 +81,26 @@ fn pool_error(e: deadpool_postgres::PoolError) -> MapError {
     }
 }
 
+/// The maps' tables in one database. Its memory of rows is [`Cached`]'s, which every
+/// handle given out wears ([`PostgresMaps`]).
 #[derive(Clone)]
-pub struct PostgresMaps {
+pub struct PostgresStore {
     pool: Pool,
-    recent: moka::sync::Cache<ContentHash, OriginalInfo>,
-    /// The URL entries this node read or wrote last, answered only while the database does
-    /// not answer: requests for URLs this node serves keep resolving (and hot variants keep
-    /// being served) through an outage.
-    last_seen_urls: moka::sync::Cache<String, UrlEntry>,
-    /// The same entries, answered without a query for [`URL_FRESH_FOR`] after they were read
-    /// or written: a hot variant by URL then costs no round trip.
-    recent_urls: moka::sync::Cache<String, Option<UrlEntry>>,
 }
+
+/// The shared maps as the service uses them: the database, with this node's memory.
+pub type PostgresMaps = Cached<PostgresStore>;
 
 impl PostgresMaps {
     /// Connects to `url` and brings the schema up to date.
     pub async fn open(url: &str) -> Result<PostgresMaps, MapError> {
+        Ok(Cached::new(PostgresStore::open(url).await?))
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` and brings the schema up to date (a store without memory).
+    pub async fn open(url: &str) -> Result<PostgresStore, MapError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| MapError::Store(format!("maps.url is not a PostgreSQL URL: {e}")))?;
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -122,12 +122,7 @@ impl PostgresMaps {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| MapError::Store(format!("PostgreSQL pool: {e}")))?;
-        let maps = PostgresMaps {
-            pool,
-            recent: super::cache::recent_originals(),
-            last_seen_urls: super::cache::url_entry_cache(None),
-            recent_urls: super::cache::url_entry_cache(Some(URL_FRESH_FOR)),
-        };
+        let maps = PostgresStore { pool };
         let mut client = maps.client().await?;
         schema::migrate(&mut client).await?;
         Ok(maps)
@@ -209,6 +204,9 @@ fn original_info(row: &Row) -> Result<OriginalInfo, MapError> {
         format: row.try_get("format").map_err(store_error)?,
         width: dimension(row.try_get("width").map_err(store_error)?),
         height: dimension(row.try_get("height").map_err(store_error)?),
+        upright: dimension(row.try_get("upright_width").map_err(store_error)?).zip(dimension(
+            row.try_get("upright_height").map_err(store_error)?,
+        )),
         has_alpha: row.try_get("has_alpha").map_err(store_error)?,
         bytes: unsigned(row.try_get("bytes").map_err(store_error)?),
         first_seen_ms: unsigned(row.try_get("first_seen_ms").map_err(store_error)?),
@@ -374,8 +372,9 @@ async fn put_url_on(
 }
 
 const INSERT_ORIGINAL: &str = "INSERT INTO imgcas_originals
-        (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts,
+         upright_width, upright_height)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     ON CONFLICT (hash) DO NOTHING";
 
 async fn insert_original_on(
@@ -387,6 +386,9 @@ async fn insert_original_on(
     let width = info.width.and_then(|v| i32::try_from(v).ok());
     let height = info.height.and_then(|v| i32::try_from(v).ok());
     let facts = facts_json(info.facts.as_ref())?;
+    let upright = info
+        .upright
+        .and_then(|(w, h)| Some((i32::try_from(w).ok()?, i32::try_from(h).ok()?)));
     let inserted = client
         .execute(
             INSERT_ORIGINAL,
@@ -399,6 +401,8 @@ async fn insert_original_on(
                 &ms(info.bytes),
                 &ms(info.first_seen_ms),
                 &facts,
+                &upright.map(|(w, _)| w),
+                &upright.map(|(_, h)| h),
             ],
         )
         .await
@@ -423,15 +427,7 @@ fn key_arrays(keys: &[&VariantKey]) -> (Vec<Vec<u8>>, Vec<i32>, Vec<String>) {
 }
 
 #[async_trait]
-impl MapStore for PostgresMaps {
-    fn drop_memory(&self) {
-        // Originals are content-addressed, but a takedown removes them: another node's
-        // removal must not be answered from here. URL entries it removed likewise.
-        self.recent.invalidate_all();
-        self.recent_urls.invalidate_all();
-        self.last_seen_urls.invalidate_all();
-    }
-
+impl MapStore for PostgresStore {
     async fn flush(&self) -> Result<(), MapError> {
         // Every write committed before it returned.
         Ok(())
@@ -447,7 +443,7 @@ impl MapStore for PostgresMaps {
     }
 }
 
-impl PostgresMaps {
+impl PostgresStore {
     /// Deletes these variants and takes their bytes off the count, in one transaction;
     /// returns the keys that were stored.
     async fn remove_keys(&self, keys: &[VariantKey]) -> Result<Vec<VariantKey>, MapError> {
@@ -498,23 +494,7 @@ impl PostgresMaps {
     }
 }
 
-impl PostgresMaps {
-    /// Remembers what the database said of a URL (or what this node wrote). The absence of
-    /// an entry is not kept: a URL that is not in the map (one the guard is about to refuse,
-    /// say) leaves nothing in memory behind it (issue 28).
-    fn saw_url(&self, url: &str, entry: Option<&UrlEntry>) {
-        match entry {
-            Some(e) => {
-                self.last_seen_urls.insert(url.to_string(), e.clone());
-                self.recent_urls.insert(url.to_string(), Some(e.clone()));
-            }
-            None => {
-                self.last_seen_urls.invalidate(url);
-                self.recent_urls.invalidate(url);
-            }
-        }
-    }
-
+impl PostgresStore {
     /// Stores a variant row, under a claim when one is given (checked in the same
     /// transaction, with the claim's row locked so it cannot change hands before commit).
     async fn write_variant(

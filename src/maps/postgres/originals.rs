@@ -3,16 +3,13 @@
 use super::*;
 
 #[async_trait]
-impl Originals for PostgresMaps {
+impl Originals for PostgresStore {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
-        let read = async {
-            let raw: &[u8] = hash.as_bytes();
-            let rows = self
-                .query("SELECT * FROM imgcas_originals WHERE hash = $1", &[&raw])
-                .await?;
-            rows.first().map(original_info).transpose()
-        };
-        crate::maps::cache::original_through(&self.recent, hash, read).await
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query("SELECT * FROM imgcas_originals WHERE hash = $1", &[&raw])
+            .await?;
+        rows.first().map(original_info).transpose()
     }
 
     async fn add_original(
@@ -35,7 +32,6 @@ impl Originals for PostgresMaps {
         let new = insert_original_on(&txn, &entry.hash, info).await?;
         put_url_on(&txn, url, entry).await?;
         txn.commit().await.map_err(store_error)?;
-        self.saw_url(url, Some(entry));
         Ok(new)
     }
 
@@ -46,9 +42,8 @@ impl Originals for PostgresMaps {
             "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
             &[&raw, &json],
         )
-        .await?;
-        self.recent.invalidate(hash);
-        Ok(())
+        .await
+        .map(|_| ())
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
@@ -56,9 +51,8 @@ impl Originals for PostgresMaps {
         self.execute("DELETE FROM imgcas_originals WHERE hash = $1", &[&raw])
             .await?;
         self.execute("DELETE FROM imgcas_fingerprints WHERE hash = $1", &[&raw])
-            .await?;
-        self.recent.invalidate(hash);
-        Ok(())
+            .await
+            .map(|_| ())
     }
 
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {

@@ -121,6 +121,10 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO imgcas_purge (id, generation) VALUES (1, 0);
     -- facts computed once from an original's pixels (placeholders, frames), as JSON
     ALTER TABLE imgcas_originals ADD COLUMN facts text;",
+    // 5: an original's size once orientation is applied, read from its header when stored
+    // (NULL for rows written before: their variants' routing reads the header instead).
+    "ALTER TABLE imgcas_originals ADD COLUMN upright_width integer,
+        ADD COLUMN upright_height integer;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

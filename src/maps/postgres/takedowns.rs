@@ -3,7 +3,7 @@
 use super::*;
 
 #[async_trait]
-impl Takedowns for PostgresMaps {
+impl Takedowns for PostgresStore {
     async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
         let raw: &[u8] = hash.as_bytes();
         let n = self

@@ -3,50 +3,23 @@
 use super::*;
 
 #[async_trait]
-impl UrlMap for PostgresMaps {
+impl UrlMap for PostgresStore {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
-        if let Some(known) = self.recent_urls.get(url) {
-            return Ok(known);
-        }
-        self.url_now(url).await
-    }
-
-    async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
-        let rows = match self
+        let rows = self
             .query(
                 "SELECT * FROM imgcas_urls WHERE url_key = $1",
                 &[&url_key(url)],
             )
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                return match self.last_seen_urls.get(url) {
-                    Some(entry) => {
-                        tracing::debug!(%url, error = %e, "database unavailable; URL entry as last seen");
-                        Ok(Some(entry))
-                    }
-                    None => Err(e),
-                }
-            }
-        };
-        let entry = rows.first().map(url_entry).transpose()?;
-        self.saw_url(url, entry.as_ref());
-        Ok(entry)
+            .await?;
+        rows.first().map(url_entry).transpose()
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
         let client = self.client().await?;
-        let written = put_url_on(&client, url, entry).await;
-        match written {
-            Ok(()) => self.saw_url(url, Some(entry)),
-            Err(_) => self.recent_urls.invalidate(url),
-        }
-        written
+        put_url_on(&client, url, entry).await
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
-        self.saw_url(url, None);
         self.execute(
             "DELETE FROM imgcas_urls WHERE url_key = $1",
             &[&url_key(url)],
@@ -91,9 +64,6 @@ impl UrlMap for PostgresMaps {
         if requested.is_empty() {
             return Ok(());
         }
-        for (url, _) in requested {
-            self.recent_urls.invalidate(url);
-        }
         let keys: Vec<Vec<u8>> = requested.iter().map(|(u, _)| url_key(u)).collect();
         let stamps: Vec<i64> = requested.iter().map(|(_, at)| ms(*at)).collect();
         self.execute(
@@ -120,9 +90,6 @@ impl UrlMap for PostgresMaps {
                 .await?;
             forgotten += n;
             if n < FORGET_BATCH as u64 {
-                if forgotten > 0 {
-                    self.recent_urls.invalidate_all();
-                }
                 return Ok(forgotten);
             }
         }
@@ -172,10 +139,6 @@ impl UrlMap for PostgresMaps {
             evicted += self
                 .execute("DELETE FROM imgcas_urls WHERE url_key = ANY($1)", &[&keys])
                 .await?;
-        }
-        if evicted > 0 {
-            self.recent_urls.invalidate_all();
-            self.last_seen_urls.invalidate_all();
         }
         Ok(evicted)
     }

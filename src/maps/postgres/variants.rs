@@ -3,7 +3,7 @@
 use super::*;
 
 #[async_trait]
-impl Variants for PostgresMaps {
+impl Variants for PostgresStore {
     fn holds_variant_bytes(&self) -> bool {
         false
     }

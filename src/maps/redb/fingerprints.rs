@@ -177,7 +177,7 @@ pub(super) fn remove_aliases(txn: &WriteTransaction, hash: &ContentHash) -> Resu
 use super::*;
 
 #[async_trait]
-impl Fingerprints for RedbMaps {
+impl Fingerprints for RedbStore {
     async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
         let hash = *hash;
         self.db

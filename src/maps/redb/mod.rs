@@ -7,11 +7,9 @@
 //! Nothing outside this folder touches redb.
 //!
 //! redb is a blocking library, so every operation that touches the file runs on tokio's
-//! blocking pool. Two reads that every request by URL makes are answered from memory instead,
-//! since a hop to the blocking pool costs more than the read (measured: a fifth of the hit
-//! path's throughput): originals entries already read (content-addressed, they never change)
-//! and URL entries. The URL cache is exact because one process owns the file: every write
-//! goes through this handle, and updates the cache inside its write transaction.
+//! blocking pool. The two reads every request by URL makes (its URL entry, its original's
+//! entry) are answered from memory by [`Cached`], which wears this store without a time
+//! limit: one process owns the file, so every write goes through it.
 //!
 //! Durability by group commit: every write commits without an fsync (`Durability::None`,
 //! visible to readers at once) and gets a sequence number. [`Db::sync`] makes all writes up
@@ -32,10 +30,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
+use super::cache::Cached;
 use super::near::{prefix_of, NearIndex};
 use super::{
-    now_ms, Claims, Fingerprints, MapError, MapStore, NearMatch, OriginalInfo, Originals,
-    Takedowns, UrlEntry, UrlMap, Variants,
+    now_ms, Claims, Fingerprints, MapError, MapStore, NearMatch, Originals, Takedowns, UrlEntry,
+    UrlMap, Variants,
 };
 use crate::hash::ContentHash;
 
@@ -288,30 +287,36 @@ fn write_index(near: &RwLock<NearIndex>) -> std::sync::RwLockWriteGuard<'_, Near
     near.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The three maps in one redb file.
+/// The three maps in one redb file. Its memory of rows is [`Cached`]'s, which every
+/// handle given out wears ([`RedbMaps`]).
 #[derive(Clone)]
-pub struct RedbMaps {
+pub struct RedbStore {
     db: Db,
-    recent: moka::sync::Cache<ContentHash, OriginalInfo>,
-    /// URL entries as last written or read, `None` for a URL removed by a writer. Writers
-    /// (removals too) set it while they hold redb's write lock, so two writers of one URL
-    /// leave the later value; a reader fills it only where no writer has (`or_insert`), so a
-    /// read that raced a write cannot put the older value back.
-    urls: moka::sync::Cache<String, Option<UrlEntry>>,
     /// The near-neighbour index over the fingerprints table, changed by writers while they
     /// hold redb's write lock (so it follows the table's order of writes).
     near: Arc<RwLock<NearIndex>>,
 }
 
+/// The embedded maps as the service uses them: the file, with its memory.
+pub type RedbMaps = Cached<RedbStore>;
+
 impl RedbMaps {
     /// Opens (or creates) `<data_dir>/imgcas.redb`. Fails while another process holds it.
     pub async fn open(data_dir: PathBuf) -> Result<RedbMaps, MapError> {
+        Ok(Cached::new(RedbStore::open(data_dir).await?))
+    }
+}
+
+impl RedbStore {
+    /// Opens (or creates) `<data_dir>/imgcas.redb`, without memory. Fails while another
+    /// process holds it.
+    pub async fn open(data_dir: PathBuf) -> Result<RedbStore, MapError> {
         tokio::task::spawn_blocking(move || Self::open_blocking(&data_dir))
             .await
             .map_err(|e| MapError::Store(format!("map task failed: {e}")))?
     }
 
-    fn open_blocking(data_dir: &std::path::Path) -> Result<RedbMaps, MapError> {
+    fn open_blocking(data_dir: &std::path::Path) -> Result<RedbStore, MapError> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| MapError::Store(format!("cannot create {}: {e}", data_dir.display())))?;
         let database = Database::create(data_dir.join("imgcas.redb"))?;
@@ -335,32 +340,23 @@ impl RedbMaps {
             Ok(())
         })?;
         let near = fingerprints::index(&db.read()?)?;
-        Ok(RedbMaps {
+        Ok(RedbStore {
             near: Arc::new(RwLock::new(near)),
             db,
-            recent: super::cache::recent_originals(),
-            urls: super::cache::url_entry_cache(None),
         })
     }
 }
 
-impl RedbMaps {
-    /// Runs a removal of URL entries (`doom` returns the URLs it removed) in one write, the
-    /// cache told of each while the write lock is held; returns how many.
+impl RedbStore {
+    /// Runs a removal of URL entries (`doom` returns the URLs it removed) in one write;
+    /// returns how many.
     async fn drop_urls(
         &self,
         doom: impl FnOnce(&WriteTransaction) -> Result<Vec<String>, MapError> + Send + 'static,
     ) -> Result<u64, MapError> {
-        let cache = self.urls.clone();
         self.db
             .run(move |db| {
-                let (dropped, _) = db.write(|txn| {
-                    let doomed = doom(txn)?;
-                    for url in &doomed {
-                        cache.insert(url.clone(), None);
-                    }
-                    Ok(doomed.len() as u64)
-                })?;
+                let (dropped, _) = db.write(|txn| Ok(doom(txn)?.len() as u64))?;
                 Ok(dropped)
             })
             .await
@@ -368,10 +364,10 @@ impl RedbMaps {
 }
 
 /// One process owns the file: every claim is granted (the trait's defaults).
-impl Claims for RedbMaps {}
+impl Claims for RedbStore {}
 
 #[async_trait]
-impl MapStore for RedbMaps {
+impl MapStore for RedbStore {
     async fn flush(&self) -> Result<(), MapError> {
         self.db
             .run(|db| db.sync(db.written.load(Ordering::Acquire)))
@@ -398,11 +394,5 @@ impl MapStore for RedbMaps {
                 originals::get(&db.read()?, &ContentHash([0; 32])).map(|_| ())
             })
             .await
-    }
-
-    fn drop_memory(&self) {
-        // URL entries are exact here (every write goes through this handle); an originals
-        // entry read while a takedown removed it may have been put back.
-        self.recent.invalidate_all();
     }
 }

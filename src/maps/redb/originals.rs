@@ -40,18 +40,17 @@ pub(super) fn insert_if_absent(
     Ok(true)
 }
 
-/// Replaces an indexed original's facts; returns the entry as now stored (`None`: not
-/// indexed, nothing written).
+/// Replaces an indexed original's facts (nothing for a hash not indexed).
 pub(super) fn set_facts(
     txn: &WriteTransaction,
     hash: &ContentHash,
     facts: &OriginalFacts,
-) -> Result<Option<OriginalInfo>, MapError> {
+) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
     let current = match table.get(hash.as_bytes().as_slice())? {
         Some(raw) => serde_json::from_slice::<OriginalInfo>(raw.value())
             .map_err(|e| MapError::Corrupt(format!("original {hash}: {e}")))?,
-        None => return Ok(None),
+        None => return Ok(()),
     };
     let info = OriginalInfo {
         facts: Some(facts.clone()),
@@ -59,7 +58,7 @@ pub(super) fn set_facts(
     };
     let value = serde_json::to_vec(&info).map_err(|e| MapError::Corrupt(e.to_string()))?;
     table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
-    Ok(Some(info))
+    Ok(())
 }
 
 pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), MapError> {
@@ -74,11 +73,12 @@ pub(super) fn hashes(txn: &ReadTransaction) -> Result<Vec<ContentHash>, MapError
 use super::*;
 
 #[async_trait]
-impl Originals for RedbMaps {
+impl Originals for RedbStore {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
         let key = *hash;
-        let read = self.db.run(move |db| originals::get(&db.read()?, &key));
-        crate::maps::cache::original_through(&self.recent, hash, read).await
+        self.db
+            .run(move |db| originals::get(&db.read()?, &key))
+            .await
     }
 
     async fn add_original(
@@ -99,36 +99,24 @@ impl Originals for RedbMaps {
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
         let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
-        let cache = self.urls.clone();
         self.db
             .run(move |db| {
-                let written = db.write(|txn| {
+                db.write(|txn| {
                     let new = originals::insert_if_absent(txn, &entry.hash, &info)?;
                     url_map::put(txn, &url, &entry)?;
-                    cache.insert(url.clone(), Some(entry.clone()));
                     Ok(new)
-                });
-                if written.is_err() {
-                    cache.invalidate(&url);
-                }
-                written.map(|(new, _)| new)
+                })
+                .map(|(new, _)| new)
             })
             .await
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
-        let (hash, facts, recent) = (*hash, facts.clone(), self.recent.clone());
+        let (hash, facts) = (*hash, facts.clone());
         self.db
             .run(move |db| {
-                db.write(|txn| {
-                    // Inside the write transaction, so under redb's write lock: the cache
-                    // follows the table's order of writes (a removal cannot be undone here).
-                    if let Some(info) = originals::set_facts(txn, &hash, &facts)? {
-                        recent.insert(hash, info);
-                    }
-                    Ok(())
-                })
-                .map(|_| ())
+                db.write(|txn| originals::set_facts(txn, &hash, &facts))
+                    .map(|_| ())
             })
             .await
     }
@@ -147,9 +135,7 @@ impl Originals for RedbMaps {
                 }
                 Ok(())
             })
-            .await?;
-        self.recent.invalidate(&hash);
-        Ok(())
+            .await
     }
 
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {

@@ -75,7 +75,7 @@ pub(super) fn bump(txn: &WriteTransaction) -> Result<u64, MapError> {
 use super::*;
 
 #[async_trait]
-impl Takedowns for RedbMaps {
+impl Takedowns for RedbStore {
     async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
         let hash = *hash;
         self.db

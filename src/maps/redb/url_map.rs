@@ -188,13 +188,12 @@ fn entries(
     Ok(out)
 }
 
-/// Moves the request stamps of known URLs forward; returns the entries it changed.
+/// Moves the request stamps of known URLs forward.
 pub(super) fn mark_requested(
     txn: &WriteTransaction,
     requested: &[(String, u64)],
-) -> Result<Vec<(String, UrlEntry)>, MapError> {
+) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
-    let mut changed = Vec::new();
     for (url, at) in requested {
         let Some(mut entry) = lookup(&table, url)? else {
             continue;
@@ -202,11 +201,10 @@ pub(super) fn mark_requested(
         if *at > entry.requested_at_ms {
             entry.requested_at_ms = *at;
             table.insert(url.as_str(), encode(&entry)?.as_slice())?;
-            changed.push((url.clone(), entry));
         }
     }
     // (A stamp changes no counted byte.)
-    Ok(changed)
+    Ok(())
 }
 
 /// Drops the least recently used entries until the entries count at most `target`; returns
@@ -269,56 +267,23 @@ pub(super) fn forget(
 use super::*;
 
 #[async_trait]
-impl UrlMap for RedbMaps {
+impl UrlMap for RedbStore {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
-        if let Some(known) = self.urls.get(url) {
-            return Ok(known);
-        }
         let key = url.to_string();
-        let entry = self
-            .db
-            .run(move |db| url_map::get(&db.read()?, &key))
-            .await?;
-        // Only what exists is kept: a URL that is not in the map (one the guard is about to
-        // refuse, say) leaves nothing in memory behind it (issue 28).
-        if entry.is_none() {
-            return Ok(None);
-        }
-        let cached = self.urls.entry(url.to_string()).or_insert(entry);
-        Ok(cached.into_value())
+        self.db.run(move |db| url_map::get(&db.read()?, &key)).await
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        let (url, entry, cache) = (url.to_string(), entry.clone(), self.urls.clone());
+        let (url, entry) = (url.to_string(), entry.clone());
         self.db
-            .run(move |db| {
-                let written = db.write(|txn| {
-                    url_map::put(txn, &url, &entry)?;
-                    cache.insert(url.clone(), Some(entry.clone()));
-                    Ok(())
-                });
-                if written.is_err() {
-                    cache.invalidate(&url);
-                }
-                written.map(|_| ())
-            })
+            .run(move |db| db.write(|txn| url_map::put(txn, &url, &entry)).map(|_| ()))
             .await
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
-        let (url, cache) = (url.to_string(), self.urls.clone());
+        let url = url.to_string();
         self.db
-            .run(move |db| {
-                let removed = db.write(|txn| {
-                    url_map::remove(txn, &url)?;
-                    cache.insert(url.clone(), None);
-                    Ok(())
-                });
-                if removed.is_err() {
-                    cache.invalidate(&url);
-                }
-                removed.map(|_| ())
-            })
+            .run(move |db| db.write(|txn| url_map::remove(txn, &url)).map(|_| ()))
             .await
     }
 
@@ -337,21 +302,11 @@ impl UrlMap for RedbMaps {
         if requested.is_empty() {
             return Ok(());
         }
-        let (requested, cache) = (requested.to_vec(), self.urls.clone());
+        let requested = requested.to_vec();
         self.db
             .run(move |db| {
-                let written = db.write(|txn| {
-                    for (url, entry) in url_map::mark_requested(txn, &requested)? {
-                        cache.insert(url, Some(entry));
-                    }
-                    Ok(())
-                });
-                if written.is_err() {
-                    for (url, _) in &requested {
-                        cache.invalidate(url);
-                    }
-                }
-                written.map(|_| ())
+                db.write(|txn| url_map::mark_requested(txn, &requested))
+                    .map(|_| ())
             })
             .await
     }

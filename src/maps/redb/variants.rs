@@ -451,7 +451,7 @@ impl<'t> Books<'t> {
 use super::*;
 
 #[async_trait]
-impl Variants for RedbMaps {
+impl Variants for RedbStore {
     async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
         let key = key.clone();
         self.db

@@ -95,6 +95,7 @@ impl Pipeline {
             url_state,
             source_format,
             source_size: info.width.zip(info.height),
+            source_upright: info.upright,
             source_has_alpha: info.has_alpha,
             source_frames,
             own_hash: own,

@@ -72,6 +72,9 @@ pub struct Target {
     /// processing run.
     pub source_format: Option<SourceFormat>,
     pub source_size: Option<(u32, u32)>,
+    /// The source's size once orientation is applied, when the index keeps it (originals
+    /// stored before it did say `None`).
+    pub source_upright: Option<(u32, u32)>,
     pub source_has_alpha: bool,
     /// Frames of the source, from its container's headers, when the spec could animate
     /// (1 otherwise: whether it has more does not matter then).

@@ -45,9 +45,10 @@ pub(super) enum Route {
 impl Pipeline {
     /// Whether a variant is made from its original's mezzanine: decided from the spec and the
     /// original's header facts alone (`processors::mezzanine::serves`), with the mezzanine
-    /// switched on (`limits.mezzanine`). The originals index keeps the stored size, not the
-    /// orientation: only when that could change the answer is the original's header read
-    /// here (and its bytes kept for the run, when they are its input).
+    /// switched on (`limits.mezzanine`). The originals index keeps the upright size too,
+    /// so nothing is read here, except for an original indexed before it kept it, and only
+    /// when the orientation could change the answer: then the original's header is read
+    /// (and its bytes kept for the run, when they are its input).
     pub(super) async fn route(&self, target: &Target) -> Result<Route, Error> {
         let facts = match (target.source_format, target.source_size) {
             (Some(format), Some((width, height))) => SourceInfo {
@@ -65,6 +66,12 @@ impl Pipeline {
         // header is read once, by the mezzanine's build (or not at all, once it is stored).
         if mezzanine::serves_either_way(&facts, &target.spec) {
             return Ok(Route::Mezzanine);
+        }
+        if let Some(upright) = target.source_upright {
+            return Ok(match mezzanine::serves(&facts, upright, &target.spec) {
+                true => Route::Mezzanine,
+                false => Route::Original(None),
+            });
         }
         // A mezzanine in memory carries the original's upright size: no need to read the
         // original for it (the common case of a second spec).

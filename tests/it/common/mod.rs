@@ -115,6 +115,11 @@ impl Restartable {
         }
     }
 
+    /// The data dir every app spawned here shares.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// [`spawn_app_with`] on this storage, with `tweak` applied as well.
     pub async fn spawn(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
         let (dir, bucket) = (self.dir.path().to_path_buf(), self.bucket.clone());
