@@ -83,7 +83,10 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         .local_addr()
         .map_err(|e| StartError(e.to_string()))?;
     let server = config.server.clone();
-    let service = Service::new(pipeline.clone(), config, metrics.clone());
+    let fallbacks = crate::http::Fallbacks::load(&pipeline, &config)
+        .await
+        .map_err(StartError)?;
+    let service = Service::new(pipeline.clone(), config, metrics.clone(), fallbacks);
     let front = crate::http::Front::new(service.clone(), crate::http::router(service.clone()));
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);

@@ -74,6 +74,27 @@ impl Error {
         }
     }
 
+    /// Whether the source failed: gone or unknown, unreachable, too large, or bytes that
+    /// make no picture. What a fallback image answers for; never a refusal of the request
+    /// itself (options, signature, presets, an address not allowed), a takedown, or the
+    /// service's own trouble.
+    pub fn is_source_failure(&self) -> bool {
+        match self {
+            Error::NotFound(_)
+            | Error::SourceTooLarge { .. }
+            | Error::Origin(_)
+            | Error::OriginTimeout(_) => true,
+            Error::Process { kind, .. } => matches!(
+                kind,
+                ProcessFailure::UnsupportedFormat
+                    | ProcessFailure::Undecodable
+                    | ProcessFailure::TooManyPixels
+                    | ProcessFailure::SourceTooSmall
+            ),
+            _ => false,
+        }
+    }
+
     /// docs/spec.md's `code` string (the `error.code` of every error body, the prefix of
     /// `imgcas process`'s error line).
     pub fn code(&self) -> &'static str {

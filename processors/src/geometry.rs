@@ -125,13 +125,21 @@ pub fn plan(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
             };
             whole(round_px(bw / over), round_px(bh / over))
         }
-        Fit::Cover => {
-            let over = if spec.enlarge {
-                1.0
+        Fit::Cover | Fit::Crop => {
+            let out = if spec.fit == Fit::Crop {
+                // The source scaled to cover the box (never up without enlarge), the box
+                // cut to it side by side.
+                let scale = no_upscale((bw / sw).max(bh / sh));
+                (round_px(bw.min(sw * scale)), round_px(bh.min(sh * scale)))
             } else {
-                (bw / sw).max(bh / sh).max(1.0)
+                // Without enlarge the box shrinks, keeping its shape, until nothing upscales.
+                let over = if spec.enlarge {
+                    1.0
+                } else {
+                    (bw / sw).max(bh / sh).max(1.0)
+                };
+                (round_px(bw / over), round_px(bh / over))
             };
-            let out = (round_px(bw / over), round_px(bh / over));
             let scale = (f64::from(out.0) / sw).max(f64::from(out.1) / sh);
             let cw = (f64::from(out.0) / scale).min(sw);
             let ch = (f64::from(out.1) / scale).min(sh);
@@ -224,6 +232,25 @@ mod tests {
         let plan = p((200, 100), "w=400&h=400&fit=cover");
         assert_eq!(plan.resize_to, (100, 100));
         assert_eq!(plan.crop.unwrap().width, 100.0);
+    }
+
+    #[test]
+    fn crop_without_enlarge_cuts_the_box_to_the_source() {
+        // Wider than the box, shorter: nothing upscales, the height is the source's.
+        let plan = p((500, 200), "w=300&h=400&fit=crop");
+        assert_eq!(plan.resize_to, (300, 200));
+        let c = plan.crop.unwrap();
+        assert_eq!((c.left, c.width, c.height), (100.0, 300.0, 200.0));
+        // A source larger than the box both ways: as cover.
+        let (crop, cover) = (
+            p((1000, 500), "w=100&h=100&fit=crop"),
+            p((1000, 500), "w=100&h=100&fit=cover"),
+        );
+        assert_eq!(crop.resize_to, cover.resize_to);
+        assert_eq!(crop.crop, cover.crop);
+        // Smaller both ways: the source as it is.
+        let small = p((80, 60), "w=300&h=400&fit=crop");
+        assert_eq!((small.resize_to, small.crop), ((80, 60), None));
     }
 
     #[test]

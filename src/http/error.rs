@@ -12,6 +12,15 @@ use crate::error::Error;
 use crate::pipeline::Failure;
 use crate::wire::{ErrorAnswer, ErrorBody};
 
+/// What an error answer carries for the handler that made it (a response extension, never
+/// sent): the error's code, and whether it is a failure of the source that a fallback image
+/// may answer instead (`fallback.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Failed {
+    pub code: &'static str,
+    pub source_failure: bool,
+}
+
 /// Status, and how long a shared cache may keep the answer.
 fn classify(error: &Error) -> (StatusCode, &'static str) {
     const BRIEF: &str = "public, max-age=10";
@@ -85,6 +94,10 @@ impl IntoResponse for Error {
             _ => ErrorBody::from(&self),
         };
         let mut response = (status, Json(ErrorAnswer { error })).into_response();
+        response.extensions_mut().insert(Failed {
+            code: self.code(),
+            source_failure: self.is_source_failure(),
+        });
         let headers = response.headers_mut();
         if let Some(id) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
             headers.insert("x-request-id", id);

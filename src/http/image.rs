@@ -26,7 +26,7 @@ pub(super) const ACCEPT_CH: &str = "Sec-CH-DPR, Sec-CH-Width, Save-Data";
 const HINT_HEADERS: [&str; 3] = ["sec-ch-dpr", "sec-ch-width", "save-data"];
 
 /// The client hints a request carries.
-fn client_hints(headers: &HeaderMap) -> ClientHints {
+pub(super) fn client_hints(headers: &HeaderMap) -> ClientHints {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let number = |name: &str| text(name).and_then(|v| v.trim().parse::<f64>().ok());
     ClientHints {
@@ -56,6 +56,18 @@ struct Parsed {
     spec: Spec,
     /// `format=json`: the original's facts are asked for, not pixels.
     json: bool,
+    /// The preset named, if any.
+    preset: Option<String>,
+}
+
+impl Parsed {
+    fn asked(self) -> super::fallback::Asked {
+        super::fallback::Asked {
+            spec: self.spec,
+            preset: self.preset,
+            json: self.json,
+        }
+    }
 }
 
 /// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
@@ -114,7 +126,12 @@ fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Resul
     };
     options.extend(explicit);
     let spec = Spec::from_pairs(options)?;
-    Ok(Parsed { url, spec, json })
+    Ok(Parsed {
+        url,
+        spec,
+        json,
+        preset: preset.map(str::to_string),
+    })
 }
 
 /// `format=json`: the facts of the original a request names (as `info` answers them), so a
@@ -213,20 +230,16 @@ pub(super) struct Looked {
     pub(super) target: Option<Arc<Target>>,
 }
 
-/// The checks and the lookup both image routes start with: the signature, then the request
+/// The lookup every image route starts with, once its signature is checked: the request
 /// cache (as the front looked it up, or now for a request that did not come through it).
-/// `Err`: the answer (a refusal, or a remembered target's); `Ok`: the key to remember the
-/// request by.
-async fn signed_and_recalled(
+/// `Err`: the answer of a remembered target; `Ok`: the key to remember the request by.
+async fn recalled(
     service: &Service,
     uri: &Uri,
     headers: &HeaderMap,
     looked: Option<Extension<Looked>>,
     cache_control: &str,
 ) -> Result<Vec<u8>, Response> {
-    service
-        .check_signature(uri)
-        .map_err(IntoResponse::into_response)?;
     let looked = match looked {
         Some(Extension(looked)) => looked,
         None => {
@@ -251,31 +264,109 @@ pub(super) async fn by_url(
     headers: HeaderMap,
     looked: Option<Extension<Looked>>,
 ) -> Response {
-    let cache_control = service.url_cache_control();
-    let request = match signed_and_recalled(&service, &uri, &headers, looked, cache_control).await {
+    let answer = native_answer(
+        &service,
+        Named::Url,
+        &uri,
+        query.as_deref(),
+        &headers,
+        looked,
+    )
+    .await;
+    or_fallback(&service, answer, &headers, query.as_deref(), true).await
+}
+
+/// `answer`, or the fallback image in its place (`fallback.rs`), processed as `query` asks.
+async fn or_fallback(
+    service: &Service,
+    answer: Response,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    url_param: bool,
+) -> Response {
+    super::fallback::instead_of(service, answer, headers, || {
+        parse_query(service, query, url_param).map(Parsed::asked)
+    })
+    .await
+}
+
+/// What a native image route names its source by.
+enum Named<'a> {
+    /// The `url` option.
+    Url,
+    /// The path's hash, as written.
+    Hash(&'a str),
+}
+
+/// A native image route's answer, before any fallback: the signature, the request cache,
+/// then the source and options.
+async fn native_answer(
+    service: &Service,
+    named: Named<'_>,
+    uri: &Uri,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    looked: Option<Extension<Looked>>,
+) -> Response {
+    let cache_control = match named {
+        Named::Url => service.url_cache_control(),
+        Named::Hash(_) => IMMUTABLE,
+    };
+    if let Err(e) = service.check_signature(uri) {
+        return e.into_response();
+    }
+    let request = match recalled(service, uri, headers, looked, cache_control).await {
         Ok(request) => request,
         Err(answer) => return answer,
     };
-    let parsed = match parse_query(&service, query.as_deref(), true) {
+    let hash = match named {
+        Named::Url => None,
+        Named::Hash(hash) => match hash.parse() {
+            Ok(hash) => Some(hash),
+            Err(_) => return Error::NotFound("not a SHA-256 hex digest".into()).into_response(),
+        },
+    };
+    let parsed = match parse_query(service, query, hash.is_none()) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
     };
-    let Some(raw) = parsed.url else {
-        return Error::invalid_option("url", "the source URL is required").into_response();
+    let Some(hash) = hash else {
+        let Some(raw) = parsed.url.clone() else {
+            return Error::invalid_option("url", "the source URL is required").into_response();
+        };
+        return answer_by_url(service, request, parsed, &raw, headers).await;
     };
-    let url = match canonical_url(&raw, service.config().limits.max_url_bytes) {
+    if parsed.json {
+        // Facts of an original never change, but its near-duplicates may: not immutable.
+        return facts_response(service, Source::Hash(hash), FACTS_BY_HASH).await;
+    }
+    let source = Source::Hash(hash);
+    locate_and_respond(service, request, source, &parsed.spec, headers, IMMUTABLE).await
+}
+
+/// The answer for source URL `raw` with the options `parsed` holds: pixels, or facts.
+async fn answer_by_url(
+    service: &Service,
+    request: Vec<u8>,
+    parsed: Parsed,
+    raw: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let cache_control = service.url_cache_control();
+    let url = match canonical_url(raw, service.config().limits.max_url_bytes) {
         Ok(url) => url,
         Err(e) => return Error::from(e).into_response(),
     };
     if parsed.json {
-        return facts_response(&service, Source::Url(url), cache_control).await;
+        return facts_response(service, Source::Url(url), cache_control).await;
     }
+    let source = Source::Url(url);
     locate_and_respond(
-        &service,
+        service,
         request,
-        Source::Url(url),
+        source,
         &parsed.spec,
-        &headers,
+        headers,
         cache_control,
     )
     .await
@@ -289,30 +380,38 @@ pub(super) async fn by_hash(
     headers: HeaderMap,
     looked: Option<Extension<Looked>>,
 ) -> Response {
-    let request = match signed_and_recalled(&service, &uri, &headers, looked, IMMUTABLE).await {
-        Ok(request) => request,
-        Err(answer) => return answer,
-    };
-    let Ok(hash) = hash.parse() else {
-        return Error::NotFound("not a SHA-256 hex digest".into()).into_response();
-    };
-    let parsed = match parse_query(&service, query.as_deref(), false) {
-        Ok(parsed) => parsed,
-        Err(e) => return e.into_response(),
-    };
-    if parsed.json {
-        // Facts of an original never change, but its near-duplicates may: not immutable.
-        return facts_response(&service, Source::Hash(hash), FACTS_BY_HASH).await;
+    let named = Named::Hash(&hash);
+    let answer = native_answer(&service, named, &uri, query.as_deref(), &headers, looked).await;
+    or_fallback(&service, answer, &headers, query.as_deref(), false).await
+}
+
+/// An image by URL asked in another dialect (`dialects/`), whose signature that dialect has
+/// checked: from here, as a native request by URL with these options.
+pub(super) async fn by_translated_url(
+    service: &Service,
+    uri: &Uri,
+    headers: &HeaderMap,
+    looked: Option<Extension<Looked>>,
+    translated: super::dialects::Translated,
+) -> Response {
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(&translated.pairs)
+        .finish();
+    let cache_control = service.url_cache_control();
+    let answer = async {
+        let request = match recalled(service, uri, headers, looked, cache_control).await {
+            Ok(request) => request,
+            Err(answer) => return answer,
+        };
+        match parse_query(service, Some(&query), false) {
+            Ok(parsed) => {
+                answer_by_url(service, request, parsed, &translated.source, headers).await
+            }
+            Err(e) => e.into_response(),
+        }
     }
-    locate_and_respond(
-        &service,
-        request,
-        Source::Hash(hash),
-        &parsed.spec,
-        &headers,
-        IMMUTABLE,
-    )
-    .await
+    .await;
+    or_fallback(service, answer, headers, Some(&query), false).await
 }
 
 /// A request the request cache did not know: the pipeline finds its variant (remembered for
@@ -347,7 +446,7 @@ async fn locate_and_respond(
 
 /// The answer for a located variant: `304` when the client's copy matches, else its bytes
 /// (shared with the hot cache, not copied) or its error.
-async fn respond(
+pub(super) async fn respond(
     service: &Service,
     target: &Target,
     headers: &HeaderMap,

@@ -14,7 +14,7 @@ use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::config::{option_pairs, Config};
+use crate::config::{preset_parts, Config};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
@@ -22,7 +22,10 @@ use crate::pipeline::Pipeline;
 pub mod admin;
 pub mod error;
 mod front;
+pub use fallback::Fallbacks;
 pub use front::Front;
+mod dialects;
+mod fallback;
 pub mod image;
 pub mod ingest;
 mod observe;
@@ -43,6 +46,10 @@ struct Parts {
     signing_keys: Vec<Vec<u8>>,
     /// `presets.<name>` as option pairs, parsed once (validated by `Config::validate`).
     presets: BTreeMap<String, Vec<(String, String)>>,
+    /// The fallback images (`fallback.rs`).
+    fallbacks: Fallbacks,
+    /// What the peers' URL dialects need of the configuration (`dialects/`).
+    dialect: dialects::Dialect,
     /// SHA-256 of `security.admin_token`; `None`: the admin routes are open.
     admin_token_digest: Option<[u8; 32]>,
     /// Uploads receiving their bodies now (`server.max_concurrent_uploads`).
@@ -55,7 +62,12 @@ struct Parts {
 }
 
 impl Service {
-    pub fn new(pipeline: Pipeline, config: Config, metrics: Metrics) -> Service {
+    pub fn new(
+        pipeline: Pipeline,
+        config: Config,
+        metrics: Metrics,
+        fallbacks: Fallbacks,
+    ) -> Service {
         Service {
             parts: Arc::new(Parts {
                 pipeline,
@@ -63,8 +75,10 @@ impl Service {
                 presets: config
                     .presets
                     .iter()
-                    .map(|(name, options)| (name.clone(), option_pairs(options)))
+                    .map(|(name, options)| (name.clone(), preset_parts(options).0))
                     .collect(),
+                fallbacks,
+                dialect: dialects::Dialect::of(&config),
                 admin_token_digest: config.security.admin_token.as_deref().map(digest),
                 upload_slots: Arc::new(tokio::sync::Semaphore::new(
                     config.server.max_concurrent_uploads,
@@ -93,6 +107,14 @@ impl Service {
 
     pub fn metrics(&self) -> &Metrics {
         &self.parts.metrics
+    }
+
+    fn dialect(&self) -> &dialects::Dialect {
+        &self.parts.dialect
+    }
+
+    fn fallbacks(&self) -> &Fallbacks {
+        &self.parts.fallbacks
     }
 
     fn url_cache_control(&self) -> &str {
@@ -219,7 +241,17 @@ pub fn router(service: Service) -> Router {
     let ingest = Router::new()
         .route("/v1/ingest", post(ingest::ingest))
         .route_layer(guarded());
+    // The peers' URL dialects, each under its prefix.
+    let dialects = dialects::PREFIXES
+        .iter()
+        .fold(Router::new(), |router, (prefix, _)| {
+            router.route(
+                &format!("{prefix}/{{*path}}"),
+                get(dialects::answer).layer(middleware::map_response(image::advertise_hints)),
+            )
+        });
     Router::new()
+        .merge(dialects)
         .route(
             "/v1/image",
             get(image::by_url).layer(middleware::map_response(image::advertise_hints)),

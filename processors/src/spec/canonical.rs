@@ -101,7 +101,11 @@ impl Spec {
             // With one side given (or none) every fit behaves like contain.
             shape.fit = Fit::Contain;
         }
-        if !matches!(shape.fit, Fit::Cover | Fit::Pad) {
+        if shape.fit == Fit::Crop && shape.enlarge {
+            // Nothing is cut to the source when the box may upscale: it is cover.
+            shape.fit = Fit::Cover;
+        }
+        if !matches!(shape.fit, Fit::Cover | Fit::Pad | Fit::Crop) {
             shape.gravity = Gravity::Center;
         }
         if shape.fit == Fit::Pad && shape.gravity == Gravity::Smart {
@@ -136,6 +140,7 @@ pub(super) fn fit_name(f: Fit) -> &'static str {
         Fit::Cover => "cover",
         Fit::Fill => "fill",
         Fit::Pad => "pad",
+        Fit::Crop => "crop",
     }
 }
 

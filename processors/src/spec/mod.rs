@@ -58,6 +58,10 @@ pub enum Fit {
     Cover,
     Fill,
     Pad,
+    /// Cover, except that without `enlarge` a box the source cannot fill is cut to the
+    /// source side by side, not shrunk to the box's shape (imgproxy's `fill`); with
+    /// `enlarge` it is cover.
+    Crop,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -555,6 +559,15 @@ mod tests {
         );
         let png_q = Spec::parse("format=png&q=50").unwrap();
         assert_eq!(resolve(&png_q), "format=png");
+        // Crop with enlarge is cover: one variant.
+        let crop = Spec::parse("w=300&h=400&fit=crop&enlarge=1").unwrap();
+        let cover = Spec::parse("w=300&h=400&fit=cover&enlarge=1").unwrap();
+        assert_eq!(resolve(&crop), resolve(&cover));
+        let crop = Spec::parse("w=300&h=400&fit=crop&gravity=east").unwrap();
+        assert_eq!(
+            resolve(&crop),
+            "fit=crop&format=png&gravity=east&h=400&w=300"
+        );
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl Spec {
                     "cover" => Fit::Cover,
                     "fill" => Fit::Fill,
                     "pad" => Fit::Pad,
+                    "crop" => Fit::Crop,
                     _ => {
                         return Err(SpecError::new(
                             name,

@@ -1,0 +1,111 @@
+//! Image URLs in the peers' dialects (`/imgproxy/…`, `/thumbor/…`), so pages written for them work
+//! unchanged. Each dialect's file reads its URL — signature, options, source — and says it in
+//! imgcas's own options; from there a request is a native request by URL (presets, the
+//! request cache, the variant key, fallbacks), so the same output asked in any dialect is one
+//! variant, processed once.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+
+use super::image::Looked;
+use super::Service;
+use crate::config::Config;
+use crate::error::Error;
+
+mod imgproxy;
+mod thumbor;
+
+/// What the dialects need of the configuration, decoded once.
+#[derive(Debug, Default)]
+pub(super) struct Dialect {
+    /// imgproxy's key/salt pairs (empty: signing off).
+    pub imgproxy_pairs: Vec<crate::config::KeyAndSalt>,
+    pub imgproxy_signature_size: usize,
+    /// thumbor's security key (`None`: signing off).
+    pub thumbor_key: Option<Vec<u8>>,
+    /// Native URLs must be signed: a dialect with no signature of its own configured is
+    /// refused rather than left open.
+    pub native_signing: bool,
+}
+
+impl Dialect {
+    pub fn of(config: &Config) -> Dialect {
+        Dialect {
+            // Validated at start (`Config::validate`).
+            imgproxy_pairs: config.imgproxy.pairs().unwrap_or_default(),
+            imgproxy_signature_size: config.imgproxy.signature_size,
+            thumbor_key: config
+                .thumbor
+                .key
+                .as_deref()
+                .filter(|k| !k.is_empty())
+                .map(|k| k.as_bytes().to_vec()),
+            native_signing: !config.security.signing_keys().is_empty(),
+        }
+    }
+}
+
+/// A dialect's URL in imgcas's terms: the source URL and the option pairs.
+#[derive(Debug)]
+pub(super) struct Translated {
+    pub source: String,
+    pub pairs: Vec<(String, String)>,
+}
+
+/// Equality in time independent of where the first difference is (signatures).
+fn same_text(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y))
+            == 0
+}
+
+/// A dialect's reader: the path below its prefix, in imgcas's terms.
+type Reader = fn(&Dialect, &str) -> Result<Translated, Error>;
+
+/// The dialects, by the prefix their URLs live under.
+pub(super) const PREFIXES: [(&str, Reader); 2] = [
+    ("/imgproxy", imgproxy::translate),
+    ("/thumbor", thumbor::translate),
+];
+
+/// `GET /imgproxy/{signature}/{options}/…` and `GET /thumbor/{hmac|unsafe}/…`: read by the
+/// dialect the prefix names, then answered as a native request by URL.
+pub(super) async fn answer(
+    State(service): State<Service>,
+    uri: Uri,
+    headers: HeaderMap,
+    looked: Option<Extension<Looked>>,
+) -> Response {
+    if uri.query().is_some() {
+        return Error::invalid_option(
+            "url",
+            "these URLs have no query: write a source's `?` as %3F",
+        )
+        .into_response();
+    }
+    let Some((path, read)) = PREFIXES
+        .iter()
+        .find_map(|(prefix, read)| Some((uri.path().strip_prefix(prefix)?, read)))
+    else {
+        return Error::NotFound("no such route".into()).into_response();
+    };
+    match read(service.dialect(), path) {
+        Ok(translated) => {
+            super::image::by_translated_url(&service, &uri, &headers, looked, translated).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The option a dialect's URL is refused for (tests of each dialect).
+#[cfg(test)]
+fn refused_for(dialect: &Dialect, read: Reader, path: &str) -> String {
+    match read(dialect, path) {
+        Err(Error::InvalidOption { option, .. }) => option,
+        other => panic!("{path}: {other:?}"),
+    }
+}

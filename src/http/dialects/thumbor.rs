@@ -1,0 +1,470 @@
+//! thumbor's URLs, read as imgcas's own:
+//! `/{hmac|unsafe}/[trim/][AxB:CxD/][fit-in/][-]WxH/[halign/][valign/][smart/][filters:…/]{source}`
+//! (below `/thumbor`), signed as thumbor signs them (URL-safe Base64, with its padding, of
+//! HMAC-SHA1 over the path after the signature, without its leading `/`).
+//!
+//! thumbor resizes, then applies its filters: a `rotate()` turns the box too, so it becomes
+//! imgcas's rotation (applied first) with the box and the crop's side turned to match. A
+//! part or filter imgcas cannot honour exactly is refused with its name (400).
+
+use base64::engine::general_purpose::URL_SAFE;
+use base64::Engine;
+use hmac::{KeyInit, Mac};
+
+use super::{Dialect, Translated};
+use crate::error::Error;
+
+fn refuse(part: &str, message: impl Into<String>) -> Error {
+    Error::invalid_option(part, message)
+}
+
+/// thumbor's signature of `signed` under `key`.
+pub fn sign(key: &[u8], signed: &str) -> String {
+    let mut mac = match hmac::Hmac::<sha1::Sha1>::new_from_slice(key) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC accepts every key length"),
+    };
+    mac.update(signed.as_bytes());
+    URL_SAFE.encode(mac.finalize().into_bytes())
+}
+
+fn check_signature(dialect: &Dialect, signature: &str, signed: &str) -> Result<(), Error> {
+    match &dialect.thumbor_key {
+        None if dialect.native_signing => Err(Error::BadSignature(
+            "this server signs its URLs: thumbor URLs need IMGCAS_THUMBOR_KEY".into(),
+        )),
+        None => match signature {
+            "unsafe" => Ok(()),
+            _ => Err(Error::BadSignature(
+                "signing is off: the signature segment must be `unsafe`".into(),
+            )),
+        },
+        Some(key) => {
+            let expected = sign(key, signed);
+            match super::same_text(expected.as_bytes(), signature.as_bytes()) {
+                true => Ok(()),
+                false => Err(Error::BadSignature(
+                    "the signature does not match the URL".into(),
+                )),
+            }
+        }
+    }
+}
+
+/// A box side: a number of pixels, `orig`, or nothing (proportional).
+fn side(v: &str) -> Result<Option<u32>, Error> {
+    match v {
+        "" | "orig" | "0" => Ok(None),
+        _ => v
+            .parse()
+            .map(Some)
+            .map_err(|_| refuse("size", format!("`{v}` is not a number of pixels"))),
+    }
+}
+
+/// A box: its width and height, each absent when proportional.
+type BoxSides = (Option<u32>, Option<u32>);
+
+/// `[-]W x [-]H`, if `segment` is one.
+fn size(segment: &str) -> Option<Result<BoxSides, Error>> {
+    let (w, h) = segment.split_once('x')?;
+    let plain = |s: &str| s.is_empty() || s == "orig" || s.bytes().all(|b| b.is_ascii_digit());
+    let (w_flip, w) = w.strip_prefix('-').map_or((false, w), |w| (true, w));
+    let (h_flip, h) = h.strip_prefix('-').map_or((false, h), |h| (true, h));
+    if !plain(w) || !plain(h) {
+        return None;
+    }
+    if w_flip || h_flip {
+        return Some(Err(refuse(
+            "flip",
+            "flipping (`-` before a side) is not supported",
+        )));
+    }
+    Some(side(w).and_then(|w| Ok((w, side(h)?))))
+}
+
+/// A filter's name and arguments: `name(a,b)`.
+fn filter(text: &str) -> Result<(&str, Vec<&str>), Error> {
+    let (name, rest) = text
+        .split_once('(')
+        .ok_or_else(|| refuse("filters", format!("`{text}` is not name(arguments)")))?;
+    let args = rest
+        .strip_suffix(')')
+        .ok_or_else(|| refuse("filters", format!("`{text}` is not name(arguments)")))?;
+    let args = match args.trim() {
+        "" => Vec::new(),
+        args => args.split(',').map(str::trim).collect(),
+    };
+    Ok((name, args))
+}
+
+/// Splits `filters:a(1):b(x,y)` at the colons between filters (none stands inside one).
+fn filters(list: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in list.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ':' if depth == 0 => {
+                out.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&list[start..]);
+    out.into_iter().filter(|f| !f.is_empty()).collect()
+}
+
+/// A compass gravity turned clockwise by `degrees` (the picture's side that ends there).
+fn turned(gravity: &'static str, degrees: u32) -> &'static str {
+    const RING: [&str; 8] = [
+        "north",
+        "northeast",
+        "east",
+        "southeast",
+        "south",
+        "southwest",
+        "west",
+        "northwest",
+    ];
+    match RING.iter().position(|g| *g == gravity) {
+        Some(i) => RING[(i + (degrees / 45) as usize) % 8],
+        None => gravity,
+    }
+}
+
+/// The source and options of `path` (what follows `/thumbor`, from its `/`), once its
+/// signature is checked.
+pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Error> {
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    let (signature, signed) = rest
+        .split_once('/')
+        .ok_or_else(|| Error::NotFound("a thumbor URL names its source".into()))?;
+    check_signature(dialect, signature, signed)?;
+    let mut segments = signed.split('/').peekable();
+    let mut next_if = |test: &dyn Fn(&str) -> bool| segments.next_if(|s| test(s));
+    if next_if(&|s| s == "meta" || s == "debug").is_some() {
+        return Err(refuse(
+            "meta",
+            "thumbor's meta and debug answers are not supported",
+        ));
+    }
+    if next_if(&|s| s == "trim" || s.starts_with("trim:")).is_some() {
+        return Err(refuse("trim", "trimming is not supported"));
+    }
+    let is_crop = |s: &str| {
+        s.split_once(':').is_some_and(|(a, b)| {
+            [a, b].iter().all(|p| {
+                p.split_once('x').is_some_and(|(x, y)| {
+                    !x.is_empty()
+                        && !y.is_empty()
+                        && (x.to_owned() + y).bytes().all(|b| b.is_ascii_digit())
+                })
+            })
+        })
+    };
+    if next_if(&is_crop).is_some() {
+        return Err(refuse("crop", "a manual crop (AxB:CxD) is not supported"));
+    }
+    let fit_in = match next_if(&|s| s.ends_with("fit-in")) {
+        Some("fit-in") => true,
+        Some(other) => return Err(refuse(other, "only plain `fit-in` is supported")),
+        None => false,
+    };
+    let (width, height) = match next_if(&|s| size(s).is_some()) {
+        Some(segment) => size(segment).unwrap_or(Ok((None, None)))?,
+        None => (None, None),
+    };
+    let halign = next_if(&|s| matches!(s, "left" | "center" | "right"));
+    let valign = next_if(&|s| matches!(s, "top" | "middle" | "bottom"));
+    let smart = next_if(&|s| s == "smart").is_some();
+    let filter_list = next_if(&|s| s.starts_with("filters:"));
+    let source: Vec<&str> = segments.collect();
+    if source.is_empty() || source.iter().all(|s| s.is_empty()) {
+        return Err(Error::NotFound("a thumbor URL names its source".into()));
+    }
+
+    // thumbor upscales a cropped picture, and fits one in without upscaling, unless a
+    // filter says otherwise.
+    let mut enlarge = !fit_in;
+    let (mut format, mut quality, mut blur, mut rotate, mut fill) = (None, None, None, 0, None);
+    for text in filter_list
+        .and_then(|f| f.strip_prefix("filters:"))
+        .map(filters)
+        .unwrap_or_default()
+    {
+        let (name, args) = filter(text)?;
+        let one = || match args.as_slice() {
+            [one] => Ok(*one),
+            _ => Err(refuse(name, "takes one argument")),
+        };
+        match name {
+            "format" => {
+                format = Some(match one()? {
+                    "jpeg" | "jpg" => "jpeg",
+                    "png" => "png",
+                    "webp" => "webp",
+                    "gif" => "gif",
+                    "avif" => "avif",
+                    other => {
+                        return Err(refuse(name, format!("format `{other}` is not supported")))
+                    }
+                })
+            }
+            "quality" => quality = Some(one()?.to_string()),
+            "blur" => {
+                // blur(radius[, sigma]): the sigma is the radius unless given.
+                let sigma = match args.as_slice() {
+                    [radius] => *radius,
+                    [_, sigma] => *sigma,
+                    _ => return Err(refuse(name, "takes a radius and an optional sigma")),
+                };
+                blur = Some(sigma.to_string()).filter(|s| s != "0");
+            }
+            "rotate" => {
+                let degrees: i64 = one()?
+                    .parse()
+                    .map_err(|_| refuse(name, "the angle is a number of degrees"))?;
+                // thumbor turns by multiples of 90 counter-clockwise and ignores the rest.
+                if degrees % 90 == 0 {
+                    rotate = (360 - degrees.rem_euclid(360) as u32) % 360;
+                }
+            }
+            "fill" => {
+                let colour = args.first().copied().unwrap_or("");
+                if args.get(1).is_some_and(|t| matches!(*t, "true" | "1")) {
+                    return Err(refuse(name, "filling transparent areas is not supported"));
+                }
+                let hex = match colour.len() {
+                    3 => colour.chars().flat_map(|c| [c, c]).collect::<String>(),
+                    _ => colour.to_string(),
+                };
+                if hex.len() != 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(refuse(name, "the colour is 3 or 6 hex digits here"));
+                }
+                fill = Some(hex.to_ascii_lowercase());
+            }
+            "no_upscale" => enlarge = false,
+            "upscale" => enlarge = true,
+            // imgcas never keeps the source's metadata or profile.
+            "strip_exif" | "strip_icc" => {}
+            other => {
+                return Err(refuse(
+                    other,
+                    "this thumbor filter is not supported by imgcas",
+                ))
+            }
+        }
+    }
+
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut push = |k: &str, v: String| pairs.push((k.to_string(), v));
+    // The box is thumbor's before its rotation: imgcas turns first, then fits.
+    let (width, height) = match rotate {
+        90 | 270 => (height, width),
+        _ => (width, height),
+    };
+    if let Some(w) = width {
+        push("w", w.to_string());
+    }
+    if let Some(h) = height {
+        push("h", h.to_string());
+    }
+    let gravity = match (
+        smart,
+        halign.unwrap_or("center"),
+        valign.unwrap_or("middle"),
+    ) {
+        (true, _, _) => "smart",
+        (false, h, v) => match (v, h) {
+            ("top", "left") => "northwest",
+            ("top", "center") => "north",
+            ("top", _) => "northeast",
+            ("middle", "left") => "west",
+            ("middle", "center") => "center",
+            ("middle", _) => "east",
+            (_, "left") => "southwest",
+            (_, "center") => "south",
+            _ => "southeast",
+        },
+    };
+    match (fit_in, fill) {
+        (true, Some(colour)) => {
+            push("fit", "pad".into());
+            push("bg", colour);
+        }
+        (true, None) => push("fit", "contain".into()),
+        (false, Some(_)) => return Err(refuse("fill", "is supported with fit-in only")),
+        (false, None) => {
+            push("fit", "cover".into());
+            push("gravity", turned(gravity, rotate).into());
+        }
+    }
+    if enlarge {
+        push("enlarge", "1".into());
+    }
+    if let Some(q) = quality {
+        push("q", q);
+    }
+    if let Some(f) = format {
+        push("format", f.into());
+    }
+    if let Some(sigma) = blur {
+        push("blur", sigma);
+    }
+    if rotate > 0 {
+        push("rotate", rotate.to_string());
+    }
+    // thumbor reads its source unquoted, and as http:// when it names no scheme.
+    let raw = source.join("/");
+    let decoded = percent_encoding::percent_decode_str(&raw)
+        .decode_utf8()
+        .map_err(|_| refuse("url", "the source is not UTF-8 once decoded"))?;
+    let source = match decoded.starts_with("http://") || decoded.starts_with("https://") {
+        true => decoded.into_owned(),
+        false => format!("http://{decoded}"),
+    };
+    Ok(Translated { source, pairs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// thumbor's library scenarios (docs/libraries.rst) and libthumbor's tests: key
+    /// `my-security-key`.
+    const VECTORS: [(&str, &str); 7] = [
+        (
+            "300x200/my.server.com/some/path/to/image.jpg",
+            "8ammJH8D-7tXy6kU3lTvoXlhu4o=",
+        ),
+        (
+            "meta/my.server.com/some/path/to/image.jpg",
+            "Ps3ORJDqxlSQ8y00T29GdNAh2CY=",
+        ),
+        (
+            "smart/my.server.com/some/path/to/image.jpg",
+            "-2NHpejRK2CyPAm61FigfQgJBxw=",
+        ),
+        (
+            "fit-in/my.server.com/some/path/to/image.jpg",
+            "uvLnA6TJlF-Cc-L8z9pEtfasO3s=",
+        ),
+        (
+            "filters:brightness(10):contrast(20)/my.server.com/some/path/to/image.jpg",
+            "ZZtPCw-BLYN1g42Kh8xTcRs0Qls=",
+        ),
+        (
+            "10x10:200x200/300x200/my.server.com/some/path/to/image.jpg",
+            "B35oBEIwztbc3jm7vsdqLez2C78=",
+        ),
+        (
+            "10x10:200x200/300x200/filters:brightness(20):contrast(10)/my.server.com/some/path/to/image.jpg",
+            "as8U2DbUUtTMgvPF26LkjS3MocY=",
+        ),
+    ];
+
+    fn keyed() -> Dialect {
+        Dialect {
+            thumbor_key: Some(b"my-security-key".to_vec()),
+            ..Dialect::default()
+        }
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_documentations_signatures_verify() {
+        for (signed, signature) in VECTORS {
+            assert_eq!(sign(b"my-security-key", signed), signature, "{signed}");
+        }
+        let done =
+            translate(&keyed(), &format!("/{}/{}", VECTORS[0].1, VECTORS[0].0)).expect("signed");
+        assert_eq!(done.source, "http://my.server.com/some/path/to/image.jpg");
+        assert_eq!(
+            done.pairs,
+            pairs(&[
+                ("w", "300"),
+                ("h", "200"),
+                ("fit", "cover"),
+                ("gravity", "center"),
+                ("enlarge", "1")
+            ])
+        );
+        let fit_in =
+            translate(&keyed(), &format!("/{}/{}", VECTORS[3].1, VECTORS[3].0)).expect("signed");
+        assert_eq!(fit_in.pairs, pairs(&[("fit", "contain")]));
+        // Signed, but asking what imgcas does not do: refused by name, after the check.
+        let filters = translate(&keyed(), &format!("/{}/{}", VECTORS[4].1, VECTORS[4].0));
+        assert!(
+            matches!(&filters, Err(Error::InvalidOption { option, .. }) if option == "brightness"),
+            "{filters:?}"
+        );
+        let altered = format!("/{}/{}", VECTORS[0].1, VECTORS[0].0.replace("300", "301"));
+        assert!(matches!(
+            translate(&keyed(), &altered),
+            Err(Error::BadSignature(_))
+        ));
+        assert!(matches!(
+            translate(&keyed(), &format!("/unsafe/{}", VECTORS[0].0)),
+            Err(Error::BadSignature(_))
+        ));
+    }
+
+    #[test]
+    fn parts_and_filters_translate_or_are_refused_by_name() {
+        let off = Dialect::default();
+        let path = "/unsafe/fit-in/400x300/filters:format(webp):quality(70):fill(f00):upscale()/https%3A%2F%2Fa.test%2Fp.jpg";
+        let done = translate(&off, path).expect("translates");
+        assert_eq!(done.source, "https://a.test/p.jpg");
+        assert_eq!(
+            done.pairs,
+            pairs(&[
+                ("w", "400"),
+                ("h", "300"),
+                ("fit", "pad"),
+                ("bg", "ff0000"),
+                ("enlarge", "1"),
+                ("q", "70"),
+                ("format", "webp")
+            ])
+        );
+        // Turned a quarter counter-clockwise after a 300×200 crop kept to the left: imgcas
+        // turns first (270 clockwise), into a 200×300 box, kept to the bottom.
+        let turned = translate(&off, "/unsafe/300x200/left/filters:rotate(90)/a.test/p.jpg")
+            .expect("translates");
+        assert_eq!(
+            turned.pairs,
+            pairs(&[
+                ("w", "200"),
+                ("h", "300"),
+                ("fit", "cover"),
+                ("gravity", "south"),
+                ("enlarge", "1"),
+                ("rotate", "270")
+            ])
+        );
+        let refused = |path: &str| super::super::refused_for(&off, translate, path);
+        assert_eq!(refused("/unsafe/trim/a.test/p.jpg"), "trim");
+        assert_eq!(refused("/unsafe/10x10:90x90/a.test/p.jpg"), "crop");
+        assert_eq!(refused("/unsafe/-300x200/a.test/p.jpg"), "flip");
+        assert_eq!(
+            refused("/unsafe/adaptive-fit-in/300x200/a.test/p.jpg"),
+            "adaptive-fit-in"
+        );
+        assert_eq!(
+            refused("/unsafe/300x200/filters:grayscale()/a.test/p.jpg"),
+            "grayscale"
+        );
+        assert_eq!(
+            refused("/unsafe/300x200/filters:fill(blue)/a.test/p.jpg"),
+            "fill"
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! The peers' URLs (issue 30): an imgproxy URL and the native URL of the same output are one
+//! variant, processed once; signatures are imgproxy's own; options imgcas cannot honour are
+//! refused by name.
+
+use crate::common;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use common::*;
+
+/// imgproxy's signature of `path` under a key and salt (hex), computed here with the
+/// crates directly, as imgproxy's documentation describes it.
+fn imgproxy_signature(key_hex: &str, salt_hex: &str, path: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let key = hex::decode(key_hex).unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(&hex::decode(salt_hex).unwrap());
+    mac.update(path.as_bytes());
+    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+#[tokio::test]
+async fn an_imgproxy_url_and_the_native_url_are_one_variant() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(640, 480, 5));
+    let source = origin.url("/photo.jpg");
+
+    let plain = app
+        .get(&format!(
+            "/imgproxy/insecure/rs:fill:200:100/g:sm/plain/{source}@webp"
+        ))
+        .await;
+    assert_eq!(plain.status(), 200);
+    assert_eq!(header(&plain, "content-type"), Some("image/webp"));
+    let etag = header(&plain, "etag").unwrap().to_string();
+    assert_eq!(dimensions(&plain.bytes().await.unwrap()), (200, 100));
+    assert_eq!(app.processing_runs(), 1);
+
+    let native = app
+        .image_by_url(&source, "w=200&h=100&fit=crop&gravity=smart&format=webp")
+        .await;
+    assert_eq!(native.status(), 200);
+    assert_eq!(header(&native, "etag"), Some(etag.as_str()));
+    assert_eq!(app.processing_runs(), 1, "one variant, processed once");
+
+    // The Base64 form, split in segments as imgproxy's examples write it.
+    let encoded = URL_SAFE_NO_PAD.encode(source.as_bytes());
+    let (a, b) = encoded.split_at(encoded.len() / 2);
+    let base64 = app
+        .get(&format!("/imgproxy/unsafe/w:160/q:70/{a}/{b}.jpg"))
+        .await;
+    assert_eq!(base64.status(), 200);
+    let etag = header(&base64, "etag").unwrap().to_string();
+    let native = app.image_by_url(&source, "w=160&q=70&format=jpeg").await;
+    assert_eq!(header(&native, "etag"), Some(etag.as_str()));
+    assert_eq!(app.processing_runs(), 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn imgproxy_signatures_are_checked_and_options_refused_by_name() {
+    // imgproxy's documentation: key `secret`, salt `hello`.
+    let (key, salt) = ("736563726574", "68656C6C6F");
+    let app = spawn_app_with(|c| {
+        c.imgproxy.key = Some(format!("{},{key}", "00".repeat(16)));
+        c.imgproxy.salt = Some(format!("{},{salt}", "11".repeat(16)));
+    })
+    .await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(320, 240, 6));
+    let path = format!("/rs:fit:100:100/plain/{}@png", origin.url("/photo.jpg"));
+    let signature = imgproxy_signature(key, salt, &path);
+
+    let signed = app.get(&format!("/imgproxy/{signature}{path}")).await;
+    assert_eq!(signed.status(), 200);
+    assert_eq!(dimensions(&signed.bytes().await.unwrap()), (100, 75));
+
+    let altered = app
+        .get(&format!(
+            "/imgproxy/{signature}{}",
+            path.replace("100:100", "100:101")
+        ))
+        .await;
+    assert_eq!(altered.status(), 403);
+    assert_eq!(json(altered).await["error"]["code"], "bad_signature");
+    let unsigned = app.get(&format!("/imgproxy/insecure{path}")).await;
+    assert_eq!(unsigned.status(), 403);
+
+    let watermark = format!("/wm:0.5/plain/{}@png", origin.url("/photo.jpg"));
+    let refused = app
+        .get(&format!(
+            "/imgproxy/{}{watermark}",
+            imgproxy_signature(key, salt, &watermark)
+        ))
+        .await;
+    assert_eq!(refused.status(), 400);
+    let body = json(refused).await;
+    assert_eq!(body["error"]["code"], "invalid_option");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("`wm`"),
+        "{body}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn with_native_signing_on_unsigned_dialect_urls_are_refused() {
+    let app = spawn_app_with(|c| c.security.signing_key = Some("k".repeat(32))).await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(64, 48, 2));
+    let answer = app
+        .get(&format!(
+            "/imgproxy/insecure/w:10/plain/{}",
+            origin.url("/photo.jpg")
+        ))
+        .await;
+    assert_eq!(answer.status(), 403);
+    assert_eq!(origin.requests(), 0);
+    app.stop().await;
+}
+
+/// thumbor's signature of `signed` (the path after the signature, without its `/`).
+fn thumbor_signature(key: &str, signed: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(signed.as_bytes());
+    base64::engine::general_purpose::URL_SAFE.encode(mac.finalize().into_bytes())
+}
+
+#[tokio::test]
+async fn a_thumbor_url_an_imgproxy_url_and_the_native_url_are_one_run() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(640, 480, 8));
+    let source = origin.url("/photo.jpg");
+
+    let thumbor = app
+        .get(&format!(
+            "/thumbor/unsafe/fit-in/200x200/filters:format(webp):strip_exif()/{source}"
+        ))
+        .await;
+    assert_eq!(thumbor.status(), 200);
+    let etag = header(&thumbor, "etag").unwrap().to_string();
+    assert_eq!(dimensions(&thumbor.bytes().await.unwrap()), (200, 150));
+    let imgproxy = app
+        .get(&format!(
+            "/imgproxy/insecure/rs:fit:200:200/plain/{source}@webp"
+        ))
+        .await;
+    assert_eq!(header(&imgproxy, "etag"), Some(etag.as_str()));
+    let native = app
+        .image_by_url(&source, "w=200&h=200&fit=contain&format=webp")
+        .await;
+    assert_eq!(header(&native, "etag"), Some(etag.as_str()));
+    assert_eq!(app.processing_runs(), 1, "one run for the three dialects");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn thumbor_signatures_are_checked_and_filters_refused_by_name() {
+    const KEY: &str = "my-security-key";
+    let app = spawn_app_with(|c| c.thumbor.key = Some(KEY.into())).await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(320, 240, 7));
+    // thumbor's URLs name their source without a scheme as often as with one.
+    let source = origin.url("/photo.jpg").replace("http://", "");
+    let signed = format!("120x90/smart/{source}");
+    let ok = app
+        .get(&format!(
+            "/thumbor/{}/{signed}",
+            thumbor_signature(KEY, &signed)
+        ))
+        .await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(dimensions(&ok.bytes().await.unwrap()), (120, 90));
+    let altered = app
+        .get(&format!(
+            "/thumbor/{}/{}",
+            thumbor_signature(KEY, &signed),
+            signed.replace("120x90", "121x90")
+        ))
+        .await;
+    assert_eq!(altered.status(), 403);
+    assert_eq!(
+        app.get(&format!("/thumbor/unsafe/{signed}")).await.status(),
+        403
+    );
+    let filtered = format!("120x90/filters:grayscale()/{source}");
+    let refused = app
+        .get(&format!(
+            "/thumbor/{}/{filtered}",
+            thumbor_signature(KEY, &filtered)
+        ))
+        .await;
+    assert_eq!(refused.status(), 400);
+    let body = json(refused).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`grayscale`"),
+        "{body}"
+    );
+    app.stop().await;
+}
