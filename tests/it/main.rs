@@ -35,6 +35,7 @@ mod metrics;
 mod near_dup;
 mod near_index_pg;
 mod negative_cache;
+mod nextjs;
 mod overload;
 mod presets;
 mod proxy;
