@@ -81,8 +81,38 @@ fn round_px(v: f64) -> u32 {
     (v.round() as u32).max(1)
 }
 
-/// The plan for a source of `(sw, sh)` upright pixels.
+/// The plan for a source of `(sw, sh)` upright pixels: for its `crop` region, if it has one
+/// (the plan's crop then lies within the region, in the source's coordinates).
 pub fn plan(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
+    let Some(region) = spec.shape.crop else {
+        return plan_whole(source, spec);
+    };
+    let r = region.within(source, spec.shape.crop_gravity);
+    if (r.width, r.height) == (f64::from(source.0), f64::from(source.1)) {
+        return plan_whole(source, spec);
+    }
+    let inner = plan_whole((r.width as u32, r.height as u32), spec);
+    let crop = match inner.crop {
+        Some(c) => SourceCrop {
+            left: r.left + c.left,
+            top: r.top + c.top,
+            ..c
+        },
+        None => SourceCrop {
+            left: r.left,
+            top: r.top,
+            width: r.width,
+            height: r.height,
+        },
+    };
+    Plan {
+        crop: Some(crop),
+        ..inner
+    }
+}
+
+/// The plan for the whole of a source of `(sw, sh)` pixels.
+fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
     let spec = &spec.shape;
     let (sw, sh) = (f64::from(source.0), f64::from(source.1));
     let whole = |w: u32, h: u32| Plan {
@@ -251,6 +281,37 @@ mod tests {
         // Smaller both ways: the source as it is.
         let small = p((80, 60), "w=300&h=400&fit=crop");
         assert_eq!((small.resize_to, small.crop), ((80, 60), None));
+    }
+
+    /// The crop a plan makes, as left, top, width, height.
+    fn region(src: (u32, u32), q: &str) -> Option<(f64, f64, f64, f64)> {
+        p(src, q).crop.map(|c| (c.left, c.top, c.width, c.height))
+    }
+
+    #[test]
+    fn crop_cuts_its_region_first() {
+        // 1000 × 500: the middle 400 × 300, then 200 wide.
+        assert_eq!(p((1000, 500), "crop=400,300&w=200").resize_to, (200, 150));
+        let cases = [
+            ("crop=400,300&w=200", (300.0, 100.0, 400.0, 300.0)),
+            // By its corner, half the width, the whole height below the corner.
+            ("crop=0.5,0,10,20", (10.0, 20.0, 500.0, 480.0)),
+            // Cover's crop lies inside the region.
+            (
+                "crop=400,400,0,0&w=100&h=50&fit=cover",
+                (0.0, 100.0, 400.0, 200.0),
+            ),
+            // A region larger than the source is cut to it, and sits by its gravity.
+            (
+                "crop=2000,100&crop_gravity=south",
+                (0.0, 400.0, 1000.0, 100.0),
+            ),
+        ];
+        for (q, expected) in cases {
+            assert_eq!(region((1000, 500), q), Some(expected), "{q}");
+        }
+        // The whole source is no crop at all.
+        assert_eq!(region((1000, 500), "crop=1000,500&w=100"), None);
     }
 
     #[test]

@@ -204,3 +204,40 @@ async fn thumbor_signatures_are_checked_and_filters_refused_by_name() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn crops_in_either_dialect_are_the_native_crop() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(640, 480, 9));
+    let source = origin.url("/photo.jpg");
+
+    // thumbor's manual crop: the corners (100, 50) and (500, 350), then fit in 200 × 200.
+    let thumbor = app
+        .get(&format!(
+            "/thumbor/unsafe/100x50:500x350/fit-in/200x200/{source}"
+        ))
+        .await;
+    assert_eq!(thumbor.status(), 200);
+    let etag = header(&thumbor, "etag").unwrap().to_string();
+    assert_eq!(dimensions(&thumbor.bytes().await.unwrap()), (200, 150));
+    let native = app
+        .image_by_url(&source, "crop=400,300,100,50&w=200&h=200")
+        .await;
+    assert_eq!(header(&native, "etag"), Some(etag.as_str()));
+
+    // imgproxy's crop: 400 × 300 by gravity (the centre), then fit in 200 × 200.
+    let imgproxy = app
+        .get(&format!(
+            "/imgproxy/insecure/c:400:300/rs:fit:200:200/plain/{source}@jpg"
+        ))
+        .await;
+    assert_eq!(imgproxy.status(), 200);
+    let etag = header(&imgproxy, "etag").unwrap().to_string();
+    let native = app
+        .image_by_url(&source, "crop=400,300&w=200&h=200&format=jpeg")
+        .await;
+    assert_eq!(header(&native, "etag"), Some(etag.as_str()));
+    assert_eq!(app.processing_runs(), 2, "one run per output");
+    app.stop().await;
+}

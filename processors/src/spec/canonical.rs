@@ -113,6 +113,10 @@ impl Spec {
             shape.gravity = Gravity::Center;
         }
         shape.enlarge &= has_box;
+        if shape.crop.is_none_or(|region| region.at.is_some()) {
+            // Placed by its corner, or absent: the crop's gravity is moot.
+            shape.crop_gravity = Gravity::Center;
+        }
         let lossless = self.lossless && format == OutputFormat::Webp;
         let quality = format
             .default_quality()

@@ -15,11 +15,13 @@ mod accept;
 mod canonical;
 mod hints;
 mod parse;
+mod region;
 
 pub use accept::{accept_class, negotiate};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use parse::OPTION_NAMES;
+pub use region::{Extent, Placed, Region};
 
 use canonical::{fit_name, gravity_name};
 
@@ -252,6 +254,10 @@ pub struct Shape {
     pub background: Rgb,
     pub min_width: Option<u32>,
     pub min_height: Option<u32>,
+    /// `crop`: the region of the source the rest works on.
+    pub crop: Option<Region>,
+    /// Where `crop` sits when it gives no corner.
+    pub crop_gravity: Gravity,
 }
 
 impl Shape {
@@ -273,6 +279,12 @@ impl Shape {
         }
         if let Some(b) = self.blur {
             out.push(("blur", b.to_string()));
+        }
+        if let Some(region) = self.crop {
+            out.push(("crop", region.to_string()));
+        }
+        if self.crop_gravity != d.crop_gravity {
+            out.push(("crop_gravity", gravity_name(self.crop_gravity).into()));
         }
         if self.enlarge {
             out.push(("enlarge", "1".into()));
@@ -464,6 +476,21 @@ mod tests {
     }
 
     #[test]
+    fn bad_crops_name_their_option() {
+        for (q, opt) in [
+            ("crop=1", "crop"),
+            ("crop=a,b", "crop"),
+            ("crop=1.5,2", "crop"),
+            ("crop=10,10,1", "crop"),
+            ("crop=10,10,-1,0", "crop"),
+            ("crop=10,10&gravity=smart", "crop"),
+            ("crop_gravity=smart", "crop_gravity"),
+        ] {
+            assert_eq!(err(q).option, opt, "{q}");
+        }
+    }
+
+    #[test]
     fn resolution_folds_dpr_and_format() {
         let s = Spec::parse("w=200&dpr=2&format=original").unwrap();
         let r = s.resolve(Some(OutputFormat::Jpeg), false, None);
@@ -559,6 +586,11 @@ mod tests {
         );
         let png_q = Spec::parse("format=png&q=50").unwrap();
         assert_eq!(resolve(&png_q), "format=png");
+        // A crop placed by its corner has no gravity; a whole one is no crop.
+        let placed = Spec::parse("crop=10,20,3,4&crop_gravity=east&w=5").unwrap();
+        assert_eq!(resolve(&placed), "crop=10,20,3,4&format=png&w=5");
+        let whole = Spec::parse("crop=0,0&w=5").unwrap();
+        assert_eq!(resolve(&whole), resolve(&Spec::parse("w=5").unwrap()));
         // Crop with enlarge is cover: one variant.
         let crop = Spec::parse("w=300&h=400&fit=crop&enlarge=1").unwrap();
         let cover = Spec::parse("w=300&h=400&fit=cover&enlarge=1").unwrap();

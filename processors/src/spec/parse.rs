@@ -22,7 +22,30 @@ pub const OPTION_NAMES: &[&str] = &[
     "min_w",
     "min_h",
     "animated",
+    "crop",
+    "crop_gravity",
 ];
+
+fn gravity(option: &str, value: &str) -> Result<Gravity, SpecError> {
+    Ok(match value {
+        "center" => Gravity::Center,
+        "north" => Gravity::North,
+        "south" => Gravity::South,
+        "east" => Gravity::East,
+        "west" => Gravity::West,
+        "northeast" => Gravity::NorthEast,
+        "northwest" => Gravity::NorthWest,
+        "southeast" => Gravity::SouthEast,
+        "southwest" => Gravity::SouthWest,
+        "smart" => Gravity::Smart,
+        _ => {
+            return Err(SpecError::new(
+                option,
+                "must be one of center, north, south, east, west, northeast, northwest, southeast, southwest, smart",
+            ))
+        }
+    })
+}
 
 fn parse_flag(option: &str, value: &str) -> Result<bool, SpecError> {
     match value {
@@ -66,6 +89,13 @@ impl Spec {
             }
             seen.push(known);
             spec.set(known, value)?;
+        }
+        if spec.shape.crop.is_some() && spec.shape.gravity == Gravity::Smart {
+            // Smart placement looks over the whole picture, not inside a region of it.
+            return Err(SpecError::new(
+                "crop",
+                "cannot be combined with gravity=smart",
+            ));
         }
         Ok(spec)
     }
@@ -115,41 +145,37 @@ impl Spec {
                     _ => {
                         return Err(SpecError::new(
                             name,
-                            "must be one of contain, cover, fill, pad",
+                            "must be one of contain, cover, fill, pad, crop",
                         ))
                     }
                 }
             }
-            "gravity" => {
-                self.shape.gravity = match value {
-                    "center" => Gravity::Center,
-                    "north" => Gravity::North,
-                    "south" => Gravity::South,
-                    "east" => Gravity::East,
-                    "west" => Gravity::West,
-                    "northeast" => Gravity::NorthEast,
-                    "northwest" => Gravity::NorthWest,
-                    "southeast" => Gravity::SouthEast,
-                    "southwest" => Gravity::SouthWest,
-                    "smart" => Gravity::Smart,
-                    _ => return Err(SpecError::new(
-                        name,
-                        "must be one of center, north, south, east, west, northeast, northwest, southeast, southwest, smart",
-                    )),
-                }
+            "gravity" => self.shape.gravity = gravity(name, value)?,
+            "crop" => {
+                let region = Region::parse(name, value)?;
+                self.shape.crop = (!region.is_whole()).then_some(region);
             }
+            "crop_gravity" => match gravity(name, value)? {
+                Gravity::Smart => {
+                    return Err(SpecError::new(
+                        name,
+                        "a crop's region sits by a compass point",
+                    ))
+                }
+                g => self.shape.crop_gravity = g,
+            },
             "format" => {
                 self.format = match value {
                     "original" => FormatRequest::Original,
                     "auto" => FormatRequest::Auto,
-                    other => FormatRequest::Exact(OutputFormat::from_name(other).ok_or_else(
-                        || {
+                    other => {
+                        FormatRequest::Exact(OutputFormat::from_name(other).ok_or_else(|| {
                             SpecError::new(
                                 name,
                                 "must be one of jpeg, png, webp, avif, gif, auto, original",
                             )
-                        },
-                    )?),
+                        })?)
+                    }
                 }
             }
             "bg" => {

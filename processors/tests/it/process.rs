@@ -244,6 +244,34 @@ fn cover_crops_with_gravity() {
 }
 
 #[test]
+fn crop_keeps_its_region_before_the_rest() {
+    // Four quadrants of 100 × 100: black, red / green, white.
+    let img = DynamicImage::ImageRgb8(RgbImage::from_fn(200, 200, |x, y| {
+        match (x < 100, y < 100) {
+            (true, true) => Rgb([0, 0, 0]),
+            (false, true) => Rgb([255, 0, 0]),
+            (true, false) => Rgb([0, 255, 0]),
+            (false, false) => Rgb([255, 255, 255]),
+        }
+    }));
+    let src = encode(&img, ImageFormat::Png);
+    // The top-right quadrant by its corner, then 50 wide: all red.
+    let red = run(&src, "crop=100,100,100,0&w=50").unwrap().to_rgb8();
+    assert_eq!(red.dimensions(), (50, 50));
+    assert_eq!(red.get_pixel(25, 25).0, [255, 0, 0]);
+    // Near the region's edge the resize kernel may reach a pixel past it (as cover's crop
+    // does): a unit or two, never the neighbour's colour.
+    let edge = red.get_pixel(2, 47).0;
+    assert!(edge[0] >= 250 && edge[1] <= 5 && edge[2] <= 5, "{edge:?}");
+    // The bottom-left quadrant by gravity: all green.
+    let green = run(&src, "crop=0.5,0.5&crop_gravity=southwest")
+        .unwrap()
+        .to_rgb8();
+    assert_eq!(green.dimensions(), (100, 100));
+    assert_eq!(green.get_pixel(50, 50).0, [0, 255, 0]);
+}
+
+#[test]
 fn webp_exif_orientation_is_applied() {
     let reference = run(&testdata("pillow/hopper.webp"), "format=png").unwrap();
     let rotated = run(&testdata("pillow/hopper_orientation_6.webp"), "format=png").unwrap();

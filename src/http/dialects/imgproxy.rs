@@ -83,6 +83,8 @@ struct Options {
     rotate: u32,
     background: Option<String>,
     preset: Option<String>,
+    /// `crop`: width and height as imgcas writes them, and its own gravity if given.
+    crop: Option<(String, String, Option<&'static str>)>,
 }
 
 fn flag(option: &str, v: &str) -> Result<bool, Error> {
@@ -161,6 +163,22 @@ fn format(option: &str, v: &str) -> Result<Option<&'static str>, Error> {
     }))
 }
 
+/// A crop side as imgcas writes it: imgproxy's 0 (the whole side), pixels from 1 (the whole
+/// part of the number), or a fraction below 1.
+fn crop_side(v: &str) -> Result<String, Error> {
+    let value: f64 = match v {
+        "" => 0.0,
+        _ => v
+            .parse()
+            .map_err(|_| refuse("crop", format!("`{v}` is not a number")))?,
+    };
+    Ok(match value {
+        v if v >= 1.0 => format!("{}", v.trunc() as u64),
+        v if v > 0.0 => format!("{v}"),
+        _ => "0".into(),
+    })
+}
+
 fn sigma(option: &str, v: &str) -> Result<Option<String>, Error> {
     let value: f64 = v
         .parse()
@@ -222,6 +240,13 @@ impl Options {
                 };
             }
             "gravity" | "g" => self.gravity = Some(gravity(args)?),
+            "crop" | "c" => {
+                let place = match args.len() {
+                    0..=2 => None,
+                    _ => Some(gravity(&args[2..])?),
+                };
+                self.crop = Some((crop_side(arg(0))?, crop_side(arg(1))?, place));
+            }
             "dpr" => self.dpr = Some(arg(0).to_string()),
             "quality" | "q" => self.quality = size(name, arg(0))?,
             "format" | "f" | "ext" => self.format = format(name, arg(0))?,
@@ -323,6 +348,20 @@ impl Options {
         }
         if let Some(preset) = self.preset {
             push("preset", preset);
+        }
+        if let Some((width, height, place)) = self.crop {
+            if self.rotate != 0 {
+                // imgproxy crops before it turns; imgcas after.
+                return Err(refuse("crop", "cannot be combined with rotate here"));
+            }
+            match place.or(self.gravity) {
+                Some("smart") => {
+                    return Err(refuse("crop", "with smart gravity is not supported"));
+                }
+                Some(g) if g != "center" => push("crop_gravity", g.into()),
+                _ => {}
+            }
+            push("crop", format!("{width},{height}"));
         }
         Ok(out)
     }
@@ -485,26 +524,43 @@ mod tests {
     }
 
     #[test]
+    fn a_crop_is_imgcas_crop_by_its_own_gravity_or_the_main_one() {
+        let off = Dialect::default();
+        let pairs = |path: &str| translate(&off, path).expect("translates").pairs;
+        let source = "plain/http://example.com/a.jpg";
+        assert!(
+            pairs(&format!("/insecure/c:300:0.5:nowe/w:100/{source}")).ends_with(&[
+                ("crop_gravity".into(), "northwest".into()),
+                ("crop".into(), "300,0.5".into())
+            ])
+        );
+        assert!(
+            pairs(&format!("/insecure/g:so/c:1.7:0/{source}")).ends_with(&[
+                ("crop_gravity".into(), "south".into()),
+                ("crop".into(), "1,0".into())
+            ])
+        );
+    }
+
+    #[test]
     fn what_imgcas_cannot_honour_is_refused_by_name() {
         let off = Dialect::default();
         let refused = |path: &str| super::super::refused_for(&off, translate, path);
         let source = "plain/http://example.com/a.jpg";
-        assert_eq!(refused(&format!("/insecure/wm:0.5/{source}")), "wm");
-        assert_eq!(
-            refused(&format!("/insecure/rt:auto/{source}")),
-            "resizing_type"
-        );
-        assert_eq!(
-            refused(&format!("/insecure/g:ce:10:20/{source}")),
-            "gravity"
-        );
-        assert_eq!(refused(&format!("/insecure/rot:45/{source}")), "rot");
-        assert_eq!(refused(&format!("/insecure/ex:1/{source}")), "extend");
-        assert_eq!(
-            refused(&format!("/insecure/rs:fill:10:10:0:1/{source}")),
-            "extend"
-        );
-        assert_eq!(refused(&format!("/insecure/sm:0/{source}")), "sm");
+        let cases = [
+            ("wm:0.5", "wm"),
+            ("rt:auto", "resizing_type"),
+            ("g:ce:10:20", "gravity"),
+            ("rot:45", "rot"),
+            ("ex:1", "extend"),
+            ("c:10:10/g:sm", "crop"),
+            ("c:10:10/rot:90", "crop"),
+            ("rs:fill:10:10:0:1", "extend"),
+            ("sm:0", "sm"),
+        ];
+        for (options, option) in cases {
+            assert_eq!(refused(&format!("/insecure/{options}/{source}")), option);
+        }
         assert_eq!(refused(&format!("/insecure/{source}@bmp")), "extension");
         assert_eq!(refused("/insecure/enc/abc"), "enc");
         assert!(matches!(

@@ -83,6 +83,17 @@ fn size(segment: &str) -> Option<Result<BoxSides, Error>> {
     Some(side(w).and_then(|w| Ok((w, side(h)?))))
 }
 
+/// `AxB:CxD`, a manual crop's left-top and right-bottom corners, if `segment` is one.
+fn manual_crop(segment: &str) -> Option<[u32; 4]> {
+    let (a, b) = segment.split_once(':')?;
+    let corner = |p: &str| -> Option<(u32, u32)> {
+        let (x, y) = p.split_once('x')?;
+        Some((x.parse().ok()?, y.parse().ok()?))
+    };
+    let ((left, top), (right, bottom)) = (corner(a)?, corner(b)?);
+    Some([left, top, right, bottom])
+}
+
 /// A filter's name and arguments: `name(a,b)`.
 fn filter(text: &str) -> Result<(&str, Vec<&str>), Error> {
     let (name, rest) = text
@@ -154,20 +165,18 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
     if next_if(&|s| s == "trim" || s.starts_with("trim:")).is_some() {
         return Err(refuse("trim", "trimming is not supported"));
     }
-    let is_crop = |s: &str| {
-        s.split_once(':').is_some_and(|(a, b)| {
-            [a, b].iter().all(|p| {
-                p.split_once('x').is_some_and(|(x, y)| {
-                    !x.is_empty()
-                        && !y.is_empty()
-                        && (x.to_owned() + y).bytes().all(|b| b.is_ascii_digit())
-                })
-            })
-        })
+    let crop = match next_if(&|s| manual_crop(s).is_some()).and_then(manual_crop) {
+        Some([left, top, right, bottom]) if right > left && bottom > top => {
+            Some((right - left, bottom - top, left, top))
+        }
+        Some(_) => {
+            return Err(refuse(
+                "crop",
+                "the right-bottom corner is left of or above the left-top one",
+            ))
+        }
+        None => None,
     };
-    if next_if(&is_crop).is_some() {
-        return Err(refuse("crop", "a manual crop (AxB:CxD) is not supported"));
-    }
     let fit_in = match next_if(&|s| s.ends_with("fit-in")) {
         Some("fit-in") => true,
         Some(other) => return Err(refuse(other, "only plain `fit-in` is supported")),
@@ -317,6 +326,15 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
     if rotate > 0 {
         push("rotate", rotate.to_string());
     }
+    if let Some((width, height, left, top)) = crop {
+        if rotate > 0 || smart {
+            return Err(refuse(
+                "crop",
+                "a manual crop cannot be combined with rotate() or smart here",
+            ));
+        }
+        push("crop", format!("{width},{height},{left},{top}"));
+    }
     // thumbor reads its source unquoted, and as http:// when it names no scheme.
     let raw = source.join("/");
     let decoded = percent_encoding::percent_decode_str(&raw)
@@ -452,7 +470,13 @@ mod tests {
         );
         let refused = |path: &str| super::super::refused_for(&off, translate, path);
         assert_eq!(refused("/unsafe/trim/a.test/p.jpg"), "trim");
-        assert_eq!(refused("/unsafe/10x10:90x90/a.test/p.jpg"), "crop");
+        assert_eq!(refused("/unsafe/90x90:10x10/a.test/p.jpg"), "crop");
+        assert_eq!(refused("/unsafe/10x10:90x90/smart/a.test/p.jpg"), "crop");
+        let manual = translate(&off, "/unsafe/10x20:110x70/50x0/a.test/p.jpg").expect("translates");
+        assert_eq!(
+            manual.pairs.last(),
+            Some(&("crop".into(), "100,50,10,20".into()))
+        );
         assert_eq!(refused("/unsafe/-300x200/a.test/p.jpg"), "flip");
         assert_eq!(
             refused("/unsafe/adaptive-fit-in/300x200/a.test/p.jpg"),
