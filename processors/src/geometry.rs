@@ -127,11 +127,19 @@ fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
         (Some(w), Some(h)) => (f64::from(w), f64::from(h)),
     };
     let no_upscale = |scale: f64| if spec.enlarge { scale } else { scale.min(1.0) };
-    match spec.fit {
+    // Auto: crop when the source and the box are turned the same way (both landscape, or
+    // both portrait), else contain (imgproxy's `auto`).
+    let fit = match spec.fit {
+        Fit::Auto if (sw >= sh) == (bw >= bh) => Fit::Crop,
+        Fit::Auto => Fit::Contain,
+        fit => fit,
+    };
+    match fit {
+        Fit::Auto => unreachable!("resolved just above"),
         Fit::Contain | Fit::Pad => {
             let scale = no_upscale((bw / sw).min(bh / sh));
             let resize_to = (round_px(sw * scale), round_px(sh * scale));
-            if spec.fit == Fit::Contain {
+            if fit == Fit::Contain {
                 return whole(resize_to.0, resize_to.1);
             }
             let canvas = (round_px(bw), round_px(bh));
@@ -156,7 +164,7 @@ fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
             whole(round_px(bw / over), round_px(bh / over))
         }
         Fit::Cover | Fit::Crop => {
-            let out = if spec.fit == Fit::Crop {
+            let out = if fit == Fit::Crop {
                 // The source scaled to cover the box (never up without enlarge), the box
                 // cut to it side by side.
                 let scale = no_upscale((bw / sw).max(bh / sh));
@@ -312,6 +320,15 @@ mod tests {
         }
         // The whole source is no crop at all.
         assert_eq!(region((1000, 500), "crop=1000,500&w=100"), None);
+    }
+
+    #[test]
+    fn auto_crops_when_the_source_is_turned_as_the_box_and_else_contains() {
+        let landscape = p((1000, 500), "w=300&h=200&fit=auto");
+        assert_eq!(landscape.output_size(), (300, 200));
+        assert!(landscape.crop.is_some());
+        let portrait = p((500, 1000), "w=300&h=200&fit=auto");
+        assert_eq!((portrait.output_size(), portrait.crop), ((100, 200), None));
     }
 
     #[test]

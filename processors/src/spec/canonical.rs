@@ -105,7 +105,7 @@ impl Spec {
             // Nothing is cut to the source when the box may upscale: it is cover.
             shape.fit = Fit::Cover;
         }
-        if !matches!(shape.fit, Fit::Cover | Fit::Pad | Fit::Crop) {
+        if !matches!(shape.fit, Fit::Cover | Fit::Pad | Fit::Crop | Fit::Auto) {
             shape.gravity = Gravity::Center;
         }
         if shape.fit == Fit::Pad && shape.gravity == Gravity::Smart {
@@ -145,6 +145,7 @@ pub(super) fn fit_name(f: Fit) -> &'static str {
         Fit::Fill => "fill",
         Fit::Pad => "pad",
         Fit::Crop => "crop",
+        Fit::Auto => "auto",
     }
 }
 

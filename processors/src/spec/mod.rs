@@ -64,6 +64,9 @@ pub enum Fit {
     /// source side by side, not shrunk to the box's shape (imgproxy's `fill`); with
     /// `enlarge` it is cover.
     Crop,
+    /// Crop when the source and the box are turned the same way (both landscape or both
+    /// portrait), else contain (imgproxy's `auto`).
+    Auto,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

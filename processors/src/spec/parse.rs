@@ -142,10 +142,11 @@ impl Spec {
                     "fill" => Fit::Fill,
                     "pad" => Fit::Pad,
                     "crop" => Fit::Crop,
+                    "auto" => Fit::Auto,
                     _ => {
                         return Err(SpecError::new(
                             name,
-                            "must be one of contain, cover, fill, pad, crop",
+                            "must be one of contain, cover, fill, pad, crop, auto",
                         ))
                     }
                 }

@@ -116,12 +116,8 @@ fn resizing_type(v: &str) -> Result<Option<&'static str>, Error> {
         // fill-down keeps the box's shape: imgcas's cover.
         "fill-down" => "cover",
         "force" => "fill",
-        "auto" => {
-            return Err(refuse(
-                "resizing_type",
-                "`auto` (fill or fit by the source's orientation) is not supported: name one",
-            ))
-        }
+        // Fill or fit by whether the source is turned as the box: imgcas's auto.
+        "auto" => "auto",
         other => return Err(refuse("resizing_type", format!("unknown type `{other}`"))),
     }))
 }
@@ -520,6 +516,8 @@ mod tests {
         )
         .expect("translates");
         assert_eq!(encoded.source, "http://a.test/x?y=1");
+        let auto = translate(&off, "/insecure/rs:auto:300:200/plain/http://a.test/x").unwrap();
+        assert!(auto.pairs.contains(&("fit".into(), "auto".into())));
         assert_eq!(encoded.pairs[0], ("w".into(), "100".into()));
     }
 
@@ -549,7 +547,6 @@ mod tests {
         let source = "plain/http://example.com/a.jpg";
         let cases = [
             ("wm:0.5", "wm"),
-            ("rt:auto", "resizing_type"),
             ("g:ce:10:20", "gravity"),
             ("rot:45", "rot"),
             ("ex:1", "extend"),
