@@ -128,6 +128,29 @@ fn filters(list: &str) -> Vec<&str> {
     out.into_iter().filter(|f| !f.is_empty()).collect()
 }
 
+/// The sixteen colour names of HTML 4, as hex.
+fn named_colour(name: &str) -> Option<&'static str> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "black" => "000000",
+        "silver" => "c0c0c0",
+        "gray" | "grey" => "808080",
+        "white" => "ffffff",
+        "maroon" => "800000",
+        "red" => "ff0000",
+        "purple" => "800080",
+        "fuchsia" => "ff00ff",
+        "green" => "008000",
+        "lime" => "00ff00",
+        "olive" => "808000",
+        "yellow" => "ffff00",
+        "navy" => "000080",
+        "blue" => "0000ff",
+        "teal" => "008080",
+        "aqua" => "00ffff",
+        _ => return None,
+    })
+}
+
 /// A compass gravity turned clockwise by `degrees` (the picture's side that ends there).
 fn turned(gravity: &'static str, degrees: u32) -> &'static str {
     const RING: [&str; 8] = [
@@ -246,12 +269,16 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
                 if args.get(1).is_some_and(|t| matches!(*t, "true" | "1")) {
                     return Err(refuse(name, "filling transparent areas is not supported"));
                 }
-                let hex = match colour.len() {
-                    3 => colour.chars().flat_map(|c| [c, c]).collect::<String>(),
-                    _ => colour.to_string(),
+                let hex = match (named_colour(colour), colour.len()) {
+                    (Some(hex), _) => hex.to_string(),
+                    (None, 3) => colour.chars().flat_map(|c| [c, c]).collect::<String>(),
+                    (None, _) => colour.to_string(),
                 };
                 if hex.len() != 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(refuse(name, "the colour is 3 or 6 hex digits here"));
+                    return Err(refuse(
+                        name,
+                        "the colour is 3 or 6 hex digits or one of the 16 HTML colour names here",
+                    ));
                 }
                 fill = Some(hex.to_ascii_lowercase());
             }
@@ -490,5 +517,15 @@ mod tests {
             refused("/unsafe/300x200/filters:fill(blue)/a.test/p.jpg"),
             "fill"
         );
+        assert_eq!(
+            refused("/unsafe/fit-in/300x200/filters:fill(papayawhip)/a.test/p.jpg"),
+            "fill"
+        );
+        let blue = translate(
+            &off,
+            "/unsafe/fit-in/300x200/filters:fill(blue)/a.test/p.jpg",
+        )
+        .unwrap();
+        assert!(blue.pairs.contains(&("bg".into(), "0000ff".into())));
     }
 }
