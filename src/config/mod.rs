@@ -12,7 +12,12 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod env;
+mod peers;
+mod presets;
 pub use env::{EnvVar, ENVIRONMENT};
+pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
+use presets::check_preset;
+pub use presets::{option_pairs, preset_parts, NamedFallback, PRESET_FALLBACK};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -55,119 +60,6 @@ pub struct Config {
     /// request stands for those options. A preset may name a fallback image of its own
     /// (`fallback=<sha256 or path>` among its options).
     pub presets: BTreeMap<String, String>,
-}
-
-/// The image answered, processed with the request's own spec, when a source fails (gone,
-/// unreachable, undecodable, too large): `IMGCAS_FALLBACK_*`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FallbackConfig {
-    /// A file (stored as an original at start) or a stored original's SHA-256; none: a
-    /// failing source answers its error.
-    pub image: Option<String>,
-    /// The status a fallback answer carries.
-    pub status: u16,
-    /// How long a fallback answer may be kept (`Cache-Control: max-age`).
-    #[serde(deserialize_with = "de_duration")]
-    pub ttl: Duration,
-}
-
-impl Default for FallbackConfig {
-    fn default() -> Self {
-        FallbackConfig {
-            image: None,
-            status: 200,
-            ttl: Duration::from_secs(60),
-        }
-    }
-}
-
-/// thumbor-style URLs (`/thumbor/…`): the security key that signs them, as thumbor's
-/// `SECURITY_KEY`. None: the signature segment is `unsafe`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ThumborConfig {
-    /// The key, as text (thumbor's keys are text, not hex).
-    pub key: Option<String>,
-}
-
-/// One imgproxy signing key and its salt, decoded.
-pub type KeyAndSalt = (Vec<u8>, Vec<u8>);
-
-/// imgproxy-style URLs (`/imgproxy/…`): the key/salt pairs that sign them, as imgproxy's
-/// own `IMGPROXY_KEY`/`IMGPROXY_SALT` (hex, comma lists paired in order), and how many bytes
-/// of the HMAC a signature keeps. No pair: the signature segment is `insecure` or `unsafe`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ImgproxyConfig {
-    /// Bytes of the HMAC a signature keeps (imgproxy's `IMGPROXY_SIGNATURE_SIZE`).
-    pub signature_size: usize,
-    /// Hex keys, a comma list.
-    pub key: Option<String>,
-    /// Hex salts, one per key, in the same order.
-    pub salt: Option<String>,
-}
-
-impl Default for ImgproxyConfig {
-    fn default() -> Self {
-        ImgproxyConfig {
-            key: None,
-            salt: None,
-            signature_size: 32,
-        }
-    }
-}
-
-impl ImgproxyConfig {
-    /// The key/salt pairs, decoded (empty: signing off).
-    pub fn pairs(&self) -> Result<Vec<KeyAndSalt>, String> {
-        let list = |v: &Option<String>, what: &str| -> Result<Vec<Vec<u8>>, String> {
-            v.as_deref()
-                .unwrap_or("")
-                .split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(|k| hex::decode(k).map_err(|_| format!("{what} `{k}` is not hex")))
-                .collect()
-        };
-        let (keys, salts) = (list(&self.key, "key")?, list(&self.salt, "salt")?);
-        if keys.len() != salts.len() {
-            return Err(format!(
-                "{} keys and {} salts: each key needs its salt, in the same order",
-                keys.len(),
-                salts.len()
-            ));
-        }
-        Ok(keys.into_iter().zip(salts).collect())
-    }
-}
-
-/// The fallback image a preset's options name (`Err`: named more than once).
-pub type NamedFallback = Result<String, String>;
-
-/// The key a preset's options name its fallback image with.
-pub const PRESET_FALLBACK: &str = "fallback";
-
-/// Where a fallback image comes from: a stored original, or a file to store at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FallbackSource {
-    /// A stored original, by its SHA-256 in hex.
-    Stored(String),
-    File(PathBuf),
-}
-
-impl FallbackSource {
-    /// A SHA-256 (64 hex digits) names a stored original; anything else is a file path.
-    pub fn of(text: &str) -> Result<FallbackSource, String> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err("names no image: give a file path or a stored original's SHA-256".into());
-        }
-        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(FallbackSource::Stored(text.to_ascii_lowercase()));
-        }
-        Ok(FallbackSource::File(PathBuf::from(text)))
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -769,49 +661,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// `a=1&b=2` as decoded (name, value) pairs: a query string, or a preset's options.
-pub fn option_pairs(options: &str) -> Vec<(String, String)> {
-    url::form_urlencoded::parse(options.as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
-}
-
-/// A preset's processing options, and the fallback image it names, if any (`Err`: named
-/// more than once).
-pub fn preset_parts(options: &str) -> (Vec<(String, String)>, Option<NamedFallback>) {
-    let (fallbacks, pairs): (Vec<_>, Vec<_>) = option_pairs(options)
-        .into_iter()
-        .partition(|(k, _)| k == PRESET_FALLBACK);
-    let fallback = match fallbacks.as_slice() {
-        [] => None,
-        [(_, image)] => Some(Ok(image.clone())),
-        _ => Some(Err(format!("`{PRESET_FALLBACK}` is given more than once"))),
-    };
-    (pairs, fallback)
-}
-
-/// A preset's name is a plain word and its options parse as a spec (a preset naming
-/// another preset is refused: one level keeps the expansion obvious).
-fn check_preset(name: &str, options: &str) -> Result<(), String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if name.is_empty() || !name.chars().all(plain) {
-        return Err("a preset name is letters, digits, `_` and `-`".into());
-    }
-    let (pairs, fallback) = preset_parts(options);
-    if let Some((key, _)) = pairs
-        .iter()
-        .find(|(k, _)| matches!(k.as_str(), "preset" | "url" | "sig"))
-    {
-        return Err(format!("`{key}` cannot be part of a preset"));
-    }
-    if let Some(fallback) = fallback {
-        FallbackSource::of(&fallback?).map_err(|m| format!("`{PRESET_FALLBACK}`: {m}"))?;
-    }
-    imgcas_processors::Spec::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map(|_| ())
-        .map_err(|e| format!("option `{}`: {}", e.option, e.message))
 }
 
 #[cfg(test)]

@@ -1,0 +1,53 @@
+//! Presets as the configuration writes them: a query of options (`w=200&h=200&fit=cover`),
+//! and the fallback image a preset may name among them (`fallback=<sha256 or path>`).
+
+use super::FallbackSource;
+
+/// The fallback image a preset's options name (`Err`: named more than once).
+pub type NamedFallback = Result<String, String>;
+
+/// The key a preset's options name its fallback image with.
+pub const PRESET_FALLBACK: &str = "fallback";
+
+/// `a=1&b=2` as decoded (name, value) pairs: a query string, or a preset's options.
+pub fn option_pairs(options: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(options.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// A preset's processing options, and the fallback image it names, if any (`Err`: named
+/// more than once).
+pub fn preset_parts(options: &str) -> (Vec<(String, String)>, Option<NamedFallback>) {
+    let (fallbacks, pairs): (Vec<_>, Vec<_>) = option_pairs(options)
+        .into_iter()
+        .partition(|(k, _)| k == PRESET_FALLBACK);
+    let fallback = match fallbacks.as_slice() {
+        [] => None,
+        [(_, image)] => Some(Ok(image.clone())),
+        _ => Some(Err(format!("`{PRESET_FALLBACK}` is given more than once"))),
+    };
+    (pairs, fallback)
+}
+
+/// A preset's name is a plain word and its options parse as a spec (a preset naming
+/// another preset is refused: one level keeps the expansion obvious).
+pub(super) fn check_preset(name: &str, options: &str) -> Result<(), String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err("a preset name is letters, digits, `_` and `-`".into());
+    }
+    let (pairs, fallback) = preset_parts(options);
+    if let Some((key, _)) = pairs
+        .iter()
+        .find(|(k, _)| matches!(k.as_str(), "preset" | "url" | "sig"))
+    {
+        return Err(format!("`{key}` cannot be part of a preset"));
+    }
+    if let Some(fallback) = fallback {
+        FallbackSource::of(&fallback?).map_err(|m| format!("`{PRESET_FALLBACK}`: {m}"))?;
+    }
+    imgcas_processors::Spec::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map(|_| ())
+        .map_err(|e| format!("option `{}`: {}", e.option, e.message))
+}
