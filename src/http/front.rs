@@ -1,5 +1,5 @@
 //! The front of the HTTP service: what hyper calls for every request. A repeated image request
-//! whose variant is in memory is answered here, before the router, from the request cache and
+//! (native, or in a peer's dialect: `dialects/`) whose variant is in memory is answered here, before the router, from the request cache and
 //! the hot cache alone: no routing, extractors, middleware futures or request timeout, which
 //! cost a hit more than its answer does (`bench/hit_path.py`). Everything else goes to the
 //! router unchanged.
@@ -24,7 +24,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use axum::Router;
 use hyper_util::service::TowerToHyperService;
 
-use super::{image, observe, Service};
+use super::{dialects, image, observe, Service};
 use crate::pipeline::{Provenance, Recalled};
 
 /// A hyper service: remembered hits first, then the router.
@@ -32,15 +32,21 @@ use crate::pipeline::{Provenance, Recalled};
 pub struct Front {
     service: Service,
     router: TowerToHyperService<Router>,
-    by_url: Arc<observe::Fixed>,
-    by_hash: Arc<observe::Fixed>,
+    /// The accounting of hits answered here, by route pattern.
+    hits: Arc<Vec<(&'static str, observe::Fixed)>>,
 }
 
 impl Front {
     pub fn new(service: Service, router: Router) -> Front {
+        let patterns = [BY_URL, BY_HASH]
+            .into_iter()
+            .chain(dialects::PREFIXES.iter().map(|d| d.pattern));
         Front {
-            by_url: Arc::new(observe::Fixed::hit(&service, BY_URL)),
-            by_hash: Arc::new(observe::Fixed::hit(&service, BY_HASH)),
+            hits: Arc::new(
+                patterns
+                    .map(|route| (route, observe::Fixed::hit(&service, route)))
+                    .collect(),
+            ),
             service,
             router: TowerToHyperService::new(router),
         }
@@ -49,6 +55,21 @@ impl Front {
 
 const BY_URL: &str = "/v1/image";
 const BY_HASH: &str = "/v1/image/{hash}";
+
+/// The image route a path is for, as its pattern, and whether it names its source by URL:
+/// the native routes and the peers' dialects.
+fn image_route(path: &str) -> Option<(&'static str, bool)> {
+    if path.starts_with("/v1/image") {
+        return Some(match path == BY_URL {
+            true => (BY_URL, true),
+            false => (BY_HASH, false),
+        });
+    }
+    dialects::PREFIXES
+        .iter()
+        .find(|d| path.starts_with(d.prefix) && path[d.prefix.len()..].starts_with('/'))
+        .map(|d| (d.pattern, true))
+}
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
@@ -63,14 +84,14 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
             return Box::pin(self.router.call(request));
         }
         let mut request = request;
-        if request.uri().path().starts_with("/v1/image") {
+        if let Some(route) = image_route(request.uri().path()) {
             // The request key and the request cache are looked up once, here: a hit in memory
             // is answered now, and anything else carries what was found to the handler.
             let key = image::request_key(request.uri(), request.headers());
             let recalled = self.service.pipeline().recall_entry(&key);
             if let Some(response) = recalled
                 .as_ref()
-                .and_then(|r| self.remembered_hit(&request, r, &key))
+                .and_then(|r| self.remembered_hit(&request, r, &key, route))
             {
                 return Box::pin(std::future::ready(Ok(response)));
             }
@@ -93,9 +114,9 @@ impl Front {
         request: &Request<B>,
         recalled: &Recalled,
         key: &[u8],
+        (route, by_url): (&'static str, bool),
     ) -> Option<Response<Body>> {
         let service = &self.service;
-        let path = request.uri().path();
         if request.method() != Method::GET {
             return None;
         }
@@ -105,7 +126,6 @@ impl Front {
         }
         let started = std::time::Instant::now();
         let (bytes, format) = service.pipeline().hot_answer(recalled, key)?;
-        let by_url = path == BY_URL;
         // The headers depend on the target and the route alone (both fixed by the key): made
         // once per remembered request, then a clone of shared values.
         let answer_headers = recalled.memo(|target| {
@@ -126,8 +146,9 @@ impl Front {
         })?;
         let mut response = Response::new(Body::from(bytes));
         *response.headers_mut() = answer_headers.0.clone();
-        let accounting = if by_url { &self.by_url } else { &self.by_hash };
-        accounting.account(started.elapsed());
+        if let Some((_, accounting)) = self.hits.iter().find(|(r, _)| *r == route) {
+            accounting.account(started.elapsed());
+        }
         Some(response)
     }
 }

@@ -244,9 +244,9 @@ pub fn router(service: Service) -> Router {
     // The peers' URL dialects, each under its prefix.
     let dialects = dialects::PREFIXES
         .iter()
-        .fold(Router::new(), |router, (prefix, _)| {
+        .fold(Router::new(), |router, peer| {
             router.route(
-                &format!("{prefix}/{{*path}}"),
+                peer.pattern,
                 get(dialects::answer).layer(middleware::map_response(image::advertise_hints)),
             )
         });

@@ -21,6 +21,8 @@ use crate::metrics::Metrics;
 pub(super) const ROUTES: &[&str] = &[
     "/v1/image",
     "/v1/image/{hash}",
+    "/imgproxy/{*path}",
+    "/thumbor/{*path}",
     "/v1/originals",
     "/v1/originals/{hash}",
     "/v1/originals/{hash}/info",

@@ -241,3 +241,34 @@ async fn crops_in_either_dialect_are_the_native_crop() {
     assert_eq!(app.processing_runs(), 2, "one run per output");
     app.stop().await;
 }
+
+/// A dialect URL asked again is a remembered hit, answered before the router as a native one
+/// is, the same answer each time, and counted under the dialect's route.
+#[tokio::test]
+async fn a_dialect_url_asked_again_is_a_remembered_hit() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(320, 240, 11));
+    let path = format!(
+        "/imgproxy/insecure/rs:fit:90:90/plain/{}@webp",
+        origin.url("/photo.jpg")
+    );
+    let made = app.get(&path).await;
+    assert_eq!(header(&made, "x-imgcas-cache"), Some("miss"));
+    let again = app.get(&path).await;
+    let front = app.get(&path).await;
+    assert_eq!(answer_headers(&front), answer_headers(&again));
+    assert_eq!(header(&front, "x-imgcas-cache"), Some("hit"));
+    assert_eq!(front.bytes().await.unwrap(), again.bytes().await.unwrap());
+    let text = metrics_text(&app.client, &app.url("")).await;
+    let counted = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "imgcas_http_requests_total{route=\"/imgproxy/{*path}\",method=\"GET\",status=\"200\"} ",
+            )
+        })
+        .map_or(0.0, |v| v.trim().parse::<f64>().unwrap());
+    assert_eq!(counted, 3.0, "{text}");
+    app.stop().await;
+}

@@ -269,3 +269,40 @@ async fn the_loaders_pass_their_node_tests() {
     )
     .await;
 }
+
+/// The signing route's rule is imgcas's: a URL it signs, imgcas serves; one it did not, it
+/// refuses.
+#[tokio::test]
+async fn the_signing_routes_urls_are_accepted_by_imgcas() {
+    const KEY: &str = "a-signing-key-of-at-least-16-bytes";
+    let Some(node) = found(&["node"]) else {
+        skip_unless_ci("the_signing_routes_urls_are_accepted_by_imgcas (node)");
+        return;
+    };
+    let app = spawn_app_with(|c| c.security.signing_key = Some(KEY.into())).await;
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(320, 240, 4));
+    let script = format!(
+        "import('./next/imgcas-sign-route.js').then((m) => console.log(m.signedPath(\
+         new URLSearchParams({{ url: {url:?}, w: '100', q: '75', format: 'auto' }}), {KEY:?})))",
+        url = origin.url("/photo.jpg"),
+    );
+    let output = Command::new(&node)
+        .args(["--input-type=module", "-e", &script])
+        .current_dir(clients())
+        .output()
+        .await
+        .expect("node runs");
+    assert!(output.status.success(), "{output:?}");
+    let path = String::from_utf8(output.stdout).unwrap().trim().to_string();
+    assert!(
+        path.starts_with("/v1/image?") && path.contains("&sig="),
+        "{path}"
+    );
+    let signed = app.get(&path).await;
+    assert_eq!(signed.status(), 200, "{path}");
+    assert_eq!(dimensions(&signed.bytes().await.unwrap()), (100, 75));
+    let tampered = app.get(&path.replace("w=100", "w=101")).await;
+    assert_eq!(tampered.status(), 403);
+    app.stop().await;
+}

@@ -66,10 +66,25 @@ fn same_text(a: &[u8], b: &[u8]) -> bool {
 /// A dialect's reader: the path below its prefix, in imgcas's terms.
 type Reader = fn(&Dialect, &str) -> Result<Translated, Error>;
 
-/// The dialects, by the prefix their URLs live under.
-pub(super) const PREFIXES: [(&str, Reader); 2] = [
-    ("/imgproxy", imgproxy::translate),
-    ("/thumbor", thumbor::translate),
+/// One dialect: the prefix its URLs live under, its route pattern, and its reader.
+pub(super) struct Peer {
+    pub prefix: &'static str,
+    pub pattern: &'static str,
+    read: Reader,
+}
+
+/// The dialects.
+pub(super) const PREFIXES: [Peer; 2] = [
+    Peer {
+        prefix: "/imgproxy",
+        pattern: "/imgproxy/{*path}",
+        read: imgproxy::translate,
+    },
+    Peer {
+        prefix: "/thumbor",
+        pattern: "/thumbor/{*path}",
+        read: thumbor::translate,
+    },
 ];
 
 /// `GET /imgproxy/{signature}/{options}/…` and `GET /thumbor/{hmac|unsafe}/…`: read by the
@@ -89,7 +104,7 @@ pub(super) async fn answer(
     }
     let Some((path, read)) = PREFIXES
         .iter()
-        .find_map(|(prefix, read)| Some((uri.path().strip_prefix(prefix)?, read)))
+        .find_map(|peer| Some((uri.path().strip_prefix(peer.prefix)?, peer.read)))
     else {
         return Error::NotFound("no such route".into()).into_response();
     };

@@ -526,6 +526,18 @@ pub async fn json(response: reqwest::Response) -> serde_json::Value {
     serde_json::from_slice(&bytes).expect("JSON body")
 }
 
+/// An answer's headers but `Date`, sorted: what two answers of one request share.
+pub fn answer_headers(response: &reqwest::Response) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != "date")
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+        .collect();
+    headers.sort();
+    headers
+}
+
 pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     response.headers().get(name).and_then(|v| v.to_str().ok())
 }
