@@ -7,7 +7,12 @@
 // - IMGCAS_URL: where imgcas answers;
 // - IMGCAS_SIGNING_KEY: one of imgcas's signing keys;
 // - IMGCAS_SIGN_WIDTHS: the widths it will sign (a comma list; next.config.js's deviceSizes
-//   and imageSizes by default), so that a visitor cannot have any width made.
+//   and imageSizes by default), so that a visitor cannot have any width made;
+// - IMGCAS_SIGN_ORIGINS: the origins whose images it signs (a comma list, e.g.
+//   https://cdn.shop.example), besides the site's own (NEXT_PUBLIC_IMGCAS_SITE_URL), so that a
+//   visitor cannot have imgcas fetch any URL;
+// - IMGCAS_SIGN_QUALITIES: the qualities it signs (a comma list; 75, next/image's default).
+// The format it signs is the loader's (NEXT_PUBLIC_IMGCAS_FORMAT, `auto` unless set).
 //
 // The signature is imgcas's: HMAC-SHA256 (hex) of `/v1/image?<query sorted by name then
 // value, form-encoded>` (docs/api.md, "Signed URLs").
@@ -25,16 +30,42 @@ export function signedPath(params, key) {
   return `/v1/image?${canonical}&sig=${sig}`;
 }
 
+/** A comma list from the environment. */
+function list(name, fallback) {
+  return (process.env[name] || fallback)
+    .split(",")
+    .map((v) => v.trim())
+    .filter(Boolean);
+}
+
+/** Why `params` may not be signed, or null: only what the loader asks for is. */
+export function refusal(params) {
+  const keys = [...params.keys()];
+  if (keys.length !== 4 || new Set(keys).size !== 4) return "url, w, q and format, once each";
+  if (!["url", "w", "q", "format"].every((k) => params.has(k))) return "url, w, q and format only";
+  if (!list("IMGCAS_SIGN_WIDTHS", NEXT_WIDTHS.join(",")).includes(params.get("w"))) {
+    return "a width next/image does not use";
+  }
+  if (!list("IMGCAS_SIGN_QUALITIES", "75").includes(params.get("q"))) return "a quality not allowed";
+  if (params.get("format") !== (process.env.NEXT_PUBLIC_IMGCAS_FORMAT || "auto")) {
+    return "a format the loader does not ask for";
+  }
+  const site = process.env.NEXT_PUBLIC_IMGCAS_SITE_URL;
+  const origins = list("IMGCAS_SIGN_ORIGINS", "").concat(site ? [new URL(site).origin] : []);
+  let origin;
+  try {
+    origin = new URL(params.get("url")).origin;
+  } catch {
+    return "a source that is not a URL";
+  }
+  if (!origins.includes(origin)) return "a source origin not allowed (IMGCAS_SIGN_ORIGINS)";
+  return null;
+}
+
 export async function GET(request) {
   const params = new URL(request.url).searchParams;
-  const allowed = (process.env.IMGCAS_SIGN_WIDTHS || NEXT_WIDTHS.join(","))
-    .split(",")
-    .map((w) => w.trim());
-  const keys = [...params.keys()];
-  const known = keys.every((k) => ["url", "w", "q", "format"].includes(k));
-  if (!known || !allowed.includes(params.get("w") || "")) {
-    return new Response("width or option not allowed", { status: 400 });
-  }
+  const refused = refusal(params);
+  if (refused) return new Response(`not signed: ${refused}`, { status: 400 });
   const key = process.env.IMGCAS_SIGNING_KEY;
   const base = process.env.IMGCAS_URL;
   if (!key || !base) return new Response("IMGCAS_URL and IMGCAS_SIGNING_KEY are not set", { status: 500 });

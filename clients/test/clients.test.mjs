@@ -36,6 +36,7 @@ test("with a signing route, the loader points at it and the route signs as imgca
   assert.ok(path.startsWith("/api/imgcas?"));
   process.env.IMGCAS_URL = "https://img.example";
   process.env.IMGCAS_SIGNING_KEY = "a-signing-key-of-at-least-16-bytes";
+  process.env.IMGCAS_SIGN_ORIGINS = "https://shop.example";
   const answer = await GET(new Request(`https://www.shop.example${path}`));
   assert.equal(answer.status, 307);
   const location = new URL(answer.headers.get("location"));
@@ -45,9 +46,20 @@ test("with a signing route, the loader points at it and the route signs as imgca
   const expected = createHmac("sha256", process.env.IMGCAS_SIGNING_KEY).update(message).digest("hex");
   assert.equal(location.searchParams.get("sig"), expected);
   assert.equal(signedPath(new URLSearchParams(pairs), process.env.IMGCAS_SIGNING_KEY), `${location.pathname}${location.search}`);
-  // A width next/image never asks for is not signed: visitors cannot have any size made.
-  const odd = await GET(new Request(`https://www.shop.example/api/imgcas?url=${encodeURIComponent(PHOTO)}&w=641&q=75&format=auto`));
-  assert.equal(odd.status, 400);
+  // Only what the loader asks for is signed: no other width, quality, format or source.
+  const ask = (query) => GET(new Request(`https://www.shop.example/api/imgcas?${query}`));
+  const photo = encodeURIComponent(PHOTO);
+  for (const query of [
+    `url=${photo}&w=641&q=75&format=auto`,
+    `url=${photo}&w=640&q=100&format=auto`,
+    `url=${photo}&w=640&q=75&format=json`,
+    `url=${encodeURIComponent("https://elsewhere.example/x.jpg")}&w=640&q=75&format=auto`,
+    `url=${photo}&w=640&w=3840&q=75&format=auto`,
+    `url=${photo}&w=640&q=75&format=auto&fit=fill`,
+  ]) {
+    assert.equal((await ask(query)).status, 400, query);
+  }
+  assert.equal((await ask(`url=${photo}&w=640&q=75&format=auto`)).status, 307);
   delete process.env.NEXT_PUBLIC_IMGCAS_SIGN_ROUTE;
 });
 

@@ -127,8 +127,25 @@ pub(super) async fn instead_of(
     if response.status() == StatusCode::OK {
         *response.status_mut() = StatusCode::from_u16(settings.status).unwrap_or(StatusCode::OK);
     }
-    response
-        .headers_mut()
-        .insert("x-imgcas-fallback", HeaderValue::from_static(failed.code));
+    let h = response.headers_mut();
+    h.insert("x-imgcas-fallback", HeaderValue::from_static(failed.code));
+    // Purged with the failed source too: a purge by its URL's tag reaches this answer.
+    if let Some(failed_tags) = answer
+        .headers()
+        .get("cache-tag")
+        .and_then(|v| v.to_str().ok())
+    {
+        let own = h
+            .get("cache-tag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let joined = match own {
+            "" => failed_tags.to_string(),
+            own => format!("{own},{failed_tags}"),
+        };
+        if let Ok(v) = HeaderValue::from_str(&joined) {
+            h.insert("cache-tag", v);
+        }
+    }
     response
 }

@@ -58,16 +58,19 @@ const BY_HASH: &str = "/v1/image/{hash}";
 
 /// The image route a path is for, as its pattern, and whether it names its source by URL:
 /// the native routes and the peers' dialects.
-fn image_route(path: &str) -> Option<(&'static str, bool)> {
+fn image_route(uri: &axum::http::Uri) -> Option<(&'static str, bool)> {
+    let path = uri.path();
     if path.starts_with("/v1/image") {
         return Some(match path == BY_URL {
             true => (BY_URL, true),
             false => (BY_HASH, false),
         });
     }
+    // A dialect's URL with a query is refused by its handler: never answered here.
     dialects::PREFIXES
         .iter()
         .find(|d| path.starts_with(d.prefix) && path[d.prefix.len()..].starts_with('/'))
+        .filter(|_| uri.query().is_none())
         .map(|d| (d.pattern, true))
 }
 
@@ -84,7 +87,7 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
             return Box::pin(self.router.call(request));
         }
         let mut request = request;
-        if let Some(route) = image_route(request.uri().path()) {
+        if let Some(route) = image_route(request.uri()) {
             // The request key and the request cache are looked up once, here: a hit in memory
             // is answered now, and anything else carries what was found to the handler.
             let key = image::request_key(request.uri(), request.headers());

@@ -211,7 +211,11 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     // The hints as sent, when the query may read them (`auto`, a preset, or an encoded
     // value that may spell either): the key is made before the query is parsed, and leaving
     // them out of the others' keys keeps one entry per request however the hints vary.
-    let may_read_hints = query.contains("auto") || query.contains("preset") || query.contains('%');
+    // A dialect's URL (`dialects/`) says its options in its path, a preset among them.
+    let may_read_hints = query.contains("auto")
+        || query.contains("preset")
+        || query.contains('%')
+        || !path.starts_with("/v1/image");
     for name in HINT_HEADERS.into_iter().filter(|_| may_read_hints) {
         key.push(0);
         if let Some(value) = headers.get(name) {

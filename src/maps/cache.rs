@@ -275,9 +275,30 @@ impl<S: MapStore> UrlMap for Cached<S> {
     }
 
     async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        // A store of this process's own keeps hot entries in memory with their new stamps
+        // (the stamp is all a mark changes; a write of the entry meanwhile moves the
+        // generation, and the fill keeps nothing). A shared store's entries are forgotten:
+        // a fill would restart their freshness window.
+        let exact = !self.store.shared();
+        let known: Vec<_> = requested
+            .iter()
+            .filter(|_| exact)
+            .filter_map(|(url, at)| {
+                let ticket = self.urls.ticket(url.as_str());
+                let entry = self.urls.get(url.as_str())?;
+                Some((url, *at, entry, ticket))
+            })
+            .collect();
         let written = self.store.mark_urls_requested(requested).await;
-        for (url, _) in requested {
-            self.urls.changed(url.as_str());
+        if written.is_err() || !exact {
+            for (url, _) in requested {
+                self.urls.changed(url.as_str());
+            }
+            return written;
+        }
+        for (url, at, mut entry, ticket) in known {
+            entry.requested_at_ms = entry.requested_at_ms.max(at);
+            self.urls.fill(url.clone(), entry, ticket);
         }
         written
     }

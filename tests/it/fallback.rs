@@ -26,6 +26,12 @@ async fn a_missing_source_answers_the_fallback_at_the_requested_size() {
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "x-imgcas-fallback"), Some("not_found"));
     assert_eq!(header(&first, "cache-control"), Some("public, max-age=60"));
+    // Purged with the failed URL as well: its tag is on the answer.
+    assert!(
+        header(&first, "cache-tag").is_some_and(|tags| tags.contains("url-")),
+        "{:?}",
+        header(&first, "cache-tag")
+    );
     let etag = header(&first, "etag").unwrap().to_string();
     let fallback_hash = header(&first, "x-imgcas-source-hash").unwrap().to_string();
     assert_eq!(dimensions(&first.bytes().await.unwrap()), (100, 75));

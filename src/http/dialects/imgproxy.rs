@@ -168,6 +168,12 @@ fn crop_side(v: &str) -> Result<String, Error> {
             .parse()
             .map_err(|_| refuse("crop", format!("`{v}` is not a number")))?,
     };
+    if !value.is_finite() || value < 0.0 {
+        return Err(refuse(
+            "crop",
+            format!("`{v}` is not 0, a fraction or pixels"),
+        ));
+    }
     Ok(match value {
         v if v >= 1.0 => format!("{}", v.trunc() as u64),
         v if v > 0.0 => format!("{v}"),
@@ -179,6 +185,9 @@ fn sigma(option: &str, v: &str) -> Result<Option<String>, Error> {
     let value: f64 = v
         .parse()
         .map_err(|_| refuse(option, format!("`{v}` is not a number")))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(refuse(option, format!("`{v}` is not a sigma")));
+    }
     Ok((value > 0.0).then(|| v.to_string()))
 }
 
@@ -215,12 +224,17 @@ impl Options {
                 if args.len() > 4 {
                     return Err(refuse(name, "takes width:height:enlarge:extend"));
                 }
-                self.width = size("width", arg(0))?;
-                self.height = size("height", arg(1))?;
-                if args.len() > 2 {
+                // An empty argument leaves what an earlier option set, as imgproxy does.
+                if !arg(0).is_empty() {
+                    self.width = size("width", arg(0))?;
+                }
+                if !arg(1).is_empty() {
+                    self.height = size("height", arg(1))?;
+                }
+                if !arg(2).is_empty() {
                     self.enlarge = flag("enlarge", arg(2))?;
                 }
-                if args.len() > 3 {
+                if !arg(3).is_empty() {
                     self.apply("extend", &args[3..])?;
                 }
             }
@@ -243,7 +257,17 @@ impl Options {
                 };
                 self.crop = Some((crop_side(arg(0))?, crop_side(arg(1))?, place));
             }
-            "dpr" => self.dpr = Some(arg(0).to_string()),
+            "dpr" => {
+                // A positive number (imgcas's own `dpr=auto`, which reads client hints, is
+                // not imgproxy's).
+                let ratio: f64 = arg(0)
+                    .parse()
+                    .map_err(|_| refuse(name, "the ratio is a positive number"))?;
+                if !ratio.is_finite() || ratio <= 0.0 {
+                    return Err(refuse(name, "the ratio is a positive number"));
+                }
+                self.dpr = Some(arg(0).to_string());
+            }
             "quality" | "q" => self.quality = size(name, arg(0))?,
             "format" | "f" | "ext" => self.format = format(name, arg(0))?,
             "blur" | "bl" => self.blur = sigma(name, arg(0))?,
@@ -293,7 +317,12 @@ impl Options {
         let fit = self.fit.unwrap_or("contain");
         let mut gravity = self.gravity;
         match self.extend {
-            None => push("fit", fit.to_string()),
+            // Only a fit the URL says: a preset's own fit stands otherwise.
+            None => {
+                if let Some(fit) = self.fit {
+                    push("fit", fit.to_string());
+                }
+            }
             // Extending a fitted picture to the box is imgcas's pad; the colour must be
             // said (imgproxy's default depends on the output's alpha).
             Some(place) if fit == "contain" => {
@@ -516,6 +545,15 @@ mod tests {
         )
         .expect("translates");
         assert_eq!(encoded.source, "http://a.test/x?y=1");
+        // Empty arguments leave what came before; a preset's fit stands unless one is said.
+        let kept = translate(&off, "/insecure/w:300/h:200/rs:fill/plain/http://a.test/x").unwrap();
+        assert_eq!(
+            kept.pairs,
+            [("w", "300"), ("h", "200"), ("fit", "crop")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        let preset = translate(&off, "/insecure/pr:card/plain/http://a.test/x").unwrap();
+        assert_eq!(preset.pairs, [("preset".to_string(), "card".to_string())]);
         let auto = translate(&off, "/insecure/rs:auto:300:200/plain/http://a.test/x").unwrap();
         assert!(auto.pairs.contains(&("fit".into(), "auto".into())));
         assert_eq!(encoded.pairs[0], ("w".into(), "100".into()));
@@ -554,6 +592,9 @@ mod tests {
             ("c:10:10/rot:90", "crop"),
             ("rs:fill:10:10:0:1", "extend"),
             ("sm:0", "sm"),
+            ("dpr:auto", "dpr"),
+            ("c:-50:NaN", "crop"),
+            ("bl:-1", "bl"),
         ];
         for (options, option) in cases {
             assert_eq!(refused(&format!("/insecure/{options}/{source}")), option);

@@ -51,10 +51,15 @@ fn check_signature(dialect: &Dialect, signature: &str, signed: &str) -> Result<(
     }
 }
 
-/// A box side: a number of pixels, `orig`, or nothing (proportional).
+/// A box side: a number of pixels, or nothing (proportional); `orig` is refused.
 fn side(v: &str) -> Result<Option<u32>, Error> {
     match v {
-        "" | "orig" | "0" => Ok(None),
+        "" | "0" => Ok(None),
+        // thumbor's `orig` is the source's own side, unknown until its bytes are read.
+        "orig" => Err(refuse(
+            "size",
+            "`orig` is not supported: give the side or 0",
+        )),
         _ => v
             .parse()
             .map(Some)
@@ -505,6 +510,7 @@ mod tests {
             Some(&("crop".into(), "100,50,10,20".into()))
         );
         assert_eq!(refused("/unsafe/-300x200/a.test/p.jpg"), "flip");
+        assert_eq!(refused("/unsafe/origx100/a.test/p.jpg"), "size");
         assert_eq!(
             refused("/unsafe/adaptive-fit-in/300x200/a.test/p.jpg"),
             "adaptive-fit-in"
