@@ -83,7 +83,7 @@ pub(crate) fn process(
     // a few frames, not the animation (issue 28).
     let mut writer: Option<encode::AnimationWriter> = None;
     let mut made = 0u32;
-    let mut placed = None;
+    let mut kept = Default::default();
     // No more frames than the headers showed: the limits were checked on those.
     while made < header.frames {
         let frame = match crate::error::guarded(name, || Ok(frames.next()))? {
@@ -109,7 +109,7 @@ pub(crate) fn process(
             image = crate::color::to_srgb(image, icc);
         }
         image.apply_orientation(source.orientation);
-        let image = crate::shape::shape(Arc::new(image), spec, &plan, rotated, &mut placed)?;
+        let image = crate::shape::shape(Arc::new(image), spec, &plan, rotated, &mut kept)?;
         let pixels = image.into_rgba8();
         let writer = match &mut writer {
             Some(writer) => writer,

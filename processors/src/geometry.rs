@@ -3,7 +3,7 @@
 //! Kept apart from the pixel work so the rules (which box, whether to upscale, where the crop
 //! and the padding go) are plain arithmetic with plain tests.
 
-use crate::spec::{Fit, ResolvedSpec};
+use crate::spec::{Fit, Placed, ResolvedSpec};
 
 /// A region of the source, in source pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,14 +84,23 @@ fn round_px(v: f64) -> u32 {
 /// The plan for a source of `(sw, sh)` upright pixels: for its `crop` region, if it has one
 /// (the plan's crop then lies within the region, in the source's coordinates).
 pub fn plan(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
-    let Some(region) = spec.shape.crop else {
-        return plan_whole(source, spec);
-    };
-    let r = region.within(source, spec.shape.crop_gravity);
-    if (r.width, r.height) == (f64::from(source.0), f64::from(source.1)) {
+    match spec.shape.crop {
+        None => plan_whole(source, spec),
+        Some(region) => plan_within(source, region.within(source, spec.shape.crop_gravity), spec),
+    }
+}
+
+/// The plan for the part `r` of a source of `(sw, sh)` pixels (a crop's region, or what
+/// trimming left), in the source's coordinates.
+pub fn plan_within(source: (u32, u32), r: Placed, spec: &ResolvedSpec) -> Plan {
+    let size = (
+        (r.width.round() as u32).max(1),
+        (r.height.round() as u32).max(1),
+    );
+    if size == source {
         return plan_whole(source, spec);
     }
-    let inner = plan_whole((r.width as u32, r.height as u32), spec);
+    let inner = plan_whole(size, spec);
     let crop = match inner.crop {
         Some(c) => SourceCrop {
             left: r.left + c.left,

@@ -40,6 +40,7 @@ pub mod ops;
 mod shape;
 pub mod smart;
 pub mod spec;
+mod trim;
 #[allow(unsafe_code)]
 mod webp_anim;
 #[allow(unsafe_code)]
@@ -231,6 +232,9 @@ fn run(
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
     let reduction = plan.reduction(rotated) / shrunk;
     let denominator = match &opened {
+        // Trimmed borders make the kept picture smaller than the plan knows: the whole decode
+        // keeps its margin whatever they take.
+        _ if spec.shape.trim.is_some() => 1,
         Opened::Original(source) => {
             source.shrink_denominator(reduction, spec.hides_coarse_decode())
         }
@@ -250,7 +254,7 @@ fn run(
     if let Opened::Original(source) = &opened {
         decode::offer_small(source, denominator, &decoded, decodes);
     }
-    let image = shape::shape(decoded, spec, &plan, rotated, &mut None)?;
+    let image = shape::shape(decoded, spec, &plan, rotated, &mut Default::default())?;
     let (width, height) = (image.width(), image.height());
     let bytes = encode::encode(image, spec)?;
     Ok(Processed {
@@ -275,7 +279,7 @@ pub(crate) fn layout(
         (w, h)
     };
     let plan = geometry::plan(rotated, spec);
-    let denominator = if can_shrink {
+    let denominator = if can_shrink && spec.shape.trim.is_none() {
         geometry::shrink_denominator(plan.reduction(rotated))
     } else {
         1

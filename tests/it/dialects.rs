@@ -272,3 +272,31 @@ async fn a_dialect_url_asked_again_is_a_remembered_hit() {
     assert_eq!(counted, 3.0, "{text}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn trim_by_url_and_thumbors_trim_are_one_variant() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    // A 120 × 60 picture in a 40 px white frame.
+    let framed =
+        image::DynamicImage::ImageRgb8(image::RgbImage::from_fn(200, 140, |x, y| {
+            match (40..160).contains(&x) && (40..100).contains(&y) {
+                true => image::Rgb([30, 90, 200]),
+                false => image::Rgb([255, 255, 255]),
+            }
+        }));
+    origin.put("/framed.png", encode(&framed, image::ImageFormat::Png));
+    let source = origin.url("/framed.png");
+    let native = app.image_by_url(&source, "trim=0&format=png").await;
+    assert_eq!(native.status(), 200);
+    let etag = header(&native, "etag").unwrap().to_string();
+    assert_eq!(dimensions(&native.bytes().await.unwrap()), (120, 60));
+    let thumbor = app
+        .get(&format!(
+            "/thumbor/unsafe/trim/filters:format(png)/{source}"
+        ))
+        .await;
+    assert_eq!(header(&thumbor, "etag"), Some(etag.as_str()));
+    assert_eq!(app.processing_runs(), 1);
+    app.stop().await;
+}

@@ -113,6 +113,10 @@ impl Spec {
             shape.gravity = Gravity::Center;
         }
         shape.enlarge &= has_box;
+        if shape.trim.is_none() {
+            // No borders to find: their colour is moot.
+            shape.trim_color = None;
+        }
         if shape.crop.is_none_or(|region| region.at.is_some()) {
             // Placed by its corner, or absent: the crop's gravity is moot.
             shape.crop_gravity = Gravity::Center;

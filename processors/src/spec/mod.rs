@@ -261,6 +261,10 @@ pub struct Shape {
     pub crop: Option<Region>,
     /// Where `crop` sits when it gives no corner.
     pub crop_gravity: Gravity,
+    /// `trim`: borders within this percentage of their colour are cut from the decode.
+    pub trim: Option<u8>,
+    /// The borders' colour (`trim_color`); the top-left pixel's when `None`.
+    pub trim_color: Option<Rgb>,
 }
 
 impl Shape {
@@ -271,7 +275,9 @@ impl Shape {
     pub(crate) fn filter_passes(&self) -> u64 {
         let blur = if self.blur.is_some() { 3 } else { 0 };
         let sharpen = if self.sharpen.is_some() { 4 } else { 0 };
-        blur + sharpen
+        // Finding borders reads the decode once (at most: it stops at the first picture).
+        let trim = if self.trim.is_some() { 1 } else { 0 };
+        blur + sharpen + trim
     }
 
     /// Its non-default options as `(name, value)` pairs.
@@ -311,6 +317,12 @@ impl Shape {
         }
         if self.rotate != 0 {
             out.push(("rotate", self.rotate.to_string()));
+        }
+        if let Some(threshold) = self.trim {
+            out.push(("trim", threshold.to_string()));
+        }
+        if let Some(colour) = self.trim_color {
+            out.push(("trim_color", colour.to_string()));
         }
         if let Some(s) = self.sharpen {
             out.push(("sharpen", s.to_string()));
@@ -488,6 +500,9 @@ mod tests {
             ("crop=10,10,-1,0", "crop"),
             ("crop=10,10&gravity=smart", "crop"),
             ("crop_gravity=smart", "crop_gravity"),
+            ("trim=101", "trim"),
+            ("trim_color=red", "trim_color"),
+            ("trim=5&crop=10,10", "trim"),
         ] {
             assert_eq!(err(q).option, opt, "{q}");
         }
@@ -594,6 +609,11 @@ mod tests {
         assert_eq!(resolve(&placed), "crop=10,20,3,4&format=png&w=5");
         let whole = Spec::parse("crop=0,0&w=5").unwrap();
         assert_eq!(resolve(&whole), resolve(&Spec::parse("w=5").unwrap()));
+        // A trim colour without trim is moot.
+        let colour = Spec::parse("trim_color=ff0000&w=5").unwrap();
+        assert_eq!(resolve(&colour), resolve(&Spec::parse("w=5").unwrap()));
+        let trim = Spec::parse("trim=5&trim_color=FF0000&w=5").unwrap();
+        assert_eq!(resolve(&trim), "format=png&trim=5&trim_color=ff0000&w=5");
         // Crop with enlarge is cover: one variant.
         let crop = Spec::parse("w=300&h=400&fit=crop&enlarge=1").unwrap();
         let cover = Spec::parse("w=300&h=400&fit=cover&enlarge=1").unwrap();

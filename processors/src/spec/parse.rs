@@ -24,7 +24,24 @@ pub const OPTION_NAMES: &[&str] = &[
     "animated",
     "crop",
     "crop_gravity",
+    "trim",
+    "trim_color",
 ];
+
+/// A hex colour `rrggbb` (a leading `#` allowed).
+fn colour(option: &str, value: &str) -> Result<Rgb, SpecError> {
+    let hex = value.strip_prefix('#').unwrap_or(value);
+    let bad = || SpecError::new(option, "must be a hex colour rrggbb");
+    if hex.len() != 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let channel = |i: usize| {
+        hex.get(i..i + 2)
+            .and_then(|c| u8::from_str_radix(c, 16).ok())
+            .ok_or_else(bad)
+    };
+    Ok(Rgb([channel(0)?, channel(2)?, channel(4)?]))
+}
 
 fn gravity(option: &str, value: &str) -> Result<Gravity, SpecError> {
     Ok(match value {
@@ -89,6 +106,9 @@ impl Spec {
             }
             seen.push(known);
             spec.set(known, value)?;
+        }
+        if spec.shape.crop.is_some() && spec.shape.trim.is_some() {
+            return Err(SpecError::new("trim", "cannot be combined with crop"));
         }
         if spec.shape.crop.is_some() && spec.shape.gravity == Gravity::Smart {
             // Smart placement looks over the whole picture, not inside a region of it.
@@ -179,19 +199,9 @@ impl Spec {
                     }
                 }
             }
-            "bg" => {
-                let hex = value.strip_prefix('#').unwrap_or(value);
-                let bad = || SpecError::new(name, "must be a hex colour rrggbb");
-                if hex.len() != 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(bad());
-                }
-                let channel = |i: usize| {
-                    hex.get(i..i + 2)
-                        .and_then(|c| u8::from_str_radix(c, 16).ok())
-                        .ok_or_else(bad)
-                };
-                self.shape.background = Rgb([channel(0)?, channel(2)?, channel(4)?]);
-            }
+            "bg" => self.shape.background = colour(name, value)?,
+            "trim" => self.shape.trim = Some(parse_u32(name, value, 0, 100)? as u8),
+            "trim_color" => self.shape.trim_color = Some(colour(name, value)?),
             _ => unreachable!("option names are checked against OPTION_NAMES"),
         }
         Ok(())

@@ -272,6 +272,27 @@ fn crop_keeps_its_region_before_the_rest() {
 }
 
 #[test]
+fn trim_cuts_the_borders_then_the_spec_applies_to_what_is_left() {
+    // A red 120 × 60 picture in a white frame of 40 px: 200 × 140 in all.
+    let img = DynamicImage::ImageRgb8(RgbImage::from_fn(200, 140, |x, y| {
+        match (40..160).contains(&x) && (40..100).contains(&y) {
+            true => Rgb([220, 20, 20]),
+            false => Rgb([255, 255, 255]),
+        }
+    }));
+    let src = encode(&img, ImageFormat::Png);
+    let trimmed = run(&src, "trim=10").unwrap().to_rgb8();
+    assert_eq!(trimmed.dimensions(), (120, 60));
+    assert_eq!(trimmed.get_pixel(0, 0).0, [220, 20, 20]);
+    // The box applies to what is left: 60 wide is half of it.
+    let half = run(&src, "trim=10&w=60").unwrap();
+    assert_eq!((half.width(), half.height()), (60, 30));
+    // A border colour that frames nothing trims nothing.
+    let untouched = run(&src, "trim=10&trim_color=0000ff").unwrap();
+    assert_eq!((untouched.width(), untouched.height()), (200, 140));
+}
+
+#[test]
 fn webp_exif_orientation_is_applied() {
     let reference = run(&testdata("pillow/hopper.webp"), "format=png").unwrap();
     let rotated = run(&testdata("pillow/hopper_orientation_6.webp"), "format=png").unwrap();

@@ -190,9 +190,19 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
             "thumbor's meta and debug answers are not supported",
         ));
     }
-    if next_if(&|s| s == "trim" || s.starts_with("trim:")).is_some() {
-        return Err(refuse("trim", "trimming is not supported"));
-    }
+    // thumbor's trim without a tolerance cuts borders of exactly the top-left pixel's
+    // colour: imgcas's trim=0. Its tolerance is a distance in RGB space, and its other corner
+    // another reference: neither is imgcas's.
+    let trim = match next_if(&|s| s == "trim" || s.starts_with("trim:")) {
+        None => false,
+        Some("trim" | "trim:top-left" | "trim:top-left:0" | "trim:0") => true,
+        Some(_) => {
+            return Err(refuse(
+                "trim",
+                "only trim by the top-left colour with no tolerance is supported",
+            ))
+        }
+    };
     let crop = match next_if(&|s| manual_crop(s).is_some()).and_then(manual_crop) {
         Some([left, top, right, bottom]) if right > left && bottom > top => {
             Some((right - left, bottom - top, left, top))
@@ -358,6 +368,12 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
     if rotate > 0 {
         push("rotate", rotate.to_string());
     }
+    if trim {
+        if crop.is_some() {
+            return Err(refuse("trim", "cannot be combined with a manual crop here"));
+        }
+        push("trim", "0".into());
+    }
     if let Some((width, height, left, top)) = crop {
         if rotate > 0 || smart {
             return Err(refuse(
@@ -501,7 +517,10 @@ mod tests {
             ])
         );
         let refused = |path: &str| super::super::refused_for(&off, translate, path);
-        assert_eq!(refused("/unsafe/trim/a.test/p.jpg"), "trim");
+        assert_eq!(refused("/unsafe/trim:bottom-right/a.test/p.jpg"), "trim");
+        assert_eq!(refused("/unsafe/trim:top-left:30/a.test/p.jpg"), "trim");
+        let trimmed = translate(&off, "/unsafe/trim/300x200/a.test/p.jpg").unwrap();
+        assert_eq!(trimmed.pairs.last(), Some(&("trim".into(), "0".into())));
         assert_eq!(refused("/unsafe/90x90:10x10/a.test/p.jpg"), "crop");
         assert_eq!(refused("/unsafe/10x10:90x90/smart/a.test/p.jpg"), "crop");
         let manual = translate(&off, "/unsafe/10x20:110x70/50x0/a.test/p.jpg").expect("translates");
