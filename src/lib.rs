@@ -34,6 +34,7 @@ pub mod maps;
 pub mod metrics;
 pub mod negative;
 pub mod pipeline;
+pub mod s3;
 pub mod signing;
 pub mod stats;
 pub mod wire;

@@ -12,14 +12,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
-use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use bytes::Bytes;
 
 use super::{key_for, BlobError, BlobStore, PutOutcome, VariantObject, KEY_PREFIX};
@@ -101,36 +97,13 @@ impl S3BlobStore {
             .ok_or_else(|| {
                 BlobError::Io("storage.s3.bucket (IMGCAS_S3_BUCKET) is not set".into())
             })?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .build_https();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .http_client(http);
-        if let Some(endpoint) = &config.endpoint {
-            loader = loader.endpoint_url(endpoint);
-        }
-        let shared = loader.load().await;
-        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(config.force_path_style)
-            // S3-compatible stores (MinIO, moto, s3s) do not all know the newer checksums.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .retry_config(
-                RetryConfig::standard()
-                    .with_max_attempts(4)
-                    .with_initial_backoff(Duration::from_millis(100)),
-            )
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(3))
-                    .operation_attempt_timeout(Duration::from_secs(30))
-                    .build(),
-            )
-            .build();
-        let store = S3BlobStore {
-            client: Client::from_conf(s3_config),
-            bucket,
-        };
+        let client = crate::s3::client(crate::s3::Endpoint {
+            url: config.endpoint.as_deref(),
+            region: &config.region,
+            force_path_style: config.force_path_style,
+        })
+        .await;
+        let store = S3BlobStore { client, bucket };
         store.check().await?;
         Ok(store)
     }

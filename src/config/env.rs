@@ -130,6 +130,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("fetch.per_host_concurrency", "IMGCAS_FETCH_PER_HOST", fetch.per_host_concurrency, number),
     setting!("fetch.concurrency", "IMGCAS_FETCH_CONCURRENCY", fetch.concurrency, number),
     setting!("fetch.forget_after", "IMGCAS_FORGET_AFTER", fetch.forget_after, duration),
+    setting!("fetch.source_buckets", "IMGCAS_SOURCE_BUCKETS", fetch.source_buckets, hosts),
     setting!("limits.max_pixels", "IMGCAS_MAX_PIXELS", limits.max_pixels, number),
     setting!("limits.max_frames", "IMGCAS_MAX_FRAMES", limits.max_frames, number),
     setting!("limits.process_concurrency", "IMGCAS_PROCESS_CONCURRENCY", limits.process_concurrency, number),

@@ -207,6 +207,9 @@ pub struct FetchConfig {
     /// costs the download only).
     #[serde(deserialize_with = "de_duration")]
     pub forget_after: Duration,
+    /// Buckets `url=s3://<bucket>/<key>` may name (`IMGCAS_SOURCE_BUCKETS`), read with
+    /// `storage.s3`'s endpoint and region; empty: no `s3://` source is read.
+    pub source_buckets: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -372,6 +375,7 @@ impl Default for FetchConfig {
             per_host_concurrency: 8,
             concurrency: 64,
             forget_after: Duration::from_secs(30 * 24 * 3600),
+            source_buckets: Vec::new(),
         }
     }
 }
@@ -826,6 +830,10 @@ mod tests {
             (
                 "IMGCAS_THUMBOR_KEY",
                 (r#""my-security-key""#, "my-security-key"),
+            ),
+            (
+                "IMGCAS_SOURCE_BUCKETS",
+                (r#"["catalogue", "uploads"]"#, "catalogue, uploads"),
             ),
         ]
         .into();

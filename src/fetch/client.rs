@@ -40,6 +40,8 @@ pub enum FetchOutcome {
 pub struct Fetcher {
     client: reqwest::Client,
     config: FetchConfig,
+    /// `s3://` sources (`bucket.rs`).
+    buckets: super::bucket::Buckets,
     /// Download slots per origin and in all; waiting for one counts against the timeout.
     pub slots: OriginSlots,
 }
@@ -53,13 +55,16 @@ pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
         return Err(too_long);
     }
     let mut url = Url::parse(raw.trim()).map_err(|e| FetchError::BadUrl(format!("{e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
+    if !matches!(url.scheme(), "http" | "https" | "s3") {
         return Err(FetchError::BadUrl(
-            "only http and https URLs are fetched".into(),
+            "only http, https and s3 URLs are fetched".into(),
         ));
     }
     if url.host().is_none() {
         return Err(FetchError::BadUrl("the URL has no host".into()));
+    }
+    if url.scheme() == "s3" && url.path().trim_start_matches('/').is_empty() {
+        return Err(FetchError::BadUrl("an s3 URL names an object key".into()));
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(FetchError::BadUrl(
@@ -75,7 +80,7 @@ pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
 }
 
 impl Fetcher {
-    pub fn new(config: &FetchConfig) -> Result<Fetcher, String> {
+    pub fn new(config: &FetchConfig, s3: &crate::config::S3Config) -> Result<Fetcher, String> {
         // reqwest is built without a bundled crypto provider; ring is ours.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
@@ -93,6 +98,7 @@ impl Fetcher {
         let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
         Ok(Fetcher {
             client,
+            buckets: super::bucket::Buckets::new(&config.source_buckets, s3),
             config: config.clone(),
             slots: OriginSlots::new(config.per_host_concurrency, config.concurrency),
         })
@@ -150,10 +156,20 @@ impl Fetcher {
         url: &Url,
         validators: Option<&Validators>,
     ) -> Result<FetchOutcome, FetchError> {
-        self.check(url)?;
+        let bucket = url.scheme() == "s3";
+        match bucket {
+            true => self.buckets.check(url)?,
+            false => self.check(url)?,
+        }
         let download = async {
             let _slot = self.slots.acquire(url).await;
-            self.fetch_inner(url, validators).await
+            match bucket {
+                true => {
+                    let max = self.config.max_bytes;
+                    self.buckets.get(url, validators, max).await
+                }
+                false => self.fetch_inner(url, validators).await,
+            }
         };
         match tokio::time::timeout(self.config.timeout, download).await {
             Ok(result) => result,
@@ -351,7 +367,7 @@ mod tests {
 
     #[test]
     fn obfuscated_loopback_literals_are_refused_before_traffic() {
-        let fetcher = Fetcher::new(&FetchConfig::default()).unwrap();
+        let fetcher = Fetcher::new(&FetchConfig::default(), &Default::default()).unwrap();
         for raw in [
             "http://127.0.0.1/",
             "http://127.1/",

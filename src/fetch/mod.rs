@@ -1,6 +1,8 @@
 //! Origin fetching: a bounded, conditional, redirect-checked GET ([`client`]) behind an
-//! address guard ([`guard`]), with download slots per origin host ([`politeness`]).
+//! address guard ([`guard`]), with download slots per origin host ([`politeness`]); and
+//! objects of listed S3 buckets as sources ([`bucket`]).
 
+pub mod bucket;
 pub mod client;
 pub mod guard;
 pub mod politeness;

@@ -177,7 +177,7 @@ impl Pipeline {
         let blobs = crate::blob::open(&config)
             .await
             .map_err(|e| OpenError(e.to_string()))?;
-        let fetcher = Fetcher::new(&config.fetch).map_err(OpenError)?;
+        let fetcher = Fetcher::new(&config.fetch, &config.storage.s3).map_err(OpenError)?;
         let takedowns = removal::Takedowns::load(maps.as_ref())
             .await
             .map_err(|e| OpenError(format!("cannot read the takedown list: {e}")))?;

@@ -18,6 +18,7 @@ const LADDER: &[(&str, u32)] = &[
     ("hash", 1),
     ("config", 1),
     ("log", 1),
+    ("s3", 1),
     ("blob", 2),
     ("maps", 2),
     ("fetch", 2),

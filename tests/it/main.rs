@@ -42,6 +42,7 @@ mod proxy;
 mod restart;
 mod revalidation;
 mod s3_outage;
+mod s3_sources;
 mod s3_writes;
 mod server_limits;
 mod signing;

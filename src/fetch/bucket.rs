@@ -1,0 +1,134 @@
+//! Private sources: `url=s3://<bucket>/<key>` for the buckets `fetch.source_buckets` names
+//! (any other is refused before any traffic), read with the node's S3 configuration
+//! (`storage.s3`'s endpoint, region and path style; credentials from the AWS chain) and
+//! revalidated as an HTTP URL is: the object's `ETag` and `Last-Modified` are its validators,
+//! sent back with `GetObject` as `If-None-Match` (or `If-Modified-Since` without an ETag). From there an S3
+//! source is any source: the same URL map, dedup, error cache and takedowns.
+
+use aws_sdk_s3::primitives::DateTime;
+use aws_sdk_s3::Client;
+use bytes::{Bytes, BytesMut};
+use url::Url;
+
+use super::{FetchError, FetchOutcome, Validators};
+use crate::config::S3Config;
+
+/// The buckets sources may be read from, and the client that reads them (made at the first
+/// read: most nodes never need it).
+pub struct Buckets {
+    allowed: Vec<String>,
+    s3: S3Config,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl Buckets {
+    pub fn new(allowed: &[String], s3: &S3Config) -> Buckets {
+        Buckets {
+            allowed: allowed.to_vec(),
+            s3: s3.clone(),
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Refuses an `s3://` URL whose bucket is not listed, before any traffic.
+    pub fn check(&self, url: &Url) -> Result<(), FetchError> {
+        let bucket = url.host_str().unwrap_or("");
+        match self.allowed.iter().any(|b| b == bucket) {
+            true => Ok(()),
+            false => Err(FetchError::NotAllowed(format!(
+                "bucket {bucket} is not among the source buckets (IMGCAS_SOURCE_BUCKETS)"
+            ))),
+        }
+    }
+
+    /// Reads the object `url` names, conditionally when `validators` are given; at most
+    /// `max_bytes` of it.
+    pub async fn get(
+        &self,
+        url: &Url,
+        validators: Option<&Validators>,
+        max_bytes: u64,
+    ) -> Result<FetchOutcome, FetchError> {
+        let bucket = url.host_str().unwrap_or("");
+        let key = percent_encoding::percent_decode_str(url.path().trim_start_matches('/'))
+            .decode_utf8()
+            .map_err(|_| FetchError::BadUrl("the object key is not UTF-8".into()))?;
+        let client = self
+            .client
+            .get_or_init(|| {
+                crate::s3::client(crate::s3::Endpoint {
+                    url: self.s3.endpoint.as_deref(),
+                    region: &self.s3.region,
+                    force_path_style: self.s3.force_path_style,
+                })
+            })
+            .await;
+        let mut request = client.get_object().bucket(bucket).key(key.as_ref());
+        // The ETag alone when there is one: S3 answers 304 when `If-Modified-Since` holds even
+        // if `If-None-Match` does not (an object replaced within the same second).
+        match validators {
+            Some(Validators {
+                etag: Some(etag), ..
+            }) => request = request.if_none_match(etag),
+            Some(Validators {
+                last_modified: Some(date),
+                ..
+            }) => {
+                if let Ok(since) = httpdate::parse_http_date(date) {
+                    request = request.if_modified_since(DateTime::from(since));
+                }
+            }
+            _ => {}
+        }
+        let answer = match request.send().await {
+            Ok(answer) => answer,
+            Err(e) => {
+                let status = e.raw_response().map(|r| r.status().as_u16());
+                return match status {
+                    Some(304) if validators.is_some() => Ok(FetchOutcome::NotModified {
+                        validators: Validators {
+                            etag: e
+                                .raw_response()
+                                .and_then(|r| r.headers().get("etag"))
+                                .map(str::to_string),
+                            last_modified: None,
+                        },
+                    }),
+                    Some(304) => Err(FetchError::UnexpectedNotModified),
+                    Some(404) => Err(FetchError::NotFound(404)),
+                    Some(code) => Err(FetchError::Status(code)),
+                    None => Err(FetchError::Connect(format!("S3: {e}"))),
+                };
+            }
+        };
+        if answer
+            .content_length()
+            .is_some_and(|n| n > 0 && n as u64 > max_bytes)
+        {
+            return Err(FetchError::TooLarge { limit: max_bytes });
+        }
+        let validators = Validators {
+            etag: answer.e_tag().map(str::to_string),
+            last_modified: answer
+                .last_modified()
+                .and_then(|d| std::time::SystemTime::try_from(*d).ok())
+                .map(httpdate::fmt_http_date),
+        };
+        let mut body = answer.body;
+        let mut bytes = BytesMut::new();
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| FetchError::Body(format!("S3: {e}")))?
+        {
+            if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                return Err(FetchError::TooLarge { limit: max_bytes });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(FetchOutcome::Fetched {
+            bytes: Bytes::from(bytes),
+            validators,
+        })
+    }
+}

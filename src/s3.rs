@@ -1,0 +1,51 @@
+//! One way to make an S3 client, for everything that speaks S3: the blob store's bucket and
+//! the private buckets sources are read from (`fetch/bucket.rs`). Rustls on ring, a behaviour
+//! version, checksums only where required (S3-compatible stores do not all know the newer
+//! ones), retries with backoff, and bounded connect and attempt times. Credentials come from
+//! the standard AWS provider chain.
+
+use std::time::Duration;
+
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation};
+use aws_sdk_s3::Client;
+use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+
+/// Where a client connects: an endpoint (none: AWS), a region, and whether buckets go in
+/// the path (most S3-compatible stores) rather than the host name.
+pub struct Endpoint<'a> {
+    pub url: Option<&'a str>,
+    pub region: &'a str,
+    pub force_path_style: bool,
+}
+
+/// A client for `endpoint`.
+pub async fn client(endpoint: Endpoint<'_>) -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(endpoint.region.to_string()))
+        .http_client(http);
+    if let Some(url) = endpoint.url {
+        loader = loader.endpoint_url(url);
+    }
+    let shared = loader.load().await;
+    let config = aws_sdk_s3::config::Builder::from(&shared)
+        .force_path_style(endpoint.force_path_style)
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(100)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
+}

@@ -1,0 +1,121 @@
+//! Private sources (issue 31, item 3): `url=s3://<bucket>/<key>` for the buckets
+//! `IMGCAS_SOURCE_BUCKETS` names, read from a real S3 server (`s3s-fs` in-process, or the
+//! one `IMGCAS_TEST_S3_ENDPOINT` names: moto in CI), mapped, deduplicated and revalidated as
+//! an HTTP URL is.
+
+use crate::common;
+
+use common::s3::S3Target;
+use common::*;
+
+/// An app reading sources from `bucket` on `target`'s server, its own store on disk.
+async fn app_reading(target: &S3Target) -> TestApp {
+    let (endpoint, bucket) = (target.endpoint.clone(), target.bucket.clone());
+    spawn_app_with(move |c| {
+        c.storage.backend = imgcas::config::StorageBackend::Fs;
+        c.maps.url = None;
+        c.storage.s3.endpoint = Some(endpoint);
+        c.storage.s3.region = "us-east-1".into();
+        c.storage.s3.force_path_style = true;
+        c.fetch.source_buckets = vec![bucket];
+    })
+    .await
+}
+
+async fn put(target: &S3Target, key: &str, bytes: Vec<u8>) {
+    target
+        .client()
+        .put_object()
+        .bucket(&target.bucket)
+        .key(key)
+        .body(bytes.into())
+        .send()
+        .await
+        .expect("put");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_s3_source_is_served_and_dedups_with_an_http_source_of_the_same_bytes() {
+    let target = S3Target::new().await;
+    let photo = jpeg(320, 240, 21);
+    put(&target, "catalogue/can of soda.jpg", photo.clone()).await;
+    let app = app_reading(&target).await;
+    let source = format!("s3://{}/catalogue/can%20of%20soda.jpg", target.bucket);
+
+    let first = app.image_by_url(&source, "w=100&format=webp").await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "x-imgcas-cache"), Some("miss"));
+    let etag = header(&first, "etag").unwrap().to_string();
+    let hash = header(&first, "x-imgcas-source-hash").unwrap().to_string();
+    assert_eq!(dimensions(&first.bytes().await.unwrap()), (100, 75));
+    let again = app.image_by_url(&source, "w=100&format=webp").await;
+    assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
+
+    // The same bytes behind an HTTP URL: one original, one variant per spec.
+    let origin = Origin::start().await;
+    origin.put("/soda.jpg", photo);
+    let by_http = app
+        .image_by_url(&origin.url("/soda.jpg"), "w=100&format=webp")
+        .await;
+    assert_eq!(header(&by_http, "etag"), Some(etag.as_str()));
+    assert_eq!(
+        header(&by_http, "x-imgcas-source-hash"),
+        Some(hash.as_str())
+    );
+    assert_eq!(app.processing_runs(), 1, "one variant per spec");
+    assert_eq!(app.stored_blobs().await.len(), 1, "one original");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_listed_buckets_are_read_and_a_missing_key_is_404() {
+    let target = S3Target::new().await;
+    let app = app_reading(&target).await;
+    let other = app
+        .image_by_url("s3://someone-elses-bucket/a.jpg", "w=10")
+        .await;
+    assert_eq!(other.status(), 403);
+    assert_eq!(json(other).await["error"]["code"], "source_not_allowed");
+    let missing = app
+        .image_by_url(&format!("s3://{}/nothing.jpg", target.bucket), "w=10")
+        .await;
+    assert_eq!(missing.status(), 404);
+    let no_key = app
+        .image_by_url(&format!("s3://{}/", target.bucket), "w=10")
+        .await;
+    assert_eq!(no_key.status(), 400);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_object_is_found_on_revalidation() {
+    let target = S3Target::new().await;
+    put(&target, "p.jpg", jpeg(200, 100, 1)).await;
+    let (endpoint, bucket) = (target.endpoint.clone(), target.bucket.clone());
+    let app = spawn_app_with(move |c| {
+        c.storage.backend = imgcas::config::StorageBackend::Fs;
+        c.maps.url = None;
+        c.storage.s3.endpoint = Some(endpoint);
+        c.storage.s3.force_path_style = true;
+        c.fetch.source_buckets = vec![bucket];
+        c.fetch.revalidate_after = std::time::Duration::ZERO;
+    })
+    .await;
+    let source = format!("s3://{}/p.jpg", target.bucket);
+    let first = app.image_by_url(&source, "w=50").await;
+    assert_eq!(first.status(), 200);
+    let before = header(&first, "x-imgcas-source-hash").unwrap().to_string();
+    // Unchanged: the conditional read finds the same object.
+    let same = app.image_by_url(&source, "w=50").await;
+    assert_eq!(header(&same, "x-imgcas-source-hash"), Some(before.as_str()));
+    assert_eq!(header(&same, "x-imgcas-cache"), Some("revalidated"));
+    // Replaced: the next request maps the URL to the new bytes.
+    put(&target, "p.jpg", jpeg(200, 100, 2)).await;
+    let changed = app.image_by_url(&source, "w=50").await;
+    assert_eq!(changed.status(), 200);
+    assert_ne!(
+        header(&changed, "x-imgcas-source-hash"),
+        Some(before.as_str())
+    );
+    app.stop().await;
+}
