@@ -168,16 +168,10 @@ async fn next_image_shows_imgcas_variants_in_chromium() {
         .local_addr()
         .unwrap()
         .port();
-    let _server = Command::new(&npm)
-        .args([
-            "run",
-            "start",
-            "--",
-            "-p",
-            &port.to_string(),
-            "-H",
-            "127.0.0.1",
-        ])
+    // `next` itself, not through npm: dropping the handle then stops the server (npm's
+    // child would outlive it).
+    let _server = Command::new(work.path().join("node_modules/.bin/next"))
+        .args(["start", "-p", &port.to_string(), "-H", "127.0.0.1"])
         .current_dir(work.path())
         .env("IMGCAS_EXAMPLE_IMAGE", origin.url("/photo.jpg"))
         .env("NEXT_TELEMETRY_DISABLED", "1")
