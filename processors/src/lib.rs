@@ -232,9 +232,7 @@ fn run(
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
     let reduction = plan.reduction(rotated) / shrunk;
     let denominator = match &opened {
-        // Trimmed borders make the kept picture smaller than the plan knows: the whole decode
-        // keeps its margin whatever they take.
-        _ if spec.shape.trim.is_some() => 1,
+        _ if spec.decodes_whole() => 1,
         Opened::Original(source) => {
             source.shrink_denominator(reduction, spec.hides_coarse_decode())
         }
@@ -279,7 +277,7 @@ pub(crate) fn layout(
         (w, h)
     };
     let plan = geometry::plan(rotated, spec);
-    let denominator = if can_shrink && spec.shape.trim.is_none() {
+    let denominator = if can_shrink && !spec.decodes_whole() {
         geometry::shrink_denominator(plan.reduction(rotated))
     } else {
         1

@@ -67,11 +67,8 @@ pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bo
     // that shrinks on load (JPEG) decodes at the scale each output picks, for about what
     // a mezzanine's decode would cost, so a mezzanine would only add its own build (a
     // decode and an encode) to the first request: measured 2.8x dearer first variants.
-    // A trimmed picture is found on its own decode, not on a mezzanine's.
-    let no_mezzanine = info.has_alpha
-        || spec.animated
-        || spec.shape.trim.is_some()
-        || info.format.shrinks_on_load();
+    let no_mezzanine =
+        info.has_alpha || spec.animated || spec.decodes_whole() || info.format.shrinks_on_load();
     if no_mezzanine || long < FROM_SIDE || !info.format.can_decode() {
         return false;
     }

@@ -192,7 +192,7 @@ impl Service {
                 "this route needs `Authorization: Bearer <admin token>`".into(),
             ));
         };
-        if !same_digest(&digest(token), expected) {
+        if !same_bytes(&digest(token), expected) {
             return Err(Error::Unauthorized("the admin token does not match".into()));
         }
         Ok(())
@@ -204,14 +204,14 @@ fn digest(token: &str) -> [u8; 32] {
     sha2::Sha256::digest(token.as_bytes()).into()
 }
 
-/// Compares two digests in time that does not depend on where they differ. Comparing digests
-/// rather than the tokens also hides the token's length.
-fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+/// Compares two secrets' digests (or signatures) in time that does not depend on where they
+/// differ. Comparing digests rather than the tokens also hides the token's length.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let difference = a
         .iter()
         .zip(b)
         .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
-    difference == 0
+    a.len() == b.len() && difference == 0
 }
 
 /// Refuses a request to an admin route without the admin token (before its body is read).

@@ -15,9 +15,11 @@
 //! are added or a removal drops them); the purge generation drops everything
 //! ([`MapStore::drop_memory`]).
 //!
-//! A write never puts a value in memory, it forgets the key ([`Coherent`]): two writes of one
-//! key could otherwise land in memory in the other order than in the store, and a read that
-//! raced a write could put back what the write replaced.
+//! A write forgets the key it wrote ([`Coherent`]) rather than putting the value in memory:
+//! two writes of one key could otherwise land in memory in the other order than in the
+//! store, and a read that raced a write could put back what the write replaced. One write
+//! refills instead, through the same check a read makes: a request stamp on a store of one
+//! process's own, which changes nothing but the stamp of an entry already in memory.
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};

@@ -193,6 +193,14 @@ pub struct ResolvedSpec {
 }
 
 impl ResolvedSpec {
+    /// Whether the run must see its source whole, at full scale: trimmed borders make the
+    /// kept picture smaller than any plan made from the header knows, so neither
+    /// shrink-on-load nor a mezzanine (whose decode would be the one trimmed) keeps its
+    /// resolution margin.
+    pub fn decodes_whole(&self) -> bool {
+        self.shape.trim.is_some()
+    }
+
     /// Whether the output's own loss hides a coarse shrink-on-load: lossy JPEG or WebP at
     /// quality 90 or less. Measured on the large photos of `bench/peers.py`, a progressive
     /// JPEG decoded at 1/8 from its DC scans alone lands 44.5 dB from a full decode and

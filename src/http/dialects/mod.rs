@@ -54,15 +54,6 @@ pub(super) struct Translated {
     pub pairs: Vec<(String, String)>,
 }
 
-/// Equality in time independent of where the first difference is (signatures).
-fn same_text(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y))
-            == 0
-}
-
 /// A dialect's reader: the path below its prefix, in imgcas's terms.
 type Reader = fn(&Dialect, &str) -> Result<Translated, Error>;
 

@@ -41,7 +41,7 @@ fn check_signature(dialect: &Dialect, signature: &str, signed: &str) -> Result<(
         },
         Some(key) => {
             let expected = sign(key, signed);
-            match super::same_text(expected.as_bytes(), signature.as_bytes()) {
+            match super::super::same_bytes(expected.as_bytes(), signature.as_bytes()) {
                 true => Ok(()),
                 false => Err(Error::BadSignature(
                     "the signature does not match the URL".into(),
