@@ -2,8 +2,9 @@
 # The README's two commands: `./imgcas.sh serve` runs the service on its embedded default,
 # `./imgcas.sh test` runs the tests. Before any compiling, it checks for the tools the build
 # needs beyond Rust and a C compiler — nasm (libjpeg-turbo's SIMD: without it JPEG code builds
-# silently twice as slow) and cmake (libaom and libavif) — and installs them with apt when run
-# as root; otherwise it names what is missing and exits 1.
+# silently twice as slow), cmake (libaom and libavif) and libheif-dev with pkg-config (HEIC
+# sources) — and installs them with apt when run as root; otherwise it names what is missing
+# and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -16,11 +17,13 @@ command=$1
 shift
 
 # tool → Debian package
-declare -A package=([nasm]=nasm [cmake]=cmake [make]=make [cc]=gcc [c++]=g++)
+declare -A package=([nasm]=nasm [cmake]=cmake [make]=make [cc]=gcc [c++]=g++ [pkg-config]=pkg-config)
 missing=()
-for tool in nasm cmake make cc c++; do
+for tool in nasm cmake make cc c++ pkg-config; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
 done
+# A library rather than a tool: pkg-config finds it.
+pkg-config --exists libheif 2>/dev/null || missing+=(libheif-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${missing[*]}" >&2

@@ -361,11 +361,17 @@ pub fn check_cost(cost: u64, limits: &Limits) -> Result<(), ProcessError> {
 ///
 /// 9: `blur` and `sharpen` use three box passes for the Gaussian ([`ops::blur`]): other
 /// pixels, whatever the original and the output.
+///
+/// 10: HEIC originals decode (builds before refused them with `unsupported_format`, and the
+/// variants map keeps refusals): every variant of a HEIC original.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
+    if format == Some(SourceFormat::Heic) {
+        return 10;
+    }
     if spec.shape.blur.is_some() || spec.shape.sharpen.is_some() {
         return 9;
     }
@@ -477,6 +483,11 @@ mod tests {
             assert_eq!(version(png, Some((4000, 3000)), &reduced_10), 4);
             let reduced_2 = [&[("w", "2000")][..], output].concat();
             assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
+        }
+        // Every variant of a HEIC original (decoded from 10 on; refused before).
+        let heic = Some(SourceFormat::Heic);
+        for spec in [&[("w", "400")][..], &[("blur", "2"), ("format", "avif")]] {
+            assert_eq!(version(heic, Some((4032, 3024)), spec), 10);
         }
     }
 

@@ -31,6 +31,7 @@ mod ingest;
 mod layering;
 mod maintenance;
 mod maps_contract;
+mod merchant_sources;
 mod metrics;
 mod near_dup;
 mod near_index_pg;

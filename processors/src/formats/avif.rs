@@ -84,6 +84,17 @@ fn u16be(b: &[u8], at: usize) -> Option<u32> {
     u16be_at(b, at).map(u32::from)
 }
 
+/// The same walk for another HEIF brand (HEIC's room): its refusals name `format`.
+pub(crate) fn parse_container(b: &[u8], format: &str) -> Result<AvifHeader, ProcessError> {
+    parse(b).map_err(|e| match e {
+        ProcessError::Undecodable(m) => ProcessError::Undecodable(
+            m.strip_prefix("AVIF: ")
+                .map_or(m.clone(), |rest| format!("{format}: {rest}")),
+        ),
+        other => other,
+    })
+}
+
 /// Parses the container. Fails only when there is no image size to be found at all.
 pub fn parse(b: &[u8]) -> Result<AvifHeader, ProcessError> {
     let mut h = AvifHeader::default();

@@ -381,6 +381,93 @@ fn avif_clean_aperture_is_applied_even_where_libavif_is_strict() {
     );
 }
 
+/// The rows of a grayscale picture that hold dark (ink) pixels: the first and the last.
+fn inked_rows(image: &DynamicImage) -> (u32, u32) {
+    let gray = image.to_luma8();
+    let inked: Vec<u32> = (0..gray.height())
+        .filter(|y| (0..gray.width()).any(|x| gray.get_pixel(x, *y).0[0] < 60))
+        .collect();
+    (inked[0], inked[inked.len() - 1])
+}
+
+#[test]
+fn heic_photos_from_phones_come_out_upright() {
+    // iPhone 13 Pro, a 4032x3024 grid with an ICC profile and no turn.
+    let pug = run(&testdata("heic/pug.heic"), "w=400&format=jpeg").unwrap();
+    assert_eq!(pug.dimensions(), (400, 300));
+    // iPhone 8 Plus, portrait: the grid is stored 4032x3024 with `irot` 3 (and EXIF orientation
+    // 6 saying the same turn, which must not be applied twice). Upright, the drawn arrow
+    // points up: its tip is near the top, in the middle, and its stem ends in the lower half.
+    let source = testdata("heic/arrow.heic");
+    let info = probe(&source, &Limits::default()).unwrap();
+    assert_eq!(info.format.name(), "heic");
+    assert_eq!((info.width, info.height), (4032, 3024), "as stored");
+    let arrow = run(&source, "w=150&format=png").unwrap();
+    assert_eq!(arrow.dimensions(), (150, 200));
+    let (top, bottom) = inked_rows(&arrow);
+    assert!(
+        top < 30 && bottom > 120 && bottom < 170,
+        "ink rows {top}..{bottom}"
+    );
+    let gray = arrow.to_luma8();
+    let tip: Vec<u32> = (0..150)
+        .filter(|x| gray.get_pixel(*x, top).0[0] < 60)
+        .collect();
+    assert!(tip.iter().all(|x| (55..95).contains(x)), "tip at {tip:?}");
+}
+
+#[test]
+fn heic_ten_bit_and_alpha_sources_decode() {
+    // 10-bit (made with libheif's heif-enc from a 16-bit PNG): brought to 8 bits.
+    let ten = testdata("heic/pug-10bit.heic");
+    let out = run(&ten, "format=png").unwrap();
+    assert_eq!(out.dimensions(), (252, 189));
+    let reference = run(
+        &testdata("heic/pug.heic"),
+        "w=252&h=189&fit=fill&format=png",
+    )
+    .unwrap();
+    let diff = mean_abs_error(&out, &reference);
+    assert!(diff < 12.0, "10-bit against the 8-bit photo: {diff:.2}");
+    // Alpha: the left half opaque red, the right half transparent.
+    let alpha = testdata("heic/alpha.heic");
+    assert!(probe(&alpha, &Limits::default()).unwrap().has_alpha);
+    let out = run(&alpha, "format=png").unwrap().to_rgba8();
+    assert_eq!(out.dimensions(), (96, 64));
+    let left = out.get_pixel(10, 32).0;
+    let right = out.get_pixel(86, 32).0;
+    assert!(
+        left[3] > 240 && left[0] > 180 && left[2] < 80,
+        "left {left:?}"
+    );
+    assert!(right[3] < 15, "right {right:?}");
+    // `format=original` of a HEIC answers a format browsers show.
+    let spec = Spec::parse("format=original").unwrap();
+    let info = probe(&ten, &Limits::default()).unwrap();
+    let resolved = spec.resolve(info.format.as_output(), info.has_alpha, None);
+    let bytes = process(&ten, &resolved, &Limits::default()).unwrap().bytes;
+    assert_eq!(image::guess_format(&bytes).unwrap(), ImageFormat::Jpeg);
+}
+
+#[test]
+fn heic_limits_are_read_before_decoding() {
+    let source = testdata("heic/pug.heic");
+    let small = Limits {
+        max_pixels: 1_000_000,
+        ..Limits::default()
+    };
+    let refused = probe(&source, &small).unwrap_err();
+    assert!(
+        matches!(refused, ProcessError::TooManyPixels { .. }),
+        "{refused:?}"
+    );
+    // Truncated: a clean refusal, never a panic.
+    for cut in [40, 1000, 5000, source.len() / 2] {
+        let outcome = run(&source[..cut], "w=100&format=jpeg");
+        assert!(outcome.is_err(), "cut at {cut}");
+    }
+}
+
 /// The centre pixel of a source processed to PNG, as RGB.
 fn centre_rgb(name: &str) -> [u8; 3] {
     let out = run(&testdata(name), "format=png").unwrap().to_rgb8();
