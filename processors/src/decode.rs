@@ -172,7 +172,15 @@ impl<'a> Source<'a> {
     /// allows it (JPEG: 1, 2, 4 or 8; others decode at full size).
     pub fn decode(&self, limits: &Limits, denominator: u32) -> Result<DynamicImage, ProcessError> {
         crate::error::guarded(self.info.format.name(), || {
-            self.decode_pixels(limits, denominator)
+            self.decode_pixels(limits, denominator, None)
+        })
+    }
+
+    /// A vector source drawn at `size` (see [`crate::vector_size`]); a raster source decodes
+    /// at full size.
+    pub fn render(&self, limits: &Limits, size: (u32, u32)) -> Result<DynamicImage, ProcessError> {
+        crate::error::guarded(self.info.format.name(), || {
+            self.decode_pixels(limits, 1, Some(size))
         })
     }
 
@@ -180,12 +188,14 @@ impl<'a> Source<'a> {
         &self,
         limits: &Limits,
         denominator: u32,
+        render: Option<(u32, u32)>,
     ) -> Result<DynamicImage, ProcessError> {
         let decoded = self.decoder.decode(&DecodeAt {
             bytes: self.bytes,
             limits,
             denominator,
             icc: self.icc.as_deref(),
+            render,
         })?;
         let mut image = decoded.image;
         if let (Some(icc), false) = (&self.icc, decoded.profile_applied) {

@@ -209,6 +209,9 @@ fn run(
         }
     }
     let (input_size, upright) = match &opened {
+        Opened::Original(source) if source.info.format.is_vector() => {
+            (vector_size(source.upright_size(), spec), None)
+        }
         Opened::Original(source) => (source.upright_size(), None),
         Opened::Mezzanine(m) => (mezzanine::stored_size(m, limits)?, Some(m.original_upright)),
     };
@@ -240,6 +243,11 @@ fn run(
         Opened::Mezzanine(_) => geometry::shrink_denominator(reduction),
     };
     let decoded = match &opened {
+        // Drawn at this run's size: no other run shares it.
+        Opened::Original(source) if source.info.format.is_vector() => {
+            check_size(input_size, limits)?;
+            Arc::new(source.render(limits, input_size)?)
+        }
         Opened::Original(source) => {
             decodes.decoded(InputKind::Original, denominator, &mut || {
                 source.decode(limits, denominator)
@@ -250,7 +258,9 @@ fn run(
         })?,
     };
     if let Opened::Original(source) = &opened {
-        decode::offer_small(source, denominator, &decoded, decodes);
+        if !source.info.format.is_vector() {
+            decode::offer_small(source, denominator, &decoded, decodes);
+        }
     }
     let image = shape::shape(decoded, spec, &plan, rotated, &mut Default::default())?;
     let (width, height) = (image.width(), image.height());
@@ -261,6 +271,29 @@ fn run(
         width,
         height,
     })
+}
+
+/// The size a vector source of `own` size is drawn at for `spec`: its own, scaled up by what
+/// the spec's box asks of it (as if `enlarge=1`), so that the run's plan on it only reduces
+/// or crops, and never enlarges a raster. A vector source is never enlarged as pixels are.
+pub fn vector_size(own: (u32, u32), spec: &ResolvedSpec) -> (u32, u32) {
+    let mut enlarged = spec.clone();
+    enlarged.shape.enlarge = true;
+    let (rotated, plan, _) = layout(own, &enlarged, false);
+    let reduction = plan.reduction(rotated);
+    if !(reduction.is_finite() && reduction > 0.0 && reduction < 1.0) {
+        return own;
+    }
+    let scale = |side: u32| ((f64::from(side) / reduction).round() as u32).max(1);
+    (scale(own.0), scale(own.1))
+}
+
+/// Refuses a drawing size over the pixel limit.
+fn check_size((w, h): (u32, u32), limits: &Limits) -> Result<(), ProcessError> {
+    if u64::from(w) * u64::from(h) > limits.max_pixels {
+        return Err(ProcessError::too_many_pixels(w, h, limits.max_pixels));
+    }
+    Ok(())
 }
 
 /// The upright source size after `rotate`, the fit plan for it, and the decode denominator:
@@ -294,6 +327,11 @@ pub(crate) fn layout(
 /// be passed as the pixel limit.
 pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
     let (w, h) = (size.0.max(1), size.1.max(1));
+    // A vector source's decode is its drawing, at the size the spec asks.
+    let (w, h) = match format {
+        Some(f) if f.is_vector() => vector_size((w, h), spec),
+        _ => (w, h),
+    };
     let shrinks = format.is_some_and(SourceFormat::shrinks_on_load);
     let (_, plan, denominator) = layout((w, h), spec, shrinks);
     let denominator = u64::from(denominator);
@@ -362,14 +400,16 @@ pub fn check_cost(cost: u64, limits: &Limits) -> Result<(), ProcessError> {
 /// 9: `blur` and `sharpen` use three box passes for the Gaussian ([`ops::blur`]): other
 /// pixels, whatever the original and the output.
 ///
-/// 10: HEIC originals decode (builds before refused them with `unsupported_format`, and the
-/// variants map keeps refusals): every variant of a HEIC original.
+/// 10: HEIC and SVG originals decode (builds before refused them with `unsupported_format`,
+/// and the variants map keeps refusals): every variant of a HEIC or SVG original. (An SVG
+/// stored by an earlier build is indexed with no format, like any bytes of no image format,
+/// whose stored refusals keep their version: it is read as SVG once stored again.)
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
     spec: &ResolvedSpec,
 ) -> u32 {
-    if format == Some(SourceFormat::Heic) {
+    if matches!(format, Some(SourceFormat::Heic | SourceFormat::Svg)) {
         return 10;
     }
     if spec.shape.blur.is_some() || spec.shape.sharpen.is_some() {
@@ -484,10 +524,12 @@ mod tests {
             let reduced_2 = [&[("w", "2000")][..], output].concat();
             assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
         }
-        // Every variant of a HEIC original (decoded from 10 on; refused before).
-        let heic = Some(SourceFormat::Heic);
-        for spec in [&[("w", "400")][..], &[("blur", "2"), ("format", "avif")]] {
-            assert_eq!(version(heic, Some((4032, 3024)), spec), 10);
+        // Every variant of a HEIC or SVG original (decoded from 10 on; refused before).
+        for format in [Some(SourceFormat::Heic), Some(SourceFormat::Svg)] {
+            for spec in [&[("w", "400")][..], &[("blur", "2"), ("format", "avif")]] {
+                assert_eq!(version(format, Some((4032, 3024)), spec), 10);
+                assert_eq!(version(format, None, spec), 10);
+            }
         }
     }
 

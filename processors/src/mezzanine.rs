@@ -67,8 +67,12 @@ pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bo
     // that shrinks on load (JPEG) decodes at the scale each output picks, for about what
     // a mezzanine's decode would cost, so a mezzanine would only add its own build (a
     // decode and an encode) to the first request: measured 2.8x dearer first variants.
-    let no_mezzanine =
-        info.has_alpha || spec.animated || spec.decodes_whole() || info.format.shrinks_on_load();
+    // A vector source (with alpha anyway) is drawn at each output's size.
+    let no_mezzanine = info.has_alpha
+        || spec.animated
+        || spec.decodes_whole()
+        || info.format.shrinks_on_load()
+        || info.format.is_vector();
     if no_mezzanine || long < FROM_SIDE || !info.format.can_decode() {
         return false;
     }

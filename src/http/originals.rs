@@ -205,13 +205,28 @@ pub async fn original(
             Err(e) => return e.into_response(),
         }
     };
-    let mime = info
-        .format
-        .as_deref()
-        .and_then(SourceFormat::from_name)
-        .map_or("application/octet-stream", SourceFormat::mime);
+    let format = info.format.as_deref().and_then(SourceFormat::from_name);
+    // A drawing (SVG) is a document that may carry script: its bytes go out as a download
+    // in a sandbox, never as an image a browser would run.
+    let document = format.is_some_and(SourceFormat::is_vector);
+    let mime = match format {
+        Some(f) if !document => f.mime(),
+        _ => "application/octet-stream",
+    };
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    if document {
+        let sandboxed = [
+            (header::CONTENT_DISPOSITION, "attachment"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "sandbox; default-src 'none'",
+            ),
+        ];
+        for (name, value) in sandboxed {
+            h.insert(name, HeaderValue::from_static(value));
+        }
+    }
     h.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),

@@ -14,13 +14,25 @@ fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn content_type(response: &reqwest::Response) -> String {
+fn header(response: &reqwest::Response, name: &str) -> String {
     response
         .headers()
-        .get("content-type")
+        .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string()
+}
+
+fn content_type(response: &reqwest::Response) -> String {
+    header(response, "content-type")
+}
+
+/// A source through a query: asserted 200, its type and size.
+async fn served(app: &TestApp, source: &str, query: &str) -> (String, (u32, u32)) {
+    let r = app.image_by_url(source, query).await;
+    assert_eq!(r.status(), 200, "{query}");
+    let kind = content_type(&r);
+    (kind, dimensions(&r.bytes().await.unwrap()))
 }
 
 #[tokio::test]
@@ -31,10 +43,8 @@ async fn a_portrait_heic_from_a_phone_comes_out_upright_as_webp_and_jpeg() {
     let app = spawn_app().await;
     let source = origin.url("/arrow.heic");
 
-    let webp = app.image_by_url(&source, "w=300&format=webp").await;
-    assert_eq!(webp.status(), 200);
-    assert_eq!(content_type(&webp), "image/webp");
-    assert_eq!(dimensions(&webp.bytes().await.unwrap()), (300, 400));
+    let webp = served(&app, &source, "w=300&format=webp").await;
+    assert_eq!(webp, ("image/webp".into(), (300, 400)));
 
     // `auto` never answers HEIC, even to a client that says it takes it.
     let mut auto_url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
@@ -54,10 +64,8 @@ async fn a_portrait_heic_from_a_phone_comes_out_upright_as_webp_and_jpeg() {
     assert_eq!(content_type(&auto), "image/avif");
 
     // `original` of a HEIC source answers JPEG.
-    let original = app.image_by_url(&source, "w=150&format=original").await;
-    assert_eq!(original.status(), 200);
-    assert_eq!(content_type(&original), "image/jpeg");
-    assert_eq!(dimensions(&original.bytes().await.unwrap()), (150, 200));
+    let original = served(&app, &source, "w=150&format=original").await;
+    assert_eq!(original, ("image/jpeg".into(), (150, 200)));
     assert_eq!(origin.full(), 1, "one download for every variant");
 
     // An upload reports the format and the stored size.
@@ -83,4 +91,125 @@ async fn a_damaged_heic_is_refused_in_the_spec_shape() {
     assert_eq!(refused.status(), 422);
     let body = json(refused).await;
     assert_eq!(body["error"]["code"], "undecodable", "{body}");
+}
+
+/// A 120×40 logo: a blue bar, a black edge at x = 60, and a line of text.
+const LOGO: &str = r##"<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd">
+<svg xmlns="http://www.w3.org/2000/svg" width="120" height="40" viewBox="0 0 120 40">
+  <rect width="120" height="40" fill="#1040c0"/>
+  <rect width="60" height="40" fill="#000000"/>
+  <text x="64" y="26" font-size="12" fill="#ffffff">Soda</text>
+</svg>"##;
+
+#[tokio::test]
+async fn an_svg_logo_comes_out_as_webp_and_jpeg_at_the_asked_size() {
+    let origin = Origin::start().await;
+    origin.put("/logo.svg", LOGO.as_bytes().to_vec());
+    let app = spawn_app().await;
+    let source = origin.url("/logo.svg");
+    // Larger than its declared 120 pixels, without `enlarge`: drawn at 600.
+    let webp = served(&app, &source, "w=600&format=webp").await;
+    assert_eq!(webp, ("image/webp".into(), (600, 200)));
+    let jpeg = served(&app, &source, "w=60&format=jpeg").await;
+    assert_eq!(jpeg, ("image/jpeg".into(), (60, 20)));
+    // Never SVG: `original` answers PNG (it has alpha).
+    let original = served(&app, &source, "format=original").await;
+    assert_eq!(original, ("image/png".into(), (120, 40)));
+
+    // Its stored bytes go out as a sandboxed download, not as an image a browser runs.
+    let uploaded = json(app.upload(LOGO.as_bytes().to_vec()).await).await;
+    assert_eq!(uploaded["format"], "svg");
+    let hash = uploaded["hash"].as_str().unwrap();
+    let raw = app.get(&format!("/v1/originals/{hash}")).await;
+    assert_eq!(raw.status(), 200);
+    assert_eq!(content_type(&raw), "application/octet-stream");
+    assert_eq!(header(&raw, "content-disposition"), "attachment");
+    assert!(header(&raw, "content-security-policy").starts_with("sandbox"));
+}
+
+/// Documents of the kinds reported against peers' SVG sanitisers (imgproxy #1599: an iframe in
+/// `<foreignObject>`; imgproxy #1708: `@import` and `url()` in `<style>`, `<image>` and
+/// `<feImage>` links; ipx #318: SMIL `<set>` writing an `on*` attribute, `javascript:`
+/// links, `<base>`/`<link>`), each pointing at `{CANARY}`, an origin that must never be asked.
+fn hostile_documents(canary: &str) -> Vec<(&'static str, String)> {
+    let svg = |body: &str| {
+        format!(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" width="64" height="64">{body}<rect width="10" height="10" fill="red"/></svg>"#
+        )
+    };
+    let kinds: Vec<(&'static str, String)> = vec![
+        ("script and handlers", svg(r#"<script>fetch('{CANARY}/script')</script><rect width="5" height="5" onload="fetch('{CANARY}/onload')" onclick="alert(1)"/>"#)),
+        ("smil sets a handler", svg(r#"<rect width="5" height="5"><set attributeName="onmouseover" to="fetch('{CANARY}/set')"/><animate attributeName="href" values="javascript:alert(1)"/></rect>"#)),
+        ("javascript link", svg(r#"<a href="javascript:fetch('{CANARY}/js')"><circle r="5"/></a><a xlink:href="javascript&#9;:alert(1)"><circle r="3"/></a>"#)),
+        ("image over http", svg(r#"<image href="{CANARY}/image.png" width="10" height="10"/>"#)),
+        ("image over xlink and https", svg(r#"<image xlink:href="https://127.0.0.1:9/x.png" width="10" height="10"/><image xlink:href="{CANARY}/xlink.png" width="10" height="10"/>"#)),
+        ("image from a file path", svg(r#"<image href="file:///etc/hostname" width="10" height="10"/><image href="../../../../etc/hostname" width="10" height="10"/><image href="/etc/hostname" width="10" height="10"/>"#)),
+        ("image over ftp", svg(r#"<image href="ftp://127.0.0.1/x.png" width="10" height="10"/>"#)),
+        ("feImage", svg(r#"<filter id="f"><feImage href="{CANARY}/feimage.png"/></filter><rect width="20" height="20" filter="url(#f)"/>"#)),
+        ("style import and urls", svg(r#"<style>@import url({CANARY}/import.css); rect { fill: url({CANARY}/fill.png); background: url('{CANARY}/bg.png') } @font-face { font-family: x; src: url({CANARY}/font.woff) } text { font-family: x }</style><text y="20">hi</text>"#)),
+        ("inline style url", svg(r#"<rect width="5" height="5" style="fill:url({CANARY}/inline.png)"/>"#)),
+        ("foreignObject iframe", svg(r#"<foreignObject width="64" height="64"><body xmlns="http://www.w3.org/1999/xhtml"><iframe src="{CANARY}/iframe"></iframe><img src="{CANARY}/img.png"/><link rel="stylesheet" href="{CANARY}/link.css"/><base href="{CANARY}/"/></body></foreignObject>"#)),
+        ("external use", svg(r#"<use href="{CANARY}/sprite.svg#icon"/><use xlink:href="{CANARY}/other.svg#x"/>"#)),
+        ("nested svg image", svg(&format!(r#"<image width="10" height="10" href="data:image/svg+xml;utf8,{}"/>"#, "%3Csvg xmlns='http://www.w3.org/2000/svg'%3E%3Cimage href='{CANARY}/nested.png'/%3E%3C/svg%3E"))),
+        ("xml stylesheet", format!("<?xml-stylesheet href=\"{{CANARY}}/pi.css\" type=\"text/css\"?>{}", svg(""))),
+        ("external entity", format!("<!DOCTYPE svg [ <!ENTITY x SYSTEM \"{{CANARY}}/entity\"> ]>{}", svg("<text>&x;</text>"))),
+        ("billion laughs", format!("<!DOCTYPE svg [ <!ENTITY a \"aaaaaaaaaa\"> <!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;\"> <!ENTITY c \"&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;\"> <!ENTITY d \"&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;\"> ]>{}", svg("<text>&d;&d;&d;&d;</text>"))),
+        ("huge declared size", r#"<svg xmlns="http://www.w3.org/2000/svg" width="99999999" height="99999999"><rect width="10" height="10"/></svg>"#.to_string()),
+        ("deep nesting", svg(&format!("{}{}", "<g>".repeat(5000), "</g>".repeat(5000)))),
+    ];
+    kinds
+        .into_iter()
+        .map(|(name, body)| (name, body.replace("{CANARY}", canary)))
+        .collect()
+}
+
+#[tokio::test]
+async fn hostile_svgs_never_make_a_request_and_are_never_served_as_svg() {
+    let origin = Origin::start().await;
+    let canary = Origin::start().await;
+    let documents = hostile_documents(&canary.url(""));
+    let app = spawn_app().await;
+    // The canary counts what reaches it: one request of the test's own.
+    app.client.get(canary.url("/control")).send().await.unwrap();
+    assert_eq!(canary.requests(), 1);
+    let mut refused = Vec::new();
+    for (i, (name, body)) in documents.iter().enumerate() {
+        let path = format!("/hostile-{i}.svg");
+        origin.put(&path, body.as_bytes().to_vec());
+        for query in ["w=64&format=webp", "format=original", "w=32&format=auto"] {
+            let r = app.image_by_url(&origin.url(&path), query).await;
+            let status = r.status().as_u16();
+            let kind = content_type(&r);
+            assert!(
+                !kind.contains("svg") && !kind.contains("xml") && !kind.contains("html"),
+                "{name} ({query}): served as {kind}"
+            );
+            match status {
+                200 => assert!(kind.starts_with("image/"), "{name}: {kind}"),
+                422 => {
+                    assert_eq!(json(r).await["error"]["code"], "undecodable", "{name}");
+                    if !refused.contains(name) {
+                        refused.push(*name);
+                    }
+                }
+                other => panic!("{name} ({query}): {other}"),
+            }
+        }
+        // Uploaded, the same bytes are stored and described, or refused; never fetched from.
+        let uploaded = app.upload(body.as_bytes().to_vec()).await;
+        assert!(
+            [201, 200, 422].contains(&uploaded.status().as_u16()),
+            "{name}: upload {}",
+            uploaded.status()
+        );
+    }
+    assert_eq!(canary.requests(), 1, "a document made a request");
+    // Entities and nesting past the bound are refused; every other document is drawn
+    // (without what it points at).
+    assert_eq!(
+        refused,
+        ["external entity", "billion laughs", "deep nesting"],
+        "refused"
+    );
 }

@@ -7,6 +7,9 @@
 //! HEIC), [`riff`] (RIFF chunks, for WebP), the `image` crate's decoders ([`image_decoders`]),
 //! and the bounded byte reader, [`crate::bytes`].
 //!
+//! A vector format ([`Format::is_vector`], SVG) is drawn at the size a run asks for
+//! ([`DecodeAt::render`]), not decoded at its own.
+//!
 //! Adding a format: its room here (a file implementing [`Format`]), its variant in
 //! [`SourceFormat`] and its line in [`FORMATS`].
 
@@ -28,6 +31,7 @@ mod image_decoders;
 pub(crate) mod jpeg;
 mod png;
 mod riff;
+mod svg;
 mod tiff;
 mod webp;
 
@@ -42,6 +46,7 @@ pub enum SourceFormat {
     Tiff,
     Bmp,
     Ico,
+    Svg,
 }
 
 /// A format's entry in [`FORMATS`].
@@ -68,7 +73,7 @@ const fn entry(
 }
 
 /// Every format, in the order bytes are tried against them.
-const FORMATS: [Entry; 9] = [
+const FORMATS: [Entry; 10] = [
     entry(SourceFormat::Jpeg, "jpeg", "image/jpeg", &jpeg::Jpeg),
     entry(SourceFormat::Png, "png", "image/png", &png::Png),
     entry(SourceFormat::Gif, "gif", "image/gif", &gif::Gif),
@@ -78,6 +83,7 @@ const FORMATS: [Entry; 9] = [
     entry(SourceFormat::Ico, "ico", "image/x-icon", &ico::Ico),
     entry(SourceFormat::Avif, "avif", "image/avif", &avif::Avif),
     entry(SourceFormat::Heic, "heic", "image/heic", &heic::Heic),
+    entry(SourceFormat::Svg, "svg", "image/svg+xml", &svg::Svg),
 ];
 
 /// What one source format knows of itself.
@@ -106,6 +112,11 @@ pub(crate) trait Format: Sync {
     /// Whether this build decodes it.
     fn can_decode(&self) -> bool {
         true
+    }
+    /// Whether it is drawn rather than decoded (SVG): drawn at the size a run needs, so that
+    /// a run never enlarges it ([`DecodeAt::render`]).
+    fn is_vector(&self) -> bool {
+        false
     }
     /// The output `format=original` means for it, where imgcas writes the format.
     fn as_output(&self) -> Option<OutputFormat> {
@@ -163,6 +174,9 @@ pub(crate) struct DecodeAt<'a> {
     pub limits: &'a Limits,
     pub denominator: u32,
     pub icc: Option<&'a [u8]>,
+    /// The size a vector source is drawn at (`None`: its own size over the denominator);
+    /// raster formats ignore it.
+    pub render: Option<(u32, u32)>,
 }
 
 /// A room's decode.
@@ -263,6 +277,11 @@ impl SourceFormat {
         self.room().can_decode()
     }
 
+    /// Whether the format is drawn at the size a run needs (SVG) rather than decoded.
+    pub fn is_vector(self) -> bool {
+        self.room().is_vector()
+    }
+
     /// The output format `format=original` means for this source, where imgcas writes it
     /// (otherwise the caller falls back to JPEG, or PNG for sources with alpha).
     pub fn as_output(self) -> Option<OutputFormat> {
@@ -299,6 +318,7 @@ mod tests {
             SourceFormat::Tiff,
             SourceFormat::Bmp,
             SourceFormat::Ico,
+            SourceFormat::Svg,
         ];
         assert_eq!(all.len(), FORMATS.len());
         for format in all {

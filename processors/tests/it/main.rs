@@ -10,3 +10,4 @@ mod mezzanine_quality;
 mod near_dup_accuracy;
 mod near_dup_corpus;
 mod process;
+mod svg;

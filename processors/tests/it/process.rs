@@ -18,13 +18,7 @@ fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn run(bytes: &[u8], query: &str) -> Result<DynamicImage, ProcessError> {
-    let spec = Spec::parse(query).unwrap();
-    let info = probe(bytes, &Limits::default())?;
-    let resolved = spec.resolve(info.format.as_output(), info.has_alpha, None);
-    let out = process(bytes, &resolved, &Limits::default())?;
-    Ok(image::load_from_memory(&out.bytes).expect("output decodes"))
-}
+use crate::common::run;
 
 fn encode(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
     let mut out = Cursor::new(Vec::new());

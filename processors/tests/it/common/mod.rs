@@ -1,9 +1,21 @@
 //! Inputs shared by the quality tests: the test data folder, and the 12 MP photo the
-//! benchmarks use.
+//! benchmarks use; and the one run from bytes and a query the tests share.
 
 use std::path::Path;
 
-use imgcas_processors::{process_input, Decode, Input, Limits, OutputFormat, Spec};
+use image::DynamicImage;
+use imgcas_processors::{
+    probe, process, process_input, Decode, Input, Limits, OutputFormat, ProcessError, Spec,
+};
+
+/// Bytes through a query, as the service would run them (probe, resolve, process), decoded.
+pub fn run(bytes: &[u8], query: &str) -> Result<DynamicImage, ProcessError> {
+    let spec = Spec::parse(query).unwrap();
+    let info = probe(bytes, &Limits::default())?;
+    let resolved = spec.resolve(info.format.as_output(), info.has_alpha, None);
+    let out = process(bytes, &resolved, &Limits::default())?;
+    Ok(image::load_from_memory(&out.bytes).expect("output decodes"))
+}
 
 pub fn testdata(path: &str) -> Vec<u8> {
     let full = Path::new(env!("CARGO_MANIFEST_DIR"))
