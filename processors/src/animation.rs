@@ -109,7 +109,7 @@ pub(crate) fn process(
             image = crate::color::to_srgb(image, icc);
         }
         image.apply_orientation(source.orientation);
-        let image = crate::shape::shape(Arc::new(image), spec, &plan, rotated, &mut kept)?;
+        let image = crate::shape::shape(Arc::new(image), spec, &plan, rotated, limits, &mut kept)?;
         let pixels = image.into_rgba8();
         let writer = match &mut writer {
             Some(writer) => writer,

@@ -41,6 +41,7 @@ mod shape;
 pub mod smart;
 pub mod spec;
 mod trim;
+mod watermark;
 #[allow(unsafe_code)]
 mod webp_anim;
 #[allow(unsafe_code)]
@@ -55,7 +56,7 @@ pub use image::DynamicImage;
 pub use mezzanine::MEZZANINE_VERSION;
 pub use spec::{
     accept_class, negotiate, ClientHints, FormatRequest, HintsConsulted, OutputFormat,
-    ResolvedSpec, Shape, Spec, SpecError, PROCESSOR_VERSION,
+    OverlaySource, Placement, ResolvedSpec, Shape, Spec, SpecError, Watermark, PROCESSOR_VERSION,
 };
 
 /// A finished variant.
@@ -262,7 +263,14 @@ fn run(
             decode::offer_small(source, denominator, &decoded, decodes);
         }
     }
-    let image = shape::shape(decoded, spec, &plan, rotated, &mut Default::default())?;
+    let image = shape::shape(
+        decoded,
+        spec,
+        &plan,
+        rotated,
+        limits,
+        &mut Default::default(),
+    )?;
     let (width, height) = (image.width(), image.height());
     let bytes = encode::encode(image, spec)?;
     Ok(Processed {
@@ -335,7 +343,10 @@ pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec)
     let shrinks = format.is_some_and(SourceFormat::shrinks_on_load);
     let (_, plan, denominator) = layout((w, h), spec, shrinks);
     let denominator = u64::from(denominator);
-    let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
+    // A watermark's overlay is decoded whole, by its own size.
+    let overlay = spec.shape.watermark.as_ref().map_or(0, |w| w.source.pixels);
+    let decoded =
+        (u64::from(w) * u64::from(h) / (denominator * denominator)).saturating_add(overlay);
     let (ow, oh) = plan.output_size();
     let output = u64::from(ow) * u64::from(oh);
     decoded

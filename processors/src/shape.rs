@@ -1,15 +1,16 @@
 //! The shaping sequence, written once: rotate, place a smart crop, apply the fit plan (crop,
-//! resize, pad), blur, sharpen. A still runs it on its decode; an animation on each frame. A
-//! new option that changes pixels goes here, and both get it.
+//! resize, pad), blur, sharpen, watermark. A still runs it on its decode; an animation on each
+//! frame. A new option that changes pixels goes here, and both get it.
 
 use std::sync::Arc;
 
 use image::DynamicImage;
 
+use crate::decode::Limits;
 use crate::error::ProcessError;
 use crate::geometry::{self, Plan, SourceCrop};
 use crate::spec::{Gravity, Placed, ResolvedSpec};
-use crate::{ops, smart};
+use crate::{ops, smart, watermark};
 
 /// What pictures that share one shaping keep from the first: an animation places its smart
 /// crop and finds its trimmed borders on its first frame, and keeps both (a crop that moved,
@@ -20,6 +21,8 @@ pub(crate) struct Kept {
     smart: Option<Option<SourceCrop>>,
     /// The plan once the borders are trimmed, for the rotated source; `None` until found.
     trimmed: Option<Plan>,
+    /// The watermark's overlay, prepared for the output's size; `None` until drawn once.
+    watermark: Option<watermark::Prepared>,
 }
 
 /// Shapes `image`, upright and at the scale it was decoded, as `spec` says. `plan` was made
@@ -31,6 +34,7 @@ pub(crate) fn shape(
     spec: &ResolvedSpec,
     plan: &Plan,
     rotated: (u32, u32),
+    limits: &Limits,
     kept: &mut Kept,
 ) -> Result<DynamicImage, ProcessError> {
     let image = match spec.shape.rotate {
@@ -55,6 +59,9 @@ pub(crate) fn shape(
     }
     if let Some(sigma) = spec.shape.sharpen {
         image = ops::sharpen(image, sigma.as_f64());
+    }
+    if let Some(mark) = &spec.shape.watermark {
+        image = watermark::stamp(image, mark, limits, &mut kept.watermark)?;
     }
     Ok(image)
 }

@@ -67,20 +67,21 @@ fn number<T: std::str::FromStr>(v: &str) -> Result<T, String> {
 }
 
 /// `name=<options>;name=<options>`: the first `=` ends the name, the rest are its options.
-fn presets(v: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut presets = BTreeMap::new();
+/// `name=<options>; name=<options>`: presets, watermarks.
+fn named(v: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut named = BTreeMap::new();
     for entry in v.split(';').map(str::trim).filter(|e| !e.is_empty()) {
         let Some((name, options)) = entry.split_once('=') else {
             return Err(format!("`{entry}` is not `name=<options>`"));
         };
-        if presets
+        if named
             .insert(name.trim().to_string(), options.trim().to_string())
             .is_some()
         {
-            return Err(format!("preset `{}` is given twice", name.trim()));
+            return Err(format!("`{}` is given twice", name.trim()));
         }
     }
-    Ok(presets)
+    Ok(named)
 }
 
 fn boolean(v: &str) -> Result<bool, String> {
@@ -145,7 +146,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
-    setting!("presets", "IMGCAS_PRESETS", presets, presets),
+    setting!("presets", "IMGCAS_PRESETS", presets, named),
+    setting!("watermarks", "IMGCAS_WATERMARKS", watermarks, named),
     setting!("fallback.image", "IMGCAS_FALLBACK_IMAGE", fallback.image, some_text),
     setting!("fallback.status", "IMGCAS_FALLBACK_STATUS", fallback.status, number),
     setting!("fallback.ttl", "IMGCAS_FALLBACK_TTL", fallback.ttl, duration),

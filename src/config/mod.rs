@@ -16,7 +16,7 @@ mod peers;
 mod presets;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
-use presets::check_preset;
+use presets::{check_preset, check_watermark};
 pub use presets::{option_pairs, preset_parts, NamedFallback, PRESET_FALLBACK};
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +60,10 @@ pub struct Config {
     /// request stands for those options. A preset may name a fallback image of its own
     /// (`fallback=<sha256 or path>` among its options).
     pub presets: BTreeMap<String, String>,
+    /// Named watermarks (`[watermarks]`, `logo = "hash=<sha256>&position=southeast"`): `wm=logo`
+    /// in a request draws that stored original over the output (see
+    /// [`imgcas_processors::Placement`] for the settings).
+    pub watermarks: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -340,6 +344,7 @@ impl Default for Config {
             imgproxy: ImgproxyConfig::default(),
             thumbor: ThumborConfig::default(),
             presets: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
         }
     }
 }
@@ -604,7 +609,11 @@ impl Config {
             ));
         }
         for (name, options) in &self.presets {
-            check_preset(name, options).map_err(|m| bad(&format!("presets.{name}"), m))?;
+            check_preset(name, options, &self.watermarks)
+                .map_err(|m| bad(&format!("presets.{name}"), m))?;
+        }
+        for (name, options) in &self.watermarks {
+            check_watermark(name, options).map_err(|m| bad(&format!("watermarks.{name}"), m))?;
         }
         if let Some(image) = &self.fallback.image {
             FallbackSource::of(image).map_err(|m| bad("fallback.image", m))?;
@@ -816,6 +825,13 @@ mod tests {
                 (
                     r#"{ thumb = "w=200&h=200&fit=cover", hero = "w=1200&format=auto" }"#,
                     "thumb=w=200&h=200&fit=cover; hero=w=1200&format=auto",
+                ),
+            ),
+            (
+                "IMGCAS_WATERMARKS",
+                (
+                    r#"{ logo = "hash=abababababababababababababababababababababababababababababababab&position=southeast&scale=0.2" }"#,
+                    "logo=hash=abababababababababababababababababababababababababababababababab&position=southeast&scale=0.2",
                 ),
             ),
             (

@@ -1,5 +1,8 @@
 //! Presets as the configuration writes them: a query of options (`w=200&h=200&fit=cover`),
-//! and the fallback image a preset may name among them (`fallback=<sha256 or path>`).
+//! and the fallback image a preset may name among them (`fallback=<sha256 or path>`); and
+//! watermarks, a query of their settings (`hash=<sha256>&position=southeast`).
+
+use std::collections::BTreeMap;
 
 use super::FallbackSource;
 
@@ -30,13 +33,32 @@ pub fn preset_parts(options: &str) -> (Vec<(String, String)>, Option<NamedFallba
     (pairs, fallback)
 }
 
-/// A preset's name is a plain word and its options parse as a spec (a preset naming
-/// another preset is refused: one level keeps the expansion obvious).
-pub(super) fn check_preset(name: &str, options: &str) -> Result<(), String> {
+/// A name of the configuration's (a preset's, a watermark's): a plain word.
+fn check_name(name: &str) -> Result<(), String> {
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if name.is_empty() || !name.chars().all(plain) {
-        return Err("a preset name is letters, digits, `_` and `-`".into());
+    if name.is_empty() || name.len() > 64 || !name.chars().all(plain) {
+        return Err("a name is up to 64 letters, digits, `_` and `-`".into());
     }
+    Ok(())
+}
+
+/// A watermark's name is a plain word and its settings parse.
+pub(super) fn check_watermark(name: &str, options: &str) -> Result<(), String> {
+    check_name(name)?;
+    imgcas_processors::Placement::parse(options)
+        .map(|_| ())
+        .map_err(|e| format!("`{}`: {}", e.option, e.message))
+}
+
+/// A preset's name is a plain word and its options parse as a spec (a preset naming
+/// another preset is refused: one level keeps the expansion obvious), naming only
+/// configured watermarks.
+pub(super) fn check_preset(
+    name: &str,
+    options: &str,
+    watermarks: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    check_name(name)?;
     let (pairs, fallback) = preset_parts(options);
     if let Some((key, _)) = pairs
         .iter()
@@ -47,7 +69,13 @@ pub(super) fn check_preset(name: &str, options: &str) -> Result<(), String> {
     if let Some(fallback) = fallback {
         FallbackSource::of(&fallback?).map_err(|m| format!("`{PRESET_FALLBACK}`: {m}"))?;
     }
-    imgcas_processors::Spec::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map(|_| ())
-        .map_err(|e| format!("option `{}`: {}", e.option, e.message))
+    let spec =
+        imgcas_processors::Spec::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| format!("option `{}`: {}", e.option, e.message))?;
+    match spec.shape.watermark {
+        Some(wm) if !watermarks.contains_key(&wm.name) => {
+            Err(format!("`wm`: no watermark named `{}`", wm.name))
+        }
+        _ => Ok(()),
+    }
 }

@@ -316,6 +316,11 @@ impl Pipeline {
     pub async fn stored_blobs(&self) -> Result<Vec<ContentHash>, Error> {
         Ok(self.shared.blobs.list().await?)
     }
+
+    /// Every key the variants map holds.
+    pub async fn variant_keys(&self) -> Result<Vec<crate::maps::VariantKey>, Error> {
+        Ok(self.shared.maps.variant_keys().await?)
+    }
 }
 
 /// Runs blocking work (hashing, probing) on the blocking pool.

@@ -6,7 +6,8 @@
 //!   durably, so that from then on nothing of it is served (451 `taken_down`), stored or
 //!   processed; then everything of it is removed — its index entry, the URL entries naming
 //!   it (found through the maps' hash → URLs index), its variants (the mezzanine is one) and
-//!   their bytes, the aliases naming it, and its bytes. Its fingerprint stays, so that
+//!   their bytes, the variants of other originals drawn with it as a configured watermark's
+//!   overlay, the aliases naming it, and its bytes. Its fingerprint stays, so that
 //!   canonical mode refuses a new copy of the picture; and the own bytes of every URL merged
 //!   into it (canonical mode) are taken down with it. A takedown that a
 //!   crash interrupted is finished by asking again: every step is idempotent. Writers of an
@@ -31,7 +32,7 @@ use url::Url;
 use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, Fingerprinted, MapStore};
+use crate::maps::{now_ms, Fingerprinted, MapStore, VariantKey};
 use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
@@ -228,6 +229,10 @@ impl Pipeline {
         report.variants_removed = s.maps.remove_variants(&keys).await?;
         self.drop_variant_bytes(&keys).await?;
         report.bytes_freed += variants.iter().map(|(_, n)| n).sum::<u64>();
+        // Variants of other originals drawn with it as a watermark's overlay.
+        let marked = self.variants_marked_with(hash).await?;
+        report.variants_removed += s.maps.remove_variants(&marked).await?;
+        self.drop_variant_bytes(&marked).await?;
         s.maps.remove_aliases(hash).await?;
         if let Some(size) = s.blobs.size(hash).await? {
             s.blobs.delete(hash).await?;
@@ -257,6 +262,29 @@ impl Pipeline {
             "original taken down"
         );
         Ok(report)
+    }
+
+    /// The variants drawn with `hash` as a watermark's overlay, when a configured watermark
+    /// names it (their keys hold `wm=<hash>`): found by a walk over every variant key, which
+    /// only a takedown of an overlay pays for.
+    async fn variants_marked_with(&self, hash: &ContentHash) -> Result<Vec<VariantKey>, Error> {
+        let s = &self.shared;
+        let hex = hash.to_string();
+        let is_overlay = s.config.watermarks.values().any(|settings| {
+            imgcas_processors::Placement::parse(settings).is_ok_and(|p| p.overlay == hex)
+        });
+        if !is_overlay {
+            return Ok(Vec::new());
+        }
+        let mark = format!("wm={hex}");
+        let marked = s
+            .maps
+            .variant_keys()
+            .await?
+            .into_iter()
+            .filter(|k| k.canonical_spec.split('&').any(|part| part == mark))
+            .collect();
+        Ok(marked)
     }
 
     /// Undoes a write of taken-down content that raced its takedown: a writer checks the

@@ -50,3 +50,4 @@ mod signing;
 mod ssrf;
 mod takedown;
 mod upload;
+mod watermarks;

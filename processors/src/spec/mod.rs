@@ -16,12 +16,14 @@ mod canonical;
 mod hints;
 mod parse;
 mod region;
+mod watermark;
 
 pub use accept::{accept_class, negotiate};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use parse::OPTION_NAMES;
 pub use region::{Extent, Placed, Region};
+pub use watermark::{OverlaySource, Placement, Watermark};
 
 use canonical::{fit_name, gravity_name};
 
@@ -265,6 +267,8 @@ pub struct Shape {
     pub trim: Option<u8>,
     /// The borders' colour (`trim_color`); the top-left pixel's when `None`.
     pub trim_color: Option<Rgb>,
+    /// `wm`: an overlay drawn on the output (see [`Watermark`]).
+    pub watermark: Option<Watermark>,
 }
 
 impl Shape {
@@ -277,7 +281,10 @@ impl Shape {
         let sharpen = if self.sharpen.is_some() { 4 } else { 0 };
         // Finding borders reads the decode once (at most: it stops at the first picture).
         let trim = if self.trim.is_some() { 1 } else { 0 };
-        blur + sharpen + trim
+        // Blending the overlay reads and writes the output once (its decode is counted
+        // apart, by its own size).
+        let watermark = if self.watermark.is_some() { 2 } else { 0 };
+        blur + sharpen + trim + watermark
     }
 
     /// Its non-default options as `(name, value)` pairs.
@@ -326,6 +333,9 @@ impl Shape {
         }
         if let Some(s) = self.sharpen {
             out.push(("sharpen", s.to_string()));
+        }
+        if let Some(w) = &self.watermark {
+            w.parts(out);
         }
     }
 }

@@ -26,6 +26,10 @@ pub const OPTION_NAMES: &[&str] = &[
     "crop_gravity",
     "trim",
     "trim_color",
+    "wm",
+    "wm_pos",
+    "wm_scale",
+    "wm_opacity",
 ];
 
 /// A hex colour `rrggbb` (a leading `#` allowed).
@@ -43,7 +47,7 @@ fn colour(option: &str, value: &str) -> Result<Rgb, SpecError> {
     Ok(Rgb([channel(0)?, channel(2)?, channel(4)?]))
 }
 
-fn gravity(option: &str, value: &str) -> Result<Gravity, SpecError> {
+pub(super) fn gravity(option: &str, value: &str) -> Result<Gravity, SpecError> {
     Ok(match value {
         "center" => Gravity::Center,
         "north" => Gravity::North,
@@ -72,7 +76,7 @@ fn parse_flag(option: &str, value: &str) -> Result<bool, SpecError> {
     }
 }
 
-fn parse_u32(option: &str, value: &str, min: u32, max: u32) -> Result<u32, SpecError> {
+pub(super) fn parse_u32(option: &str, value: &str, min: u32, max: u32) -> Result<u32, SpecError> {
     value
         .parse::<u32>()
         .ok()
@@ -94,6 +98,8 @@ impl Spec {
     {
         let mut spec = Spec::default();
         let mut seen: Vec<&str> = Vec::new();
+        // The overrides wait for `wm`, wherever it comes in the pairs.
+        let mut overrides: Vec<(&str, &str)> = Vec::new();
         for (name, value) in pairs {
             let Some(&known) = OPTION_NAMES.iter().find(|n| **n == name) else {
                 return Err(SpecError::new(
@@ -105,7 +111,20 @@ impl Spec {
                 return Err(SpecError::new(name, "given more than once"));
             }
             seen.push(known);
-            spec.set(known, value)?;
+            match known {
+                "wm_pos" | "wm_scale" | "wm_opacity" => overrides.push((known, value)),
+                _ => spec.set(known, value)?,
+            }
+        }
+        for (name, value) in overrides {
+            let Some(wm) = spec.shape.watermark.as_mut() else {
+                return Err(SpecError::new(name, "needs `wm`, the watermark it adjusts"));
+            };
+            match name {
+                "wm_pos" => wm.position = Some(watermark::position(name, value)?),
+                "wm_scale" => wm.scale = Some(watermark::scale(name, value)?),
+                _ => wm.opacity = Some(watermark::opacity(name, value)?),
+            }
         }
         if spec.shape.crop.is_some() && spec.shape.trim.is_some() {
             return Err(SpecError::new("trim", "cannot be combined with crop"));
@@ -202,6 +221,7 @@ impl Spec {
             "bg" => self.shape.background = colour(name, value)?,
             "trim" => self.shape.trim = Some(parse_u32(name, value, 0, 100)? as u8),
             "trim_color" => self.shape.trim_color = Some(colour(name, value)?),
+            "wm" => self.shape.watermark = Some(Watermark::named(name, value)?),
             _ => unreachable!("option names are checked against OPTION_NAMES"),
         }
         Ok(())

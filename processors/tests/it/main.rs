@@ -11,3 +11,4 @@ mod near_dup_accuracy;
 mod near_dup_corpus;
 mod process;
 mod svg;
+mod watermark;

@@ -1,8 +1,8 @@
 //! Locating the variant a request names: the source resolved (steps 1–3 of docs/spec.md's
-//! flow), takedowns checked, the spec resolved against the original's facts, and the key and
-//! ETag derived.
+//! flow), takedowns checked, a watermark placed by its configuration, the spec resolved
+//! against the original's facts, and the key and ETag derived.
 
-use imgcas_processors::{self as processors, SourceFormat, Spec};
+use imgcas_processors::{self as processors, Placement, SourceFormat, Spec};
 
 use super::stored::key_digest;
 use super::{Source, Target};
@@ -67,6 +67,17 @@ impl Pipeline {
                 Error::NotFound(format!("no original with hash {hash}")),
             )
         })?;
+        let placed;
+        let spec = match &spec.shape.watermark {
+            None => spec,
+            Some(_) => {
+                placed = self
+                    .place_watermark(spec)
+                    .await
+                    .map_err(|e| with_hash(hash, e))?;
+                &placed
+            }
+        };
         let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
         let output = source_format.and_then(SourceFormat::as_output);
         let may_be_animated = source_format.is_some_and(SourceFormat::may_animate);
@@ -125,5 +136,40 @@ impl Pipeline {
         }
         let bytes = self.original_bytes(hash).await?;
         Ok(processors::animation::frame_count(&bytes))
+    }
+
+    /// The spec with its watermark placed: the configuration's overlay (which must be stored
+    /// and not taken down) and settings, for the request's overrides to complete.
+    async fn place_watermark(&self, spec: &Spec) -> Result<Spec, Error> {
+        let mut spec = spec.clone();
+        let Some(mark) = spec.shape.watermark.as_mut() else {
+            return Ok(spec);
+        };
+        let s = &self.shared;
+        let options = s.config.watermarks.get(&mark.name).ok_or_else(|| {
+            Error::invalid_option("wm", format!("no watermark named `{}`", mark.name))
+        })?;
+        // Checked when the configuration was read.
+        let placement = Placement::parse(options)
+            .map_err(|e| Error::Internal(format!("watermark `{}`: {}", mark.name, e.message)))?;
+        let overlay: ContentHash = placement
+            .overlay
+            .parse()
+            .map_err(|_| Error::Internal(format!("watermark `{}`: a bad hash", mark.name)))?;
+        if self.is_taken_down(&overlay) {
+            return Err(crate::pipeline::taken_down(&overlay));
+        }
+        let info = s.maps.original(&overlay).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "watermark `{}` names no stored original ({overlay})",
+                mark.name
+            ))
+        })?;
+        let pixels = match info.width.zip(info.height) {
+            Some((w, h)) => u64::from(w) * u64::from(h),
+            None => self.limits().max_pixels,
+        };
+        mark.place(&placement, pixels);
+        Ok(spec)
     }
 }

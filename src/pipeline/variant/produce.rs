@@ -190,6 +190,11 @@ impl Pipeline {
             Some(bytes) => bytes,
             None => self.original_bytes(&hash).await?,
         };
+        // A watermark's overlay is read with the input, as the run starts.
+        let spec = match &job {
+            Job::Variant(t) => self.with_overlay(&t.spec).await?,
+            Job::Mezzanine { .. } => None,
+        };
         let waited = running.waited.as_secs_f64();
         s.metrics.with(|| {
             metrics::histogram!("imgcas_queue_wait_seconds").record(waited);
@@ -205,7 +210,8 @@ impl Pipeline {
                         true => processors::Input::Mezzanine(&bytes),
                         false => processors::Input::Original(&bytes),
                     };
-                    processors::process_input(input, &t.spec, &limits, &decodes)
+                    let spec = spec.as_ref().unwrap_or(&t.spec);
+                    processors::process_input(input, spec, &limits, &decodes)
                 }
                 Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
             }
@@ -236,6 +242,30 @@ impl Pipeline {
                 _ => Err(e.into()),
             },
         }
+    }
+
+    /// `spec` with its watermark's overlay bytes attached; `None` when it has no watermark.
+    async fn with_overlay(
+        &self,
+        spec: &processors::ResolvedSpec,
+    ) -> Result<Option<processors::ResolvedSpec>, Error> {
+        let Some(overlay) = spec
+            .shape
+            .watermark
+            .as_ref()
+            .and_then(|mark| mark.overlay.as_deref())
+        else {
+            return Ok(None);
+        };
+        let hash: ContentHash = overlay
+            .parse()
+            .map_err(|_| Error::Internal(format!("watermark overlay `{overlay}` is no hash")))?;
+        let bytes = self.original_bytes(&hash).await?;
+        let mut spec = spec.clone();
+        if let Some(mark) = spec.shape.watermark.as_mut() {
+            mark.source.bytes = Some(std::sync::Arc::new(bytes.to_vec()));
+        }
+        Ok(Some(spec))
     }
 
     /// A refusal from admission control, counted by reason.
