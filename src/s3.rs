@@ -2,13 +2,14 @@
 //! the private buckets sources are read from (`fetch/bucket.rs`). Rustls on ring, a behaviour
 //! version, checksums only where required (S3-compatible stores do not all know the newer
 //! ones), retries with backoff, and bounded connect and attempt times. Credentials come from
-//! the standard AWS provider chain.
+//! the standard AWS provider chain, or from the configuration for a source bucket that has its
+//! own.
 
 use std::time::Duration;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation};
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
 use aws_sdk_s3::Client;
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 
@@ -18,6 +19,8 @@ pub struct Endpoint<'a> {
     pub url: Option<&'a str>,
     pub region: &'a str,
     pub force_path_style: bool,
+    /// An access key id and its secret; `None`: the provider chain's.
+    pub keys: Option<(&'a str, &'a str)>,
 }
 
 /// A client for `endpoint`.
@@ -30,6 +33,10 @@ pub async fn client(endpoint: Endpoint<'_>) -> Client {
         .http_client(http);
     if let Some(url) = endpoint.url {
         loader = loader.endpoint_url(url);
+    }
+    if let Some((id, secret)) = endpoint.keys {
+        let configured = Credentials::new(id, secret, None, None, "imgcas configuration");
+        loader = loader.credentials_provider(configured);
     }
     let shared = loader.load().await;
     let config = aws_sdk_s3::config::Builder::from(&shared)

@@ -101,6 +101,7 @@ impl S3BlobStore {
             url: config.endpoint.as_deref(),
             region: &config.region,
             force_path_style: config.force_path_style,
+            keys: None,
         })
         .await;
         let store = S3BlobStore { client, bucket };

@@ -14,10 +14,12 @@ use serde::{Deserialize, Deserializer};
 mod env;
 mod peers;
 mod presets;
+mod sources;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 use presets::{check_preset, check_watermark};
 pub use presets::{option_pairs, preset_parts, NamedFallback, PRESET_FALLBACK};
+pub use sources::SourceBucket;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -214,6 +216,9 @@ pub struct FetchConfig {
     /// Buckets `url=s3://<bucket>/<key>` may name (`IMGCAS_SOURCE_BUCKETS`), read with
     /// `storage.s3`'s endpoint and region; empty: no `s3://` source is read.
     pub source_buckets: Vec<String>,
+    /// Source buckets with an endpoint and credentials of their own (`[fetch.buckets.<name>]`,
+    /// the configuration file only); each is a source bucket too.
+    pub buckets: BTreeMap<String, SourceBucket>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -381,6 +386,7 @@ impl Default for FetchConfig {
             concurrency: 64,
             forget_after: Duration::from_secs(30 * 24 * 3600),
             source_buckets: Vec::new(),
+            buckets: BTreeMap::new(),
         }
     }
 }
@@ -611,6 +617,11 @@ impl Config {
         for (name, options) in &self.presets {
             check_preset(name, options, &self.watermarks)
                 .map_err(|m| bad(&format!("presets.{name}"), m))?;
+        }
+        for (name, bucket) in &self.fetch.buckets {
+            bucket
+                .check()
+                .map_err(|m| bad(&format!("fetch.buckets.{name}"), m))?;
         }
         for (name, options) in &self.watermarks {
             check_watermark(name, options).map_err(|m| bad(&format!("watermarks.{name}"), m))?;

@@ -1,33 +1,69 @@
-//! Private sources: `url=s3://<bucket>/<key>` for the buckets `fetch.source_buckets` names
-//! (any other is refused before any traffic), read with the node's S3 configuration
-//! (`storage.s3`'s endpoint, region and path style; credentials from the AWS chain) and
+//! Private sources: `url=s3://<bucket>/<key>` for the buckets `fetch.source_buckets` and
+//! `[fetch.buckets.<name>]` name (any other is refused before any traffic), read with the
+//! node's S3 configuration (`storage.s3`'s endpoint, region and path style; credentials from
+//! the AWS chain), or with a bucket's own endpoint and keys where its table gives them, and
 //! revalidated as an HTTP URL is: the object's `ETag` and `Last-Modified` are its validators,
 //! sent back with `GetObject` as `If-None-Match` (or `If-Modified-Since` without an ETag). From there an S3
 //! source is any source: the same URL map, dedup, error cache and takedowns.
 
+use std::collections::BTreeMap;
+
 use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::Client;
 use bytes::{Bytes, BytesMut};
+use tokio::sync::OnceCell;
 use url::Url;
 
 use super::{FetchError, FetchOutcome, Validators};
-use crate::config::S3Config;
+use crate::config::{S3Config, SourceBucket};
 
-/// The buckets sources may be read from, and the client that reads them (made at the first
-/// read: most nodes never need it).
+/// The buckets sources may be read from, and the clients that read them (each made at its
+/// first read: most nodes never need one).
 pub struct Buckets {
     allowed: Vec<String>,
     s3: S3Config,
-    client: tokio::sync::OnceCell<Client>,
+    /// The client of the buckets read with `storage.s3`'s settings.
+    client: OnceCell<Client>,
+    /// The buckets with settings of their own, and each one's client.
+    own: BTreeMap<String, (SourceBucket, OnceCell<Client>)>,
 }
 
 impl Buckets {
-    pub fn new(allowed: &[String], s3: &S3Config) -> Buckets {
+    pub fn new(allowed: &[String], own: &BTreeMap<String, SourceBucket>, s3: &S3Config) -> Buckets {
         Buckets {
-            allowed: allowed.to_vec(),
+            allowed: allowed.iter().chain(own.keys()).cloned().collect(),
             s3: s3.clone(),
-            client: tokio::sync::OnceCell::new(),
+            client: OnceCell::new(),
+            own: own
+                .iter()
+                .map(|(name, settings)| (name.clone(), (settings.clone(), OnceCell::new())))
+                .collect(),
         }
+    }
+
+    /// The client that reads `bucket`: its own settings' where it has them (what they leave
+    /// out is `storage.s3`'s), else the shared one.
+    async fn client(&self, bucket: &str) -> &Client {
+        let (settings, cell) = match self.own.get(bucket) {
+            Some((settings, cell)) => (Some(settings), cell),
+            None => (None, &self.client),
+        };
+        cell.get_or_init(|| {
+            let endpoint = settings.and_then(|s| s.endpoint.as_deref());
+            let keys = settings
+                .and_then(|s| Some((s.access_key_id.as_deref()?, s.secret_access_key.as_deref()?)));
+            crate::s3::client(crate::s3::Endpoint {
+                url: endpoint.or(self.s3.endpoint.as_deref()),
+                region: settings
+                    .and_then(|s| s.region.as_deref())
+                    .unwrap_or(&self.s3.region),
+                force_path_style: settings
+                    .and_then(|s| s.force_path_style)
+                    .unwrap_or(self.s3.force_path_style),
+                keys,
+            })
+        })
+        .await
     }
 
     /// Refuses an `s3://` URL whose bucket is not listed, before any traffic.
@@ -53,16 +89,7 @@ impl Buckets {
         let key = percent_encoding::percent_decode_str(url.path().trim_start_matches('/'))
             .decode_utf8()
             .map_err(|_| FetchError::BadUrl("the object key is not UTF-8".into()))?;
-        let client = self
-            .client
-            .get_or_init(|| {
-                crate::s3::client(crate::s3::Endpoint {
-                    url: self.s3.endpoint.as_deref(),
-                    region: &self.s3.region,
-                    force_path_style: self.s3.force_path_style,
-                })
-            })
-            .await;
+        let client = self.client(bucket).await;
         let mut request = client.get_object().bucket(bucket).key(key.as_ref());
         // The ETag alone when there is one: S3 answers 304 when `If-Modified-Since` holds even
         // if `If-None-Match` does not (an object replaced within the same second).

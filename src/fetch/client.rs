@@ -98,7 +98,7 @@ impl Fetcher {
         let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
         Ok(Fetcher {
             client,
-            buckets: super::bucket::Buckets::new(&config.source_buckets, s3),
+            buckets: super::bucket::Buckets::new(&config.source_buckets, &config.buckets, s3),
             config: config.clone(),
             slots: OriginSlots::new(config.per_host_concurrency, config.concurrency),
         })

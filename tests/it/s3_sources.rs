@@ -119,3 +119,67 @@ async fn a_changed_object_is_found_on_revalidation() {
     );
     app.stop().await;
 }
+
+const MERCHANT_KEY: &str = "merchant-access-key";
+const MERCHANT_SECRET: &str = "merchant-secret-key-0123456789ab";
+
+/// An app whose `catalogue` bucket lives on `endpoint` and is read with `secret`.
+async fn app_with_own_bucket(endpoint: String, secret: &'static str) -> TestApp {
+    spawn_app_with(move |c| {
+        c.storage.backend = imgcas::config::StorageBackend::Fs;
+        c.maps.url = None;
+        let own = imgcas::config::SourceBucket {
+            endpoint: Some(endpoint),
+            region: Some("us-east-1".into()),
+            force_path_style: Some(true),
+            access_key_id: Some(MERCHANT_KEY.into()),
+            secret_access_key: Some(secret.into()),
+        };
+        c.fetch.buckets.insert("catalogue".into(), own);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_with_its_own_endpoint_and_keys_is_read_with_them() {
+    // The node's credential chain has the test keys, which this server refuses: only the
+    // bucket's own keys open it.
+    common::s3::set_credentials();
+    let merchant = common::s3::InProcessS3::start_keyed(MERCHANT_KEY, MERCHANT_SECRET);
+    let client = common::s3::client_with(&merchant.endpoint(), (MERCHANT_KEY, MERCHANT_SECRET));
+    client
+        .create_bucket()
+        .bucket("catalogue")
+        .send()
+        .await
+        .expect("create");
+    let photo = jpeg(320, 240, 31);
+    client
+        .put_object()
+        .bucket("catalogue")
+        .key("soda.jpg")
+        .body(photo.into())
+        .send()
+        .await
+        .expect("put");
+
+    let app = app_with_own_bucket(merchant.endpoint(), MERCHANT_SECRET).await;
+    let r = app
+        .image_by_url("s3://catalogue/soda.jpg", "w=80&format=webp")
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dimensions(&r.bytes().await.unwrap()), (80, 60));
+    // Another bucket is not a source (the table names this one only).
+    let other = app.image_by_url("s3://elsewhere/soda.jpg", "w=80").await;
+    assert_eq!(other.status(), 403);
+
+    // With a wrong secret the server refuses the read: the configured keys are the ones used.
+    let wrong = app_with_own_bucket(merchant.endpoint(), "not-the-merchant-secret-000000").await;
+    let r = wrong.image_by_url("s3://catalogue/soda.jpg", "w=80").await;
+    assert!(
+        r.status().is_server_error() || r.status() == 403,
+        "{}",
+        r.status()
+    );
+    assert_ne!(r.status(), 200);
+}

@@ -59,8 +59,23 @@ impl InProcessS3 {
         InProcessS3::start_on(root, "127.0.0.1:0".parse().expect("addr"))
     }
 
+    /// Starts a server that accepts only `access_key` and `secret_key` (a merchant's own).
+    pub fn start_keyed(access_key: &'static str, secret_key: &'static str) -> InProcessS3 {
+        let root = Arc::new(tempfile::tempdir().expect("s3 root"));
+        let any = "127.0.0.1:0".parse().expect("addr");
+        InProcessS3::start_serving(root, any, (access_key, secret_key))
+    }
+
     /// Starts a server over `root` on `addr` (port 0 = any): also to bring a stopped one back.
     pub fn start_on(root: Arc<tempfile::TempDir>, addr: SocketAddr) -> InProcessS3 {
+        InProcessS3::start_serving(root, addr, (ACCESS_KEY, SECRET_KEY))
+    }
+
+    fn start_serving(
+        root: Arc<tempfile::TempDir>,
+        addr: SocketAddr,
+        (access_key, secret_key): (&'static str, &'static str),
+    ) -> InProcessS3 {
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
         let fs_root = root.path().to_path_buf();
@@ -76,7 +91,7 @@ impl InProcessS3 {
                 let fs = s3s_fs::FileSystem::new(&fs_root).expect("s3s-fs root");
                 let service = {
                     let mut b = s3s::service::S3ServiceBuilder::new(fs);
-                    b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+                    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
                     b.build()
                 };
                 let listener = tokio::net::TcpListener::bind(addr).await.expect("bind s3");
@@ -245,21 +260,7 @@ impl S3Target {
 
     /// A plain SDK client on the same server, for looking behind the store's back.
     pub fn client(&self) -> aws_sdk_s3::Client {
-        let config = aws_sdk_s3::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&self.endpoint)
-            .force_path_style(true)
-            .credentials_provider(Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test"))
-            .http_client(
-                aws_smithy_http_client::Builder::new()
-                    .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                        aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-                    ))
-                    .build_https(),
-            )
-            .build();
-        aws_sdk_s3::Client::from_conf(config)
+        client_with(&self.endpoint, (ACCESS_KEY, SECRET_KEY))
     }
 
     /// Points a config at this bucket.
@@ -322,4 +323,23 @@ impl S3Target {
         keys.sort();
         keys
     }
+}
+
+/// A plain SDK client of `endpoint` with `keys`.
+pub fn client_with(endpoint: &str, (id, secret): (&str, &str)) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(id, secret, None, None, "test"))
+        .http_client(
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                    aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https(),
+        )
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }
