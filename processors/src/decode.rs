@@ -233,6 +233,11 @@ pub fn decode_small(
     let (width, height) = source.upright_size();
     let denominator = source.small_denominator();
     let size = source.small_size();
+    if source.info.format.is_vector() {
+        // A drawing is drawn small, whatever size it declares.
+        let image = source.render(limits, size)?;
+        return Ok((crate::Pixels::new(image), (width, height)));
+    }
     let image = decodes.small(
         denominator,
         &mut || source.decode(limits, denominator),

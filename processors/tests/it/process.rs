@@ -386,8 +386,15 @@ fn inked_rows(image: &DynamicImage) -> (u32, u32) {
 
 #[test]
 fn heic_photos_from_phones_come_out_upright() {
-    // iPhone 13 Pro, a 4032x3024 grid with an ICC profile and no turn.
-    let pug = run(&testdata("heic/pug.heic"), "w=400&format=jpeg").unwrap();
+    // iPhone 13 Pro, a 4032x3024 grid with an ICC profile (Display P3, converted to sRGB by
+    // the shared colour step) and no turn.
+    let pug_bytes = testdata("heic/pug.heic");
+    let opened = imgcas_processors::decode::open(&pug_bytes, &Limits::default()).unwrap();
+    assert!(
+        opened.icc.as_ref().is_some_and(|p| p.len() > 100),
+        "the profile is read"
+    );
+    let pug = run(&pug_bytes, "w=400&format=jpeg").unwrap();
     assert_eq!(pug.dimensions(), (400, 300));
     // iPhone 8 Plus, portrait: the grid is stored 4032x3024 with `irot` 3 (and EXIF orientation
     // 6 saying the same turn, which must not be applied twice). Upright, the drawn arrow

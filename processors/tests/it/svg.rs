@@ -138,6 +138,19 @@ fn a_huge_declared_size_is_drawn_within_the_limits() {
     assert_eq!(info.width / info.height, 2);
     let out = run(huge.as_bytes(), "w=200&format=png").unwrap();
     assert_eq!(out.dimensions(), (200, 100));
+    // What placeholders and the fingerprint read is drawn small, not at the declared size.
+    let (small, size) = imgcas_processors::decode::decode_small(
+        huge.as_bytes(),
+        &limits,
+        &imgcas_processors::Decode,
+    )
+    .unwrap();
+    assert_eq!(size, (info.width, info.height));
+    assert!(
+        small.width() <= 512 && small.height() >= 100,
+        "{:?}",
+        small.dimensions()
+    );
     // A box that would draw it over the limits is refused before drawing.
     let thin = r#"<svg xmlns="http://www.w3.org/2000/svg" width="10000" height="1"><rect width="1" height="1"/></svg>"#;
     let err = run(thin.as_bytes(), "w=100&h=8000&fit=cover&format=png").unwrap_err();
