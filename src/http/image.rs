@@ -177,7 +177,8 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
                 h.insert("x-imgcas-source-hash", v);
             }
             // Purged with the original's images (a takedown's CDN purge by tag).
-            tag_hashes(h, own, (own != hash).then_some(hash), url);
+            let canonical = (own != hash).then_some(hash);
+            tag_hashes(h, [Some(own), canonical].into_iter().flatten(), url);
             response
         }
         Err(f) => f.into_response(),
@@ -549,27 +550,20 @@ fn url_tag(url: &str) -> String {
 
 /// `Surrogate-Key` (Fastly's, space-separated) and `Cache-Tag` (Cloudflare's, comma-separated):
 /// the hashes of the source's bytes and, in canonical mode, of the original whose pixels were
-/// used, so that a CDN purges every variant of an original by one tag; `Cache-Tag` also
-/// names the URL (`url-` and the SHA-256 of its canonical form), to purge what one URL served.
+/// used, so that a CDN purges every variant of an original by one tag (and of a watermark's
+/// overlay: every variant drawn with it); `Cache-Tag` also names the URL (`url-` and the
+/// SHA-256 of its canonical form), to purge what one URL served.
 fn tag(h: &mut HeaderMap, target: &Target) {
-    tag_hashes(
-        h,
-        target.source_hash(),
-        target.canonical(),
-        target.url.as_deref(),
-    );
+    let overlay = target.spec.shape.watermark.as_ref();
+    let overlay = overlay.and_then(|w| w.overlay.as_deref()?.parse::<ContentHash>().ok());
+    let hashes = [Some(target.source_hash()), target.canonical(), overlay];
+    tag_hashes(h, hashes.into_iter().flatten(), target.url.as_deref());
 }
 
-/// [`tag`] from its parts: the source's own hash, the canonical original (if another), the
-/// source URL (if the request named one).
-fn tag_hashes(
-    h: &mut HeaderMap,
-    source: ContentHash,
-    canonical: Option<ContentHash>,
-    url: Option<&str>,
-) {
-    let mut hashes = vec![source.to_hex()];
-    hashes.extend(canonical.map(|c| c.to_hex()));
+/// [`tag`] from its parts: the source's own hash, then the canonical original and the
+/// overlay (where there are), and the source URL (if the request named one).
+fn tag_hashes(h: &mut HeaderMap, hashes: impl IntoIterator<Item = ContentHash>, url: Option<&str>) {
+    let hashes: Vec<String> = hashes.into_iter().map(|c| c.to_hex()).collect();
     let url = url.map(url_tag);
     let cache_tags: Vec<&str> = hashes
         .iter()

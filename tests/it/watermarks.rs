@@ -73,6 +73,9 @@ async fn a_watermark_is_drawn_changes_with_its_configuration_and_goes_with_its_o
     // A quarter of 400 wide (100×50), 10 px from the bottom-right corner.
     let marked = app.image_by_url(&source, "wm=logo&format=png").await;
     let etag = marked.headers()["etag"].clone();
+    // A CDN purges it by the overlay's tag as well as by the source's.
+    let tags = header(&marked, "cache-tag").unwrap_or_default().to_string();
+    assert!(tags.contains(&red_hash), "{tags}");
     assert_eq!(pixel(marked, 340, 265).await, [255, 0, 0]);
     let plain = app.image_by_url(&source, "format=png").await;
     assert_eq!(pixel(plain, 340, 265).await, [128, 128, 128]);
