@@ -183,3 +183,13 @@ fn text_bytes_that_only_mention_svg_are_not_svg() {
         Err(ProcessError::Undecodable(_))
     ));
 }
+
+#[test]
+fn the_seed_logo_draws_with_every_feature_it_uses() {
+    let logo = crate::common::testdata("svg/logo.svg");
+    let out = run(&logo, "w=480&format=png").unwrap();
+    assert_eq!(out.dimensions(), (480, 160));
+    // The gradient's blue is drawn in the middle of the bar.
+    let middle = out.to_rgb8().get_pixel(240, 20).0;
+    assert!(middle[2] > 150 && middle[0] < 120, "{middle:?}");
+}
