@@ -2,9 +2,9 @@
 # The README's two commands: `./imgcas.sh serve` runs the service on its embedded default,
 # `./imgcas.sh test` runs the tests. Before any compiling, it checks for the tools the build
 # needs beyond Rust and a C compiler — nasm (libjpeg-turbo's SIMD: without it JPEG code builds
-# silently twice as slow), cmake (libaom and libavif) and libheif-dev with pkg-config (HEIC
-# sources) — and installs them with apt when run as root; otherwise it names what is missing
-# and exits 1.
+# silently twice as slow), cmake (libaom and libavif), libheif-dev with pkg-config (HEIC
+# sources) and a font for SVG text (fonts-dejavu-core) — and installs them with apt when run
+# as root; otherwise it names what is missing and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,8 +22,9 @@ missing=()
 for tool in nasm cmake make cc c++ pkg-config; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
 done
-# A library rather than a tool: pkg-config finds it.
+# A library rather than a tool: pkg-config finds it. And the faces SVG text is drawn with.
 pkg-config --exists libheif 2>/dev/null || missing+=(libheif-dev)
+[ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${missing[*]}" >&2

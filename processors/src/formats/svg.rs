@@ -218,15 +218,37 @@ fn references(value: &str) -> Vec<&str> {
 }
 
 /// The system's fonts, loaded once: text draws with them and with nothing the document names
-/// by URL or path.
-static FONTS: LazyLock<Arc<fontdb::Database>> = LazyLock::new(|| {
+/// by URL or path. The generic families (`sans-serif`, `serif`, `monospace`, and text that
+/// names none) are the first of the usual free faces the system has, else any face it has.
+static FONTS: LazyLock<(Arc<fontdb::Database>, String)> = LazyLock::new(|| {
     let mut fonts = fontdb::Database::new();
     fonts.load_system_fonts();
-    Arc::new(fonts)
+    let families: Vec<String> = fonts
+        .faces()
+        .flat_map(|face| face.families.iter().map(|(name, _)| name.clone()))
+        .collect();
+    let pick = |wanted: &[&str]| {
+        wanted
+            .iter()
+            .find(|w| families.iter().any(|f| f == *w))
+            .map(|w| w.to_string())
+            .or_else(|| families.first().cloned())
+    };
+    let sans = pick(&["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial"]);
+    if let Some(serif) = pick(&["DejaVu Serif", "Liberation Serif", "Noto Serif"]) {
+        fonts.set_serif_family(serif);
+    }
+    if let Some(mono) = pick(&["DejaVu Sans Mono", "Liberation Mono", "Noto Sans Mono"]) {
+        fonts.set_monospace_family(mono);
+    }
+    if let Some(sans) = &sans {
+        fonts.set_sans_serif_family(sans.clone());
+    }
+    (Arc::new(fonts), sans.unwrap_or_default())
 });
 
 /// usvg's options: no resources directory, no file or URL images, embedded rasters only
-/// through [`embedded`], the shared fonts.
+/// through [`embedded`], the shared fonts (their sans-serif face for text naming none).
 fn options() -> usvg::Options<'static> {
     usvg::Options {
         resources_dir: None,
@@ -234,7 +256,8 @@ fn options() -> usvg::Options<'static> {
             resolve_data: Box::new(|_mime, data, _| embedded(data)),
             resolve_string: Box::new(|_href, _| None),
         },
-        fontdb: FONTS.clone(),
+        fontdb: FONTS.0.clone(),
+        font_family: FONTS.1.clone(),
         ..usvg::Options::default()
     }
 }

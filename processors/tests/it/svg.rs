@@ -190,6 +190,14 @@ fn the_seed_logo_draws_with_every_feature_it_uses() {
     let out = run(&logo, "w=480&format=png").unwrap();
     assert_eq!(out.dimensions(), (480, 160));
     // The gradient's blue is drawn in the middle of the bar.
-    let middle = out.to_rgb8().get_pixel(240, 20).0;
+    let rgb = out.to_rgb8();
+    let middle = rgb.get_pixel(240, 20).0;
     assert!(middle[2] > 150 && middle[0] < 120, "{middle:?}");
+    // The word in white, with the system's sans-serif face (x 368–460, y 104–136 at this
+    // scale): some of its pixels are near white.
+    let inked = (368..460)
+        .flat_map(|x| (104..136).map(move |y| (x, y)))
+        .filter(|(x, y)| rgb.get_pixel(*x, *y).0.iter().all(|c| *c > 220))
+        .count();
+    assert!(inked > 30, "{inked} white pixels where the text is");
 }
