@@ -146,3 +146,24 @@ fn admission_counts_the_overlay() {
         "{without} → {with}"
     );
 }
+
+#[test]
+fn an_svg_overlay_is_drawn_at_its_size() {
+    let base = DynamicImage::ImageRgb8(RgbImage::from_pixel(400, 300, Rgb([128, 128, 128])));
+    let source = encode(&base, ImageFormat::Png);
+    // A 20×10 drawing, green, scaled to half of 400: drawn at 200×100, not enlarged.
+    let svg = br##"<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10"><rect width="20" height="10" fill="#00c000"/></svg>"##;
+    let mut spec = Spec::parse("wm=logo&format=png").unwrap();
+    let placement = Placement::parse(&format!(
+        "hash={OVERLAY_HASH}&position=northwest&scale=0.5&margin=0"
+    ))
+    .unwrap();
+    let mark = spec.shape.watermark.as_mut().unwrap();
+    mark.place(&placement, 20 * 10);
+    mark.source.bytes = Some(Arc::new(svg.to_vec()));
+    let resolved = spec.resolve(Some(OutputFormat::Png), false, None);
+    let out = process(&source, &resolved, &Limits::default()).unwrap();
+    let image = image::load_from_memory(&out.bytes).unwrap().to_rgb8();
+    assert_eq!(image.get_pixel(199, 99).0, [0, 192, 0]);
+    assert_eq!(image.get_pixel(201, 101).0, [128, 128, 128]);
+}
