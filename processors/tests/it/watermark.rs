@@ -28,13 +28,19 @@ fn overlay() -> Vec<u8> {
 
 const OVERLAY_HASH: &str = "ab00000000000000000000000000000000000000000000000000000000000000";
 
-fn marked(query: &str, placement: &str) -> imgcas_processors::ResolvedSpec {
+/// `query` (naming `wm`) with the watermark placed by `placement` and `bytes` attached, as the
+/// service does.
+fn placed(query: &str, placement: &str, bytes: Vec<u8>, pixels: u64) -> Spec {
     let mut spec = Spec::parse(query).unwrap();
     let placement = Placement::parse(&format!("hash={OVERLAY_HASH}&{placement}")).unwrap();
     let mark = spec.shape.watermark.as_mut().expect("wm parsed");
-    mark.place(&placement, 200 * 100);
-    mark.source.bytes = Some(Arc::new(overlay()));
-    spec.resolve(Some(OutputFormat::Png), false, None)
+    mark.place(&placement, pixels);
+    mark.source.bytes = Some(Arc::new(bytes));
+    spec
+}
+
+fn marked(query: &str, placement: &str) -> imgcas_processors::ResolvedSpec {
+    placed(query, placement, overlay(), 200 * 100).resolve(Some(OutputFormat::Png), false, None)
 }
 
 #[test]
@@ -103,14 +109,12 @@ fn every_frame_of_an_animation_is_marked() {
             encoder.encode_frame(frame).unwrap();
         }
     }
-    let mut spec = Spec::parse("wm=logo&format=gif").unwrap();
-    let placement = Placement::parse(&format!(
-        "hash={OVERLAY_HASH}&position=northwest&scale=0.5&margin=0"
-    ))
-    .unwrap();
-    let mark = spec.shape.watermark.as_mut().unwrap();
-    mark.place(&placement, 200 * 100);
-    mark.source.bytes = Some(Arc::new(overlay()));
+    let spec = placed(
+        "wm=logo&format=gif",
+        "position=northwest&scale=0.5&margin=0",
+        overlay(),
+        200 * 100,
+    );
     let resolved = spec.resolve_frames(Some(OutputFormat::Gif), false, 2, None);
     assert!(resolved.animated);
     let out = process(&gif, &resolved, &Limits::default()).unwrap();
@@ -153,14 +157,12 @@ fn an_svg_overlay_is_drawn_at_its_size() {
     let source = encode(&base, ImageFormat::Png);
     // A 20×10 drawing, green, scaled to half of 400: drawn at 200×100, not enlarged.
     let svg = br##"<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10"><rect width="20" height="10" fill="#00c000"/></svg>"##;
-    let mut spec = Spec::parse("wm=logo&format=png").unwrap();
-    let placement = Placement::parse(&format!(
-        "hash={OVERLAY_HASH}&position=northwest&scale=0.5&margin=0"
-    ))
-    .unwrap();
-    let mark = spec.shape.watermark.as_mut().unwrap();
-    mark.place(&placement, 20 * 10);
-    mark.source.bytes = Some(Arc::new(svg.to_vec()));
+    let spec = placed(
+        "wm=logo&format=png",
+        "position=northwest&scale=0.5&margin=0",
+        svg.to_vec(),
+        20 * 10,
+    );
     let resolved = spec.resolve(Some(OutputFormat::Png), false, None);
     let out = process(&source, &resolved, &Limits::default()).unwrap();
     let image = image::load_from_memory(&out.bytes).unwrap().to_rgb8();
