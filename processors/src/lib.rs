@@ -204,16 +204,33 @@ fn run(
     limits: &Limits,
     decodes: &dyn Decodes,
 ) -> Result<Processed, ProcessError> {
+    // A drawing is drawn at the size the spec asks of it, and a crop's pixels, given in its
+    // own size, scale with it.
+    let drawing = match &opened {
+        Opened::Original(source) if source.info.format.is_vector() => {
+            let own = source.upright_size();
+            Some((own, vector_size(own, spec)))
+        }
+        _ => None,
+    };
+    let scaled;
+    let spec = match (drawing, spec.shape.crop) {
+        (Some((own, drawn)), Some(region)) => {
+            let mut crop_scaled = spec.clone();
+            let scale = f64::from(drawn.0) / f64::from(own.0.max(1));
+            crop_scaled.shape.crop = Some(region.scaled(scale));
+            scaled = crop_scaled;
+            &scaled
+        }
+        _ => spec,
+    };
     if let (Opened::Original(source), true) = (&opened, spec.animated) {
         if let Some(processed) = animation::process(source, spec, limits, decodes)? {
             return Ok(processed);
         }
     }
     let (input_size, upright) = match &opened {
-        Opened::Original(source) if source.info.format.is_vector() => {
-            (vector_size(source.upright_size(), spec), None)
-        }
-        Opened::Original(source) => (source.upright_size(), None),
+        Opened::Original(source) => (drawing.map_or(source.upright_size(), |d| d.1), None),
         Opened::Mezzanine(m) => (mezzanine::stored_size(m, limits)?, Some(m.original_upright)),
     };
     // Plans are made in the original's coordinates (minimum sizes, rounding of the output

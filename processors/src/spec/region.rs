@@ -76,6 +76,24 @@ impl Region {
         self.width == Extent::Whole && self.height == Extent::Whole && self.at.is_none()
     }
 
+    /// The same region for the source drawn `scale` times its own size (a drawing, SVG): its
+    /// pixels scaled with it, its fractions unchanged.
+    pub fn scaled(&self, scale: f64) -> Region {
+        let px = |n: u32| ((f64::from(n) * scale).round() as u32).max(1);
+        let side = |e: Extent| match e {
+            Extent::Pixels(n) => Extent::Pixels(px(n)),
+            other => other,
+        };
+        Region {
+            width: side(self.width),
+            height: side(self.height),
+            at: self.at.map(|(x, y)| {
+                let at = |v: u32| (f64::from(v) * scale).round() as u32;
+                (at(x), at(y))
+            }),
+        }
+    }
+
     /// The region of a source `(sw, sh)` pixels large, placed by its corner or by `gravity`;
     /// never empty, never past the source.
     pub fn within(&self, source: (u32, u32), gravity: Gravity) -> Placed {

@@ -44,6 +44,13 @@ fn a_logo_is_drawn_at_the_asked_size_with_sharp_edges() {
     assert!(blurred <= 2, "{blurred} blurred columns");
     let red = big.to_rgb8().get_pixel(600, 160).0;
     assert!(red[0] > 180 && red[1] < 60, "{red:?}");
+    // A crop in the drawing's own pixels (its right half: white, with the red circle) keeps
+    // meaning those pixels when it is drawn eight times larger.
+    let right = run(LOGO.as_bytes(), "crop=50,40,50,0&w=400&format=png").unwrap();
+    assert_eq!(right.dimensions(), (400, 320));
+    let centre = right.to_rgb8().get_pixel(200, 160).0;
+    assert!(centre[0] > 180 && centre[1] < 60, "{centre:?}");
+    assert_eq!(right.to_rgb8().get_pixel(10, 10).0, [255, 255, 255]);
     // Cover into a square box: drawn large enough to fill it, then cut.
     let square = run(LOGO.as_bytes(), "w=300&h=300&fit=cover&format=png").unwrap();
     assert_eq!(square.dimensions(), (300, 300));
