@@ -33,13 +33,13 @@ pub fn preset_parts(options: &str) -> (Vec<(String, String)>, Option<NamedFallba
     (pairs, fallback)
 }
 
-/// A name of the configuration's (a preset's, a watermark's): a plain word.
+/// A name of the configuration's (a preset's, a watermark's): a plain word, by the rule a
+/// request's `wm` is held to.
 fn check_name(name: &str) -> Result<(), String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if name.is_empty() || name.len() > 64 || !name.chars().all(plain) {
-        return Err("a name is up to 64 letters, digits, `_` and `-`".into());
+    match imgcas_processors::spec::is_plain_name(name) {
+        true => Ok(()),
+        false => Err("a name is up to 64 letters, digits, `_` and `-`".into()),
     }
-    Ok(())
 }
 
 /// A watermark's name is a plain word and its settings parse.

@@ -1,7 +1,8 @@
 //! AVIF: a walker over the HEIF boxes for what decisions need before decoding (the primary
 //! item's size for the pixel limit, alpha, and the `clap`/`irot`/`imir` transforms, which
 //! libavif reports but never applies), and the decode itself through libavif (grids, image
-//! sequences' first frame, 8–12 bit, monochrome and alpha handled there).
+//! sequences' first frame, 8–12 bit, monochrome and alpha handled there). HEIC's room reads its
+//! header with the same walk ([`parse_container`]).
 
 use image::{imageops, DynamicImage, RgbaImage};
 

@@ -1,5 +1,5 @@
-//! ISO-BMFF, the container of HEIF (AVIF today, HEIC next): its brands, for sniffing, and
-//! the one walker over its boxes that every reader of the container uses (the AVIF header,
+//! ISO-BMFF, the container of HEIF (AVIF and HEIC): its brands, for sniffing, and the one
+//! walker over its boxes that every reader of the container uses (the AVIF and HEIC header,
 //! the `pixi` repair). A box whose declared size runs past its parent ends the walk there.
 
 use crate::bytes::{u32be_at, u64be_at};

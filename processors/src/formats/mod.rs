@@ -3,8 +3,7 @@
 //! and at which scales, and what it can do (`shrinks_on_load`, `may_animate`). A format is told
 //! from its bytes alone, never from a URL or a Content-Type ([`sniff`]).
 //!
-//! Beside the rooms are the walkers they share: [`heif`] (ISO-BMFF boxes, for AVIF and later
-//! HEIC), [`riff`] (RIFF chunks, for WebP), the `image` crate's decoders ([`image_decoders`]),
+//! Beside the rooms are the walkers they share: [`heif`] (ISO-BMFF boxes, for AVIF and HEIC), [`riff`] (RIFF chunks, for WebP), the `image` crate's decoders ([`image_decoders`]),
 //! and the bounded byte reader, [`crate::bytes`].
 //!
 //! A vector format ([`Format::is_vector`], SVG) is drawn at the size a run asks for

@@ -23,7 +23,7 @@ pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use parse::OPTION_NAMES;
 pub use region::{Extent, Placed, Region};
-pub use watermark::{OverlaySource, Placement, Watermark};
+pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
 
 use canonical::{fit_name, gravity_name};
 

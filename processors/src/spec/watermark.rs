@@ -96,11 +96,17 @@ impl Placement {
     }
 }
 
+/// Whether `name` is what the configuration names things with (a preset, a watermark): up to
+/// 64 letters, digits, `_` and `-`.
+pub fn is_plain_name(name: &str) -> bool {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    !name.is_empty() && name.len() <= 64 && name.chars().all(plain)
+}
+
 impl Watermark {
-    /// `wm=<name>`: letters, digits, `_` and `-`.
+    /// `wm=<name>`: a plain name ([`is_plain_name`]).
     pub(super) fn named(option: &str, name: &str) -> Result<Watermark, SpecError> {
-        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        if name.is_empty() || name.len() > 64 || !name.chars().all(plain) {
+        if !is_plain_name(name) {
             return Err(SpecError::new(
                 option,
                 "must name a configured watermark (letters, digits, `_` and `-`)",
