@@ -53,6 +53,12 @@ pub enum Error {
     /// The content is on the takedown list (`DELETE /v1/originals/<hash>`).
     #[error("{0}")]
     TakenDown(String),
+    /// The bytes match the moderation blocklist, or the validation service refused them.
+    #[error("{0}")]
+    Blocked(String),
+    /// The validation service did not answer (fail-closed): new originals wait for it.
+    #[error("{0}")]
+    ValidationUnavailable(String),
     /// A request carrying more work than one call may (an ingest batch over its limits).
     #[error("{0}")]
     BatchTooLarge(String),
@@ -115,6 +121,8 @@ impl Error {
             Error::TooSlow(_) => "request_timeout",
             Error::BatchTooLarge(_) => "batch_too_large",
             Error::TakenDown(_) => "taken_down",
+            Error::Blocked(_) => "blocked",
+            Error::ValidationUnavailable(_) => "validation_unavailable",
             Error::Overloaded { .. } => "overloaded",
             Error::Internal(_) => "internal",
         }

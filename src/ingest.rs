@@ -10,6 +10,7 @@ use futures_util::stream::{self, StreamExt};
 
 use imgcas_processors::Spec;
 
+use crate::admission::Asker;
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
 use crate::hash::ContentHash;
@@ -115,9 +116,10 @@ pub async fn ingest_urls(
     pipeline: &Pipeline,
     urls: Vec<String>,
     warm: &[WarmSpec],
+    asker: &Asker,
 ) -> IngestAnswer {
     let mut results: Vec<ItemResult> = stream::iter(urls)
-        .map(|raw| ingest_url(pipeline, raw, warm))
+        .map(|raw| ingest_url(pipeline, raw, warm, asker))
         .buffered(CONCURRENCY)
         .collect()
         .await;
@@ -127,7 +129,12 @@ pub async fn ingest_urls(
 }
 
 /// One URL: a conditional request when known (a download when new), then the warm specs.
-pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> ItemResult {
+pub async fn ingest_url(
+    pipeline: &Pipeline,
+    raw: String,
+    warm: &[WarmSpec],
+    asker: &Asker,
+) -> ItemResult {
     let url = match canonical_url(&raw, pipeline.max_url_bytes()) {
         Ok(url) => url,
         Err(e) => return ItemResult::failed(raw, &e.into()),
@@ -156,7 +163,7 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
     } else {
         pipeline.near_duplicate_report(&resolved.hash).await
     };
-    let warm = warm_variants(pipeline, resolved.hash, warm).await;
+    let warm = warm_variants(pipeline, resolved.hash, warm, asker).await;
     ItemResult::stored(
         raw,
         StoredItem {
@@ -171,11 +178,13 @@ pub async fn ingest_url(pipeline: &Pipeline, raw: String, warm: &[WarmSpec]) -> 
 }
 
 /// Builds each warm spec's variant of `hash` (each output format of a `format=auto` spec),
-/// going through the same single-flight and admission control as a request would.
+/// going through the same single-flight and admission control as a request would, as
+/// `asker`'s work (bulk).
 pub async fn warm_variants(
     pipeline: &Pipeline,
     hash: ContentHash,
     warm: &[WarmSpec],
+    asker: &Asker,
 ) -> Vec<WarmResult> {
     let mut out: Vec<WarmResult> = Vec::new();
     let source = Source::Hash(hash);
@@ -192,16 +201,16 @@ pub async fn warm_variants(
             if out.iter().any(|r| r.spec == spec) {
                 continue;
             }
-            out.push(warm_one(pipeline, &target, spec).await);
+            out.push(warm_one(pipeline, &target, spec, asker).await);
         }
     }
     out
 }
 
-async fn warm_one(pipeline: &Pipeline, target: &Target, spec: String) -> WarmResult {
+async fn warm_one(pipeline: &Pipeline, target: &Target, spec: String, asker: &Asker) -> WarmResult {
     let mut attempt = 1;
     loop {
-        match pipeline.variant(target).await {
+        match pipeline.variant_as(target, asker).await {
             Ok(served) => {
                 return WarmResult {
                     spec,

@@ -76,6 +76,12 @@ enum Command {
     /// data dir (stop the server first on the embedded maps) or a server (`--server`).
     /// Exit 1 when refused (a URL with no entry, a bad token).
     Purge(cli::purge::PurgeOptions),
+    /// The moderation blocklist as a file to share: `export` writes every entry (one JSON
+    /// object per line), `import` lists a file's entries (taking down what they match).
+    Blocklist {
+        #[command(subcommand)]
+        command: cli::blocklist::BlocklistCommand,
+    },
     /// Find blobs and variants nothing references (on the embedded maps, run while the
     /// server is stopped; on PostgreSQL, while nodes serve).
     Gc {
@@ -309,7 +315,7 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
         Command::Purge(options) => {
             let flags = Flags {
                 listen: None,
-                data_dir: options.data_dir.clone(),
+                data_dir: options.at.data_dir.clone(),
                 allow_private_networks: false,
             };
             let config = configure(config_path, &flags)?;
@@ -350,6 +356,27 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             } else {
                 Outcome::Trouble
             })
+        }
+        Command::Blocklist { command } => {
+            let flags = Flags {
+                listen: None,
+                data_dir: command.data_dir(),
+                allow_private_networks: false,
+            };
+            let config = configure(config_path, &flags)?;
+            let runtime = runtime(&mut tokio::runtime::Builder::new_current_thread())?;
+            match runtime.block_on(cli::blocklist::run(config, &command)) {
+                Ok(line) => {
+                    if !line.is_empty() {
+                        println!("{line}");
+                    }
+                    Ok(Outcome::Done)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    Ok(Outcome::Trouble)
+                }
+            }
         }
         Command::Gc { apply } => {
             let config = configure(config_path, &Flags::default())?;

@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::{
 
 use std::sync::Arc;
 
+use crate::admission::TenantReading;
 use crate::stats::StatsSnapshot;
 
 /// Latency buckets, seconds: from a hot hit (sub-millisecond) to a slow origin.
@@ -48,6 +49,10 @@ pub struct Readings {
     /// Third-party decoders' panics caught in this process, by source format (each answered
     /// as `undecodable`).
     pub decoder_panics: Vec<(&'static str, u64)>,
+    /// Per admission tier: its name, CPU slots it holds, and work waiting for one.
+    pub tiers: Vec<(&'static str, usize, usize)>,
+    /// Per tier, the tenants with the most processing cost by name and the rest as `other`.
+    pub tenants: Vec<TenantReading>,
 }
 
 impl Default for Metrics {
@@ -258,7 +263,88 @@ impl Metrics {
             for (format, panics) in &readings.decoder_panics {
                 counter!("imgcas_decoder_panics_total", "format" => *format).absolute(*panics);
             }
+            for (tier, held, waiting) in &readings.tiers {
+                gauge!("imgcas_admission_slots_held", "tier" => *tier).set(*held as f64);
+                gauge!("imgcas_admission_waiting", "tier" => *tier).set(*waiting as f64);
+            }
         });
-        self.handle.render()
+        let mut page = self.handle.render();
+        page.push_str(&tenant_lines(&readings.tenants));
+        page
+    }
+}
+
+/// The per-tenant series, written here rather than recorded: which tenants are named
+/// changes as their costs do, and a recorded series would keep every name it ever saw.
+fn tenant_lines(tenants: &[TenantReading]) -> String {
+    use std::fmt::Write;
+    type Series = (&'static str, &'static str, fn(&TenantReading) -> u64);
+    let series: [Series; 3] = [
+        (
+            "imgcas_tenant_processing_pixels_total",
+            "Processing cost admitted, in pixels, by tier and tenant (the 10 dearest; the rest as `other`)",
+            |r| r.totals.cost,
+        ),
+        (
+            "imgcas_tenant_processing_runs_total",
+            "Processing runs admitted, by tier and tenant",
+            |r| r.totals.runs,
+        ),
+        (
+            "imgcas_tenant_admission_rejections_total",
+            "Processing refused by admission control, by tier and tenant",
+            |r| r.totals.refused,
+        ),
+    ];
+    let mut out = String::new();
+    if tenants.is_empty() {
+        return out;
+    }
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for r in tenants {
+            let _ = writeln!(
+                out,
+                "{name}{{tier=\"{}\",tenant=\"{}\"}} {}",
+                r.tier,
+                escape_label(&r.tenant),
+                value(r)
+            );
+        }
+    }
+    out
+}
+
+/// A label value as the text format needs it.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tenant_tests {
+    use super::*;
+    use crate::admission::Totals;
+
+    #[test]
+    fn tenant_lines_are_prometheus_text() {
+        let lines = tenant_lines(&[TenantReading {
+            tier: "bulk",
+            tenant: "a\"b".into(),
+            totals: Totals {
+                cost: 5,
+                runs: 1,
+                refused: 0,
+            },
+        }]);
+        assert!(
+            lines.contains(
+                "imgcas_tenant_processing_pixels_total{tier=\"bulk\",tenant=\"a\\\"b\"} 5"
+            ),
+            "{lines}"
+        );
+        assert!(lines.contains("# TYPE imgcas_tenant_processing_runs_total counter"));
     }
 }

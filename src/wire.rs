@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::OriginalInfo;
+use crate::maps::{BlockEntry, OriginalInfo};
 
 /// docs/spec.md's error body: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -552,4 +552,26 @@ mod tests {
         let json = serde_json::json!({"source": "a", "status": "failed", "hash": "00"});
         assert!(serde_json::from_value::<ItemResult>(json).is_err());
     }
+}
+
+/// What listing a blocklist entry did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockAnswer {
+    pub entry: BlockEntry,
+    pub newly_listed: bool,
+    /// Stored originals it matched, taken down.
+    pub taken_down: Vec<String>,
+}
+
+/// `GET /v1/blocklist`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlocklistAnswer {
+    pub entries: Vec<BlockEntry>,
+}
+/// `DELETE /v1/blocklist/<id>`: the entries lifted (the one named, and those its matches
+/// listed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnblockAnswer {
+    pub id: String,
+    pub lifted: Vec<String>,
 }

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use imgcas::wire::{ErrorAnswer, ErrorBody};
 
+pub mod blocklist;
 pub mod ingest;
 pub mod maintenance;
 pub mod maps;
@@ -48,6 +49,42 @@ pub fn server_error(status: reqwest::StatusCode, body: &[u8]) -> ErrorBody {
             code: "internal".into(),
             message: format!("the server answered {status}"),
         })
+}
+
+/// Where a command works: a running server, or the local data dir opened in this process.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerOrLocal {
+    /// A running imgcas (e.g. http://127.0.0.1:8080); without it, the local data dir is
+    /// opened directly (on the embedded maps, stop the server first).
+    #[arg(long)]
+    pub server: Option<url::Url>,
+    /// The server's admin token (else IMGCAS_ADMIN_TOKEN), sent as `Authorization: Bearer`.
+    #[arg(long, value_name = "TOKEN")]
+    pub admin_token: Option<String>,
+    /// Data directory, for local work (IMGCAS_DATA_DIR).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+/// Sends a request to a server: `Err` when it cannot be reached or its answer is lost,
+/// `Ok(Err)` for its error answer, else the body of its success.
+pub async fn answer_of(
+    base: &url::Url,
+    request: reqwest::RequestBuilder,
+) -> Result<Result<bytes::Bytes, ErrorBody>, String> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach {base}: {e}"))?;
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| format!("the answer from {base} was lost: {e}"))?;
+    if !status.is_success() {
+        return Ok(Err(server_error(status, &body)));
+    }
+    Ok(Ok(body))
 }
 
 /// The progress bar the long commands share: what, how far, rate and time left.

@@ -4,7 +4,6 @@
 //! entry; `--lift` lifts a hash's takedown. Prints what went; exit 1 when the target names
 //! nothing (a URL with no entry).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use url::Url;
@@ -27,16 +26,8 @@ pub struct PurgeOptions {
     /// Lift the takedown of a hash instead (its URLs download again on their next request).
     #[arg(long)]
     pub lift: bool,
-    /// A running imgcas (e.g. http://127.0.0.1:8080); without it, the local data dir is
-    /// opened directly (on the embedded maps, stop the server first).
-    #[arg(long)]
-    pub server: Option<Url>,
-    /// The server's admin token (else IMGCAS_ADMIN_TOKEN), sent as `Authorization: Bearer`.
-    #[arg(long, value_name = "TOKEN")]
-    pub admin_token: Option<String>,
-    /// Data directory, for a local purge (IMGCAS_DATA_DIR).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub at: super::ServerOrLocal,
     /// Print the answer as JSON (the route's body) instead of a line.
     #[arg(long)]
     pub json: bool,
@@ -114,9 +105,10 @@ pub async fn run(
     options: &PurgeOptions,
 ) -> Result<Result<Done, ErrorBody>, String> {
     let action = action(options, config.limits.max_url_bytes)?;
-    match &options.server {
+    match &options.at.server {
         Some(base) => {
             let token = options
+                .at
                 .admin_token
                 .as_deref()
                 .or(config.security.admin_token.as_deref());
@@ -178,19 +170,10 @@ async fn remote(
         Action::ForgetUrl(url) => with_url("/v1/urls", url)?,
         Action::Lift(hash) => endpoint(&format!("/v1/takedowns/{hash}"))?,
     };
-    let response = client
-        .delete(target)
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach {base}: {e}"))?;
-    let status = response.status();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| format!("the answer from {base} was lost: {e}"))?;
-    if !status.is_success() {
-        return Ok(Err(super::server_error(status, &body)));
-    }
+    let body = match super::answer_of(base, client.delete(target)).await? {
+        Ok(body) => body,
+        Err(refused) => return Ok(Err(refused)),
+    };
     let unreadable =
         |e: serde_json::Error| format!("{base} answered what is not a purge answer: {e}");
     Ok(Ok(match action {

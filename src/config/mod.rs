@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod env;
+pub mod moderation;
 mod peers;
 mod presets;
 mod sources;
@@ -54,6 +55,7 @@ pub struct Config {
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
+    pub moderation: moderation::ModerationConfig,
     pub server: ServerConfig,
     pub fallback: FallbackConfig,
     pub imgproxy: ImgproxyConfig,
@@ -315,6 +317,9 @@ pub struct SecurityConfig {
     pub only_presets: bool,
     /// When set, uploads, ingest and `/metrics` need `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
+    /// Named tokens (`[security.tokens]`, `merchant-a = "<token>"`): each opens what the
+    /// admin token opens, and names its requests' tenant in admission.
+    pub tokens: BTreeMap<String, String>,
 }
 
 impl SecurityConfig {
@@ -344,6 +349,7 @@ impl Default for Config {
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
+            moderation: moderation::ModerationConfig::default(),
             server: ServerConfig::default(),
             fallback: FallbackConfig::default(),
             imgproxy: ImgproxyConfig::default(),
@@ -614,6 +620,11 @@ impl Config {
                 "must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
             ));
         }
+        moderation::check_tokens(&self.security.tokens, self.security.admin_token.as_deref())
+            .map_err(|(key, why)| bad(&key, why))?;
+        self.moderation
+            .check()
+            .map_err(|(key, why)| bad(key, why))?;
         for (name, options) in &self.presets {
             check_preset(name, options, &self.watermarks)
                 .map_err(|m| bad(&format!("presets.{name}"), m))?;
@@ -831,6 +842,23 @@ mod tests {
                 "IMGCAS_ADMIN_TOKEN",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),
             ),
+            (
+                "IMGCAS_TOKENS",
+                (
+                    r#"{ merchant-a = "aaaaaaaaaaaaaaaa1", merchant-b = "bbbbbbbbbbbbbbbb2" }"#,
+                    "merchant-a=aaaaaaaaaaaaaaaa1; merchant-b=bbbbbbbbbbbbbbbb2",
+                ),
+            ),
+            (
+                "IMGCAS_VALIDATION_URL",
+                (
+                    r#""http://moderation.internal/check""#,
+                    "http://moderation.internal/check",
+                ),
+            ),
+            ("IMGCAS_VALIDATION_ON_ERROR", (r#""open""#, "open")),
+            ("IMGCAS_VALIDATION_TIMEOUT", (r#""3s""#, "3s")),
+            ("IMGCAS_BLOCKLIST_RADIUS", ("6", "6")),
             (
                 "IMGCAS_PRESETS",
                 (

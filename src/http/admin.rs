@@ -53,7 +53,11 @@ fn path_hash(raw: &str) -> Result<ContentHash, Error> {
 
 /// Runs a removal route's work once the admin token is checked, and answers its result as
 /// JSON (or its error in docs/spec.md's shape).
-async fn removal<T, F>(service: &Service, headers: &HeaderMap, work: impl FnOnce() -> F) -> Response
+pub(super) async fn removal<T, F>(
+    service: &Service,
+    headers: &HeaderMap,
+    work: impl FnOnce() -> F,
+) -> Response
 where
     T: serde::Serialize,
     F: std::future::Future<Output = Result<T, Error>>,

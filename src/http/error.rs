@@ -39,6 +39,8 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
         // Lifting a takedown must take effect on the next request, downstream too.
         Error::TakenDown(_) => (StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS, NO_STORE),
+        Error::Blocked(_) => (StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS, NO_STORE),
+        Error::ValidationUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
         Error::SourceTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, FIVE_MINUTES),
         Error::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, NO_STORE),
         Error::Process { kind, .. } => match kind {

@@ -462,7 +462,8 @@ pub(super) async fn respond(
         decorate(&mut response, target, target.unchanged(), cache_control);
         return response;
     }
-    match service.pipeline().variant(target).await {
+    let asker = service.asker(headers, target.asker());
+    match service.pipeline().variant_as(target, &asker).await {
         Ok(served) => {
             let mut response = served.bytes.into_response();
             response.headers_mut().insert(

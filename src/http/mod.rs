@@ -14,6 +14,7 @@ use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::Router;
 
+use crate::admission::{Asker, Tier};
 use crate::config::{preset_parts, Config};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -28,6 +29,7 @@ mod dialects;
 mod fallback;
 pub mod image;
 pub mod ingest;
+mod moderation;
 mod observe;
 pub mod ops;
 pub mod originals;
@@ -50,8 +52,9 @@ struct Parts {
     fallbacks: Fallbacks,
     /// What the peers' URL dialects need of the configuration (`dialects/`).
     dialect: dialects::Dialect,
-    /// SHA-256 of `security.admin_token`; `None`: the admin routes are open.
-    admin_token_digest: Option<[u8; 32]>,
+    /// The tokens that open the admin routes, by name (the admin token's is `admin`), as
+    /// SHA-256 digests; none: the admin routes are open.
+    tokens: Vec<(String, [u8; 32])>,
     /// Uploads receiving their bodies now (`server.max_concurrent_uploads`).
     upload_slots: Arc<tokio::sync::Semaphore>,
     metrics: Metrics,
@@ -79,7 +82,19 @@ impl Service {
                     .collect(),
                 fallbacks,
                 dialect: dialects::Dialect::of(&config),
-                admin_token_digest: config.security.admin_token.as_deref().map(digest),
+                tokens: config
+                    .security
+                    .admin_token
+                    .iter()
+                    .map(|t| ("admin".to_string(), digest(t)))
+                    .chain(
+                        config
+                            .security
+                            .tokens
+                            .iter()
+                            .map(|(name, t)| (name.clone(), digest(t))),
+                    )
+                    .collect(),
                 upload_slots: Arc::new(tokio::sync::Semaphore::new(
                     config.server.max_concurrent_uploads,
                 )),
@@ -166,7 +181,7 @@ impl Service {
     /// For routes that remove stored data: they need an admin token configured (403
     /// `admin_disabled` without one, rather than open to all) and presented.
     fn check_removal(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
-        if self.parts.admin_token_digest.is_none() {
+        if self.parts.tokens.is_empty() {
             return Err(Error::AdminDisabled(
                 "this route removes stored data: it needs an admin token (`IMGCAS_ADMIN_TOKEN`)"
                     .into(),
@@ -175,11 +190,17 @@ impl Service {
         self.check_admin(headers)
     }
 
-    /// With an admin token configured, the request must carry `Authorization: Bearer <token>`.
+    /// With an admin token (or named tokens) configured, the request must carry
+    /// `Authorization: Bearer <token>` with one of them.
     fn check_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
-        let Some(expected) = &self.parts.admin_token_digest else {
+        if self.parts.tokens.is_empty() {
             return Ok(());
-        };
+        }
+        self.token_name(headers).map(|_| ())
+    }
+
+    /// The name of the token the request presents (`admin` for the admin token).
+    fn token_name(&self, headers: &axum::http::HeaderMap) -> Result<&str, Error> {
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -192,10 +213,31 @@ impl Service {
                 "this route needs `Authorization: Bearer <admin token>`".into(),
             ));
         };
-        if !same_bytes(&digest(token), expected) {
-            return Err(Error::Unauthorized("the admin token does not match".into()));
+        let presented = digest(token);
+        // Every token is compared, so the time taken does not say which one matched.
+        let mut matched = None;
+        for (name, expected) in &self.parts.tokens {
+            if same_bytes(&presented, expected) {
+                matched = Some(name.as_str());
+            }
         }
-        Ok(())
+        matched.ok_or_else(|| Error::Unauthorized("the admin token does not match".into()))
+    }
+
+    /// Who a request asks as: the tier it names in `X-Imgcas-Tier` (a request may lower its
+    /// own, never raise it above `default`'s), and the tenant its token names, else
+    /// `default`'s (the source's host).
+    pub(super) fn asker(&self, headers: &axum::http::HeaderMap, default: Asker) -> Asker {
+        let tier = headers
+            .get("x-imgcas-tier")
+            .and_then(|v| v.to_str().ok())
+            .and_then(Tier::parse)
+            .map_or(default.tier, |asked| asked.max(default.tier));
+        let tenant = match self.token_name(headers) {
+            Ok(name) => name.into(),
+            Err(_) => default.tenant,
+        };
+        Asker { tier, tenant }
     }
 }
 
@@ -262,6 +304,11 @@ pub fn router(service: Service) -> Router {
         )
         .route("/v1/urls", delete(admin::forget_url))
         .route("/v1/takedowns", get(admin::takedowns))
+        .route(
+            "/v1/blocklist",
+            get(moderation::list).post(moderation::block),
+        )
+        .route("/v1/blocklist/{id}", delete(moderation::unblock))
         .route("/v1/takedowns/{hash}", delete(admin::lift_takedown))
         .route(
             "/v1/originals/{hash}",

@@ -30,9 +30,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted, Fingerprints, MapError,
-    MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns, UrlEntry, UrlMap,
-    VariantKey, VariantRow, VariantTotals, Variants,
+    BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
+    Fingerprints, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns,
+    UrlEntry, UrlMap, VariantKey, VariantRow, VariantTotals, Variants,
 };
 use crate::hash::ContentHash;
 
@@ -427,6 +427,12 @@ store_answers!(Takedowns {
     fn is_taken_down(&self, hash: &ContentHash) -> bool;
     fn purge_generation(&self) -> u64;
     fn bump_purge_generation(&self) -> u64;
+});
+
+store_answers!(Blocklist {
+    fn block(&self, entry: &BlockEntry) -> bool;
+    fn unblock(&self, id: &str) -> bool;
+    fn blocklist(&self) -> Vec<BlockEntry>;
 });
 
 store_answers!(Claims {

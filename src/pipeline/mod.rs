@@ -32,7 +32,7 @@ use bytes::Bytes;
 
 use imgcas_processors::Limits;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Tier};
 use crate::blob::BlobStore;
 use crate::coalesce::SingleFlight;
 use crate::config::{Config, MapsBackend};
@@ -45,6 +45,7 @@ use crate::metrics::{Metrics, Readings};
 use crate::negative::{OriginFailures, UrlFailure};
 use crate::stats::{Stats, StatsSnapshot};
 
+mod blocklist;
 mod claims;
 mod copy;
 mod decoded;
@@ -56,8 +57,10 @@ mod removal;
 mod resolve;
 mod upkeep;
 mod upload;
+mod validation;
 mod variant;
 
+pub use blocklist::{blocked, Listed};
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;
@@ -114,6 +117,10 @@ struct Shared {
     facts_flights: SingleFlight<ContentHash, Result<Option<crate::maps::PictureFacts>, Error>>,
     /// The takedown list as this node holds it (`removal.rs`).
     takedowns: removal::Takedowns,
+    /// The moderation blocklist as this node holds it (`blocklist.rs`).
+    blocked: blocklist::Blocked,
+    /// The validation hook, when one is configured (`validation.rs`).
+    validation: Option<validation::Validation>,
     /// One fingerprint computation per original at a time.
     fingerprint_flights:
         SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
@@ -181,6 +188,10 @@ impl Pipeline {
         let takedowns = removal::Takedowns::load(maps.as_ref())
             .await
             .map_err(|e| OpenError(format!("cannot read the takedown list: {e}")))?;
+        let blocked = blocklist::Blocked::load(maps.as_ref())
+            .await
+            .map_err(|e| OpenError(format!("cannot read the blocklist: {e}")))?;
+        let validation = validation::Validation::new(&config.moderation).map_err(OpenError)?;
         let admission = Admission::new(
             config.limits.process_concurrency,
             config.limits.queue_target,
@@ -194,6 +205,8 @@ impl Pipeline {
                 fingerprint_flights: SingleFlight::default(),
                 facts_flights: SingleFlight::default(),
                 takedowns,
+                blocked,
+                validation,
                 requests: Default::default(),
                 decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),
                 config,
@@ -249,6 +262,12 @@ impl Pipeline {
             variant_bytes: s.upkeep.variant_bytes(),
             node_id: s.node_id.clone(),
             decoder_panics: imgcas_processors::decoder_panics(),
+            tiers: Tier::ALL
+                .iter()
+                .zip(s.admission.by_tier())
+                .map(|(tier, (held, waiting))| (tier.name(), held, waiting))
+                .collect(),
+            tenants: s.admission.tenants(),
         }
     }
 

@@ -140,8 +140,10 @@ impl Pipeline {
         self.shared.takedowns.contains(hash)
     }
 
-    /// `Err(taken_down)` for a listed hash.
+    /// `Err(blocked)` for a hash on the blocklist, `Err(taken_down)` for one taken down
+    /// (a blocked original that was stored is both: the blocklist's answer says why).
     pub fn refuse_taken_down(&self, hash: &ContentHash) -> Result<(), Error> {
+        self.refuse_blocked(hash)?;
         match self.is_taken_down(hash) {
             true => Err(taken_down(hash)),
             false => Ok(()),
@@ -386,6 +388,7 @@ impl Pipeline {
                 .listed
                 .write()
                 .unwrap_or_else(|p| p.into_inner()) = listed;
+            self.reload_blocklist().await?;
         }
         s.maps.drop_memory();
         self.removed();

@@ -379,8 +379,20 @@ impl Pipeline {
         // Indexed bytes are in the blob store already (the blob is written before the index
         // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
         let indexed = s.maps.original(&hash).await?.is_some();
+        // Blocked bytes (the blocklist, the validation hook) are not stored: the URL is
+        // remembered as naming them, as above, and `locate` refuses it as `blocked`.
+        let mut computed = match self.screen(&hash, &info, &bytes, indexed).await {
+            Ok(computed) => computed,
+            Err(Error::Blocked(why)) => {
+                tracing::info!(%url, source = %hash, %why, "download refused");
+                if publish_url {
+                    s.maps.put_url(url.as_str(), &entry).await?;
+                }
+                return Ok((hash, hash, false));
+            }
+            Err(e) => return Err(e),
+        };
         // Canonical mode decides before storing: a merge stores nothing.
-        let mut computed = None;
         if !indexed && s.config.dedup.near == NearDedup::Canonical {
             // Bytes mapped before keep their original (a hash's alias is served as
             // immutable); a fresh decision only when there is none, or it is gone.
@@ -391,7 +403,9 @@ impl Pipeline {
             let decided = match known {
                 Some(c) => Some(c),
                 None => {
-                    computed = Some(self.compute_fingerprint(&hash, bytes.clone()).await?);
+                    if computed.is_none() {
+                        computed = Some(self.compute_fingerprint(&hash, bytes.clone()).await?);
+                    }
                     match &computed {
                         Some(Some(fp)) => match self.canonical_decision(&hash, &bytes, fp).await? {
                             Canonical::TakenDown(gone) => {

@@ -50,7 +50,8 @@ impl Pipeline {
         Ok(uploaded)
     }
 
-    /// An upload's checks, before anything is written: readable, and not taken down.
+    /// An upload's checks, before anything is written: readable, not taken down, not blocked
+    /// (nor refused by the validation hook).
     async fn accept(&self, bytes: Bytes) -> Result<Accepted, Error> {
         if bytes.is_empty() {
             return Err(Error::invalid_option("body", "the upload is empty"));
@@ -59,6 +60,8 @@ impl Pipeline {
         if self.listed_now(&hash).await? {
             return Err(super::taken_down(&hash));
         }
+        let indexed = self.shared.maps.original(&hash).await?.is_some();
+        self.screen(&hash, &info, &bytes, indexed).await?;
         Ok(Accepted { bytes, hash, info })
     }
 

@@ -683,6 +683,98 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
     }
 }
 
+/// (g2) Issue 32: the blocklist is shared like the takedown list. Listed on node A (by its
+/// SHA-256, and a picture's fingerprint), it holds on every node within 2 s: B and C, which
+/// served the bytes from memory, answer 451 `blocked` by URL and by hash, and C refuses an
+/// upload of another copy of the listed picture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocklist_entry_on_one_node_holds_on_every_node() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    const TOKEN: &str = "cluster-admin-token-0123456789";
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &pg.database("cluster_blocklist"),
+        &bucket,
+        &[("IMGCAS_ADMIN_TOKEN", TOKEN.to_string())],
+    );
+    let bytes = jpeg(320, 240, 33);
+    origin.put("/b.jpg", bytes.clone());
+    let source = origin.url("/b.jpg");
+    let hash = imgcas::hash::ContentHash::of(&bytes).to_hex();
+    for node in 0..3 {
+        let r = cluster.image(node, &source, "w=100&format=webp").await;
+        assert_eq!(r.status(), 200, "node {node}");
+        assert_eq!(cluster.by_hash(node, &hash, "w=80").await.status(), 200);
+    }
+    let picture = std::fs::read(format!(
+        "{}/testdata/photos/kodak-15.jpg",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let post = |body: reqwest::Body, content_type: &'static str| {
+        cluster
+            .client
+            .post(format!("{}/v1/blocklist", cluster.nodes[0].base))
+            .bearer_auth(TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let by_hash = format!("{{\"sha256\": \"{hash}\"}}");
+    assert_eq!(
+        post(by_hash.into(), "application/json")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        post(picture.clone().into(), "image/jpeg")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let listed = Instant::now();
+    let mut pending: Vec<usize> = vec![0, 1, 2];
+    while !pending.is_empty() {
+        assert!(
+            listed.elapsed() < Duration::from_secs(2),
+            "nodes {pending:?} still serve the content 2 s after it was listed"
+        );
+        let mut still = Vec::new();
+        for &node in &pending {
+            let by_url = cluster.image(node, &source, "w=100&format=webp").await;
+            let by_hash = cluster.by_hash(node, &hash, "w=80").await;
+            match (by_url.status().as_u16(), by_hash.status().as_u16()) {
+                (451, 451) => {}
+                (200, _) | (_, 200) => still.push(node),
+                other => panic!("node {node} answered {other:?}"),
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A copy of the listed picture, in other bytes, is refused on C.
+    let image = image::load_from_memory(&picture)
+        .unwrap()
+        .thumbnail(384, 384);
+    let copy = encode(&image, image::ImageFormat::Png);
+    let r = cluster
+        .client
+        .post(format!("{}/v1/originals", cluster.nodes[2].base))
+        .bearer_auth(TOKEN)
+        .body(copy)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 451);
+    assert_eq!(json(r).await["error"]["code"], "blocked");
+}
+
 /// (h) Issue 28: with `revalidate_after = 0` every request asks the origin. A node whose
 /// cached entry is older than another node's check must still ask, not adopt that check:
 /// once it is done, the check it would adopt is itself older than the node's rule allows, and

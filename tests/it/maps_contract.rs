@@ -15,9 +15,9 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo, Originals,
-    PictureFacts, PostgresMaps, RedbMaps, UrlEntry, UrlMap, VariantBody, VariantKey, VariantRow,
-    Variants,
+    now_ms, BlockEntry, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo,
+    Originals, PictureFacts, PostgresMaps, RedbMaps, UrlEntry, UrlMap, VariantBody, VariantKey,
+    VariantRow, Variants,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -588,6 +588,51 @@ async fn takedowns(open: impl Fn() -> Opened) {
     assert!(maps.takedowns().await.unwrap().is_empty());
 }
 
+/// The blocklist: entries by id, replaced by a later listing of the same id, durable
+/// across a reopen, lifted once.
+async fn blocklist(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    assert!(maps.blocklist().await.unwrap().is_empty());
+    let exact = BlockEntry {
+        id: "ab".repeat(32),
+        sha256: Some("ab".repeat(32)),
+        fingerprint: Some("0123456789abcdef".into()),
+        radius: Some(6),
+        note: Some("reported twice".into()),
+        matched: None,
+        took_down: false,
+        listed_ms: 5,
+    };
+    let near = BlockEntry {
+        id: "fp-0123456789abcdef".into(),
+        sha256: None,
+        fingerprint: Some("0123456789abcdef".into()),
+        radius: Some(4),
+        note: None,
+        matched: None,
+        took_down: false,
+        listed_ms: 6,
+    };
+    assert!(maps.block(&exact).await.unwrap());
+    assert!(maps.block(&near).await.unwrap());
+    let wider = BlockEntry {
+        radius: Some(8),
+        ..near.clone()
+    };
+    assert!(
+        !maps.block(&wider).await.unwrap(),
+        "the same id is replaced"
+    );
+    drop(maps);
+    let maps = open().await;
+    let mut listed = maps.blocklist().await.unwrap();
+    listed.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(listed, vec![exact.clone(), wider]);
+    assert!(maps.unblock(&near.id).await.unwrap());
+    assert!(!maps.unblock(&near.id).await.unwrap());
+    assert_eq!(maps.blocklist().await.unwrap(), vec![exact]);
+}
+
 /// An original's facts are kept with its index entry, replaced by a later write, survive a
 /// reopen, and are not written for a hash not indexed.
 async fn original_facts(open: impl Fn() -> Opened) {
@@ -671,6 +716,7 @@ async fn redb_keeps_the_contract() {
     url_budget(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     takedowns(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    blocklist(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     original_facts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
@@ -708,6 +754,7 @@ async fn postgres_keeps_the_contract() {
     url_budget(postgres_at(server.database("url_budget"))).await;
     near_duplicates(postgres_at(server.database("near_duplicates"))).await;
     takedowns(postgres_at(server.database("takedowns"))).await;
+    blocklist(postgres_at(server.database("blocklist"))).await;
     original_facts(postgres_at(server.database("original_facts"))).await;
 }
 

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use url::Url;
 
+use imgcas::admission::{Asker, Tier};
 use imgcas::config::Config;
 use imgcas::error::Error;
 use imgcas::hash::ContentHash;
@@ -81,11 +82,11 @@ impl Target for Local {
     }
 
     async fn warm(&self, hash: ContentHash, specs: &[WarmSpec]) -> Vec<WarmResult> {
-        ingest::warm_variants(&self.pipeline, hash, specs).await
+        ingest::warm_variants(&self.pipeline, hash, specs, &local_batch()).await
     }
 
     async fn ingest_urls(&self, urls: Vec<String>, warm: &[WarmSpec]) -> Vec<ItemResult> {
-        ingest::ingest_urls(&self.pipeline, urls, warm)
+        ingest::ingest_urls(&self.pipeline, urls, warm, &local_batch())
             .await
             .results
     }
@@ -95,6 +96,50 @@ impl Target for Local {
             .flush()
             .await
             .map_err(|e| format!("the maps could not be made durable: {e}"))
+    }
+}
+
+/// The offline command's work: bulk, of the tenant `local`.
+fn local_batch() -> Asker {
+    Asker::new(Tier::Bulk, "local")
+}
+
+/// How many times a request the server refused for now (503 or 429) is sent again, each
+/// after the `Retry-After` it answered.
+const BUSY_ATTEMPTS: u32 = 30;
+/// The longest `Retry-After` waited for at once.
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a busy answer asks to wait (`Retry-After` in seconds; 1 s when absent or an
+/// HTTP date, which this server never sends).
+fn retry_after(response: &reqwest::Response) -> Duration {
+    response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(1), Duration::from_secs)
+        .clamp(Duration::from_millis(100), LONGEST_WAIT)
+}
+
+fn is_busy(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+        || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// Sends the request `build` makes, again after each busy answer's `Retry-After`, up to
+/// [`BUSY_ATTEMPTS`] times; the last answer.
+async fn until_not_busy(
+    build: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let mut attempt = 1;
+    loop {
+        let response = build().send().await?;
+        if !is_busy(response.status()) || attempt >= BUSY_ATTEMPTS {
+            return Ok(response);
+        }
+        attempt += 1;
+        tokio::time::sleep(retry_after(&response)).await;
     }
 }
 
@@ -135,24 +180,28 @@ impl Remote {
             .map_err(|e| format!("bad server URL {}: {e}", self.base))
     }
 
-    /// POSTs `body` to `path`: the answer's body when it succeeded, else its error.
-    async fn post(
-        &self,
-        path: &str,
-        content_type: &str,
-        body: impl Into<reqwest::Body>,
-    ) -> Result<Bytes, ErrorBody> {
+    /// POSTs `body` to `path`: the answer's body when it succeeded, else its error. A busy
+    /// answer (503, 429) is retried after its `Retry-After`, up to [`BUSY_ATTEMPTS`] times.
+    async fn post(&self, path: &str, content_type: &str, body: Bytes) -> Result<Bytes, ErrorBody> {
         let url = self
             .endpoint(path)
             .map_err(|e| ErrorBody::from(&Error::Internal(e)))?;
-        let response = self
-            .client
-            .post(url)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| ErrorBody::from(&Error::Origin(format!("POST {path} failed: {e}"))))?;
+        let mut attempt = 1;
+        let response = loop {
+            let response = self
+                .client
+                .post(url.clone())
+                .header("content-type", content_type)
+                .body(body.clone())
+                .send()
+                .await
+                .map_err(|e| ErrorBody::from(&Error::Origin(format!("POST {path} failed: {e}"))))?;
+            if !is_busy(response.status()) || attempt >= BUSY_ATTEMPTS {
+                break response;
+            }
+            attempt += 1;
+            tokio::time::sleep(retry_after(&response)).await;
+        };
         let status = response.status();
         let body = response.bytes().await.map_err(|e| {
             ErrorBody::from(&Error::Origin(format!(
@@ -171,7 +220,16 @@ impl Remote {
             Ok(u) => u,
             Err(e) => return failed(ErrorBody::from(&Error::Internal(e))),
         };
-        let response = match self.client.get(url).header("accept", accept).send().await {
+        // Warming is a batch's work: it asks as bulk, so that the server's interactive
+        // requests go first and it is the first shed.
+        let sent = until_not_busy(|| {
+            self.client
+                .get(url.clone())
+                .header("accept", accept)
+                .header("x-imgcas-tier", "bulk")
+        })
+        .await;
+        let response = match sent {
             Ok(r) => r,
             Err(e) => return failed((&Error::Origin(format!("warm request failed: {e}"))).into()),
         };
@@ -251,7 +309,10 @@ impl Target for Remote {
             warm: warm.iter().map(|w| w.text.clone()).collect(),
         };
         let answer = match serde_json::to_vec(&request) {
-            Ok(body) => self.post("/v1/ingest", "application/json", body).await,
+            Ok(body) => {
+                self.post("/v1/ingest", "application/json", Bytes::from(body))
+                    .await
+            }
             Err(e) => Err((&Error::Internal(e.to_string())).into()),
         }
         .and_then(|body| {

@@ -5,7 +5,7 @@
 //! What it owns: a pool of connections (deadpool over tokio-postgres), the schema
 //! (`schema.rs`, migrated at open) and the rows' encoding, here; each role of [`MapStore`]
 //! is implemented in a file of its own (`urls.rs`, `originals.rs`, `fingerprints.rs`,
-//! `variants.rs`, `takedowns.rs`, `claims.rs`). Unlike the embedded file, the rows
+//! `variants.rs`, `takedowns.rs`, `blocklist.rs`, `claims.rs`). Unlike the embedded file, the rows
 //! do not hold variant bytes: those are in the blob store (the bucket all nodes share), and a
 //! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
 //! before it returns, so [`MapStore::flush`] has nothing to do.
@@ -33,12 +33,14 @@ use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
 use super::cache::Cached;
 use super::{
-    near, now_ms, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted, Fingerprints,
-    MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns, UrlEntry,
-    UrlMap, VariantBody, VariantKey, VariantRow, VariantTotals, Variants,
+    near, now_ms, BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
+    Fingerprinted, Fingerprints, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
+    Originals, Takedowns, UrlEntry, UrlMap, VariantBody, VariantKey, VariantRow, VariantTotals,
+    Variants,
 };
 use crate::hash::ContentHash;
 
+mod blocklist;
 mod claims;
 mod fingerprints;
 mod originals;

@@ -125,6 +125,11 @@ const MIGRATIONS: &[&str] = &[
     // (NULL for rows written before: their variants' routing reads the header instead).
     "ALTER TABLE imgcas_originals ADD COLUMN upright_width integer,
         ADD COLUMN upright_height integer;",
+    // 6: the moderation blocklist, an entry's JSON by its id.
+    "CREATE TABLE imgcas_blocklist (
+        id text PRIMARY KEY,
+        entry text NOT NULL
+    );",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

@@ -1,8 +1,8 @@
 //! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps.
 //! `url_map.rs` owns the URL map and its index by hash, `originals.rs` a table, `variants.rs`
 //! the variants' rows, the pieces of large images and the budget's bookkeeping,
-//! `fingerprints.rs` the near-duplicate tables and `takedowns.rs` the takedown list; each
-//! owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
+//! `fingerprints.rs` the near-duplicate tables, `takedowns.rs` the takedown list and
+//! `blocklist.rs` the moderation blocklist; each owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
 //! defaults: one process owns the file).
 //! Nothing outside this folder touches redb.
 //!
@@ -33,11 +33,12 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransac
 use super::cache::Cached;
 use super::near::{prefix_of, NearIndex};
 use super::{
-    now_ms, Claims, Fingerprints, MapError, MapStore, NearMatch, Originals, Takedowns, UrlEntry,
-    UrlMap, Variants,
+    now_ms, Blocklist, Claims, Fingerprints, MapError, MapStore, NearMatch, Originals, Takedowns,
+    UrlEntry, UrlMap, Variants,
 };
 use crate::hash::ContentHash;
 
+mod blocklist;
 mod fingerprints;
 mod originals;
 mod takedowns;
@@ -337,6 +338,7 @@ impl RedbStore {
             variants::create(txn, now_ms())?;
             fingerprints::create(txn)?;
             takedowns::create(txn)?;
+            blocklist::create(txn)?;
             Ok(())
         })?;
         let near = fingerprints::index(&db.read()?)?;

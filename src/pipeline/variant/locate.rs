@@ -36,9 +36,8 @@ impl Pipeline {
         let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
         let maps = &self.shared.maps;
         for listed in [Some(hash), own].into_iter().flatten() {
-            if self.is_taken_down(&listed) {
-                return Err(with_hash(listed, crate::pipeline::taken_down(&listed)));
-            }
+            self.refuse_taken_down(&listed)
+                .map_err(|e| with_hash(listed, e))?;
         }
         let mut info = maps
             .original(&hash)

@@ -20,6 +20,7 @@ use url::Url;
 use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat};
 
 use super::{Failure, Pipeline, UrlState};
+use crate::admission::{Asker, Tier};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
@@ -106,6 +107,20 @@ impl Target {
         self.own_hash.map(|_| self.key.hash)
     }
 
+    /// Who asks for it when nobody says otherwise: an interactive request of the source
+    /// URL's host (by hash: the anonymous tenant).
+    pub fn asker(&self) -> Asker {
+        let host = self
+            .url
+            .as_deref()
+            .and_then(|u| Url::parse(u).ok())
+            .and_then(|u| u.host_str().map(str::to_string));
+        match host {
+            Some(host) => Asker::new(Tier::Interactive, &host),
+            None => Asker::anonymous(),
+        }
+    }
+
     /// Frames the run makes: every frame of an animated spec, else one.
     pub fn frames_made(&self) -> u32 {
         if self.spec.animated {
@@ -133,8 +148,14 @@ pub struct Served {
 }
 
 impl Pipeline {
-    /// The stored variant, or one processing run shared by every concurrent asker.
+    /// The stored variant, or one processing run shared by every concurrent asker; a run
+    /// is admitted as the target's own asker's ([`Target::asker`]).
     pub async fn variant(&self, target: &Target) -> Result<Served, Failure> {
+        self.variant_as(target, &target.asker()).await
+    }
+
+    /// [`Pipeline::variant`] with a run admitted as `asker`'s (its tier and tenant).
+    pub async fn variant_as(&self, target: &Target, asker: &Asker) -> Result<Served, Failure> {
         let s = &self.shared;
         let hash = target.source_hash();
         let fail = |error: Error, cached: bool| Failure {
@@ -166,12 +187,12 @@ impl Pipeline {
                 (v, false, false)
             }
             None => {
-                let (this, t) = (self.clone(), target.clone());
+                let (this, t, a) = (self.clone(), target.clone(), asker.clone());
                 let (result, led) = s
                     .variant_flights
                     .run_led(
                         target.key.to_bytes(),
-                        async move { this.produce(Job::Variant(Box::new(t))).await },
+                        async move { this.produce(Job::Variant(Box::new(t), a)).await },
                         |m| Err(Error::Internal(format!("processing task failed: {m}"))),
                     )
                     .await;

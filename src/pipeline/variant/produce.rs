@@ -10,7 +10,7 @@ use imgcas_processors::{self as processors, mezzanine, SourceFormat, SourceInfo}
 use super::route::{mezzanine_key, Route};
 use super::stored::key_digest;
 use super::Target;
-use crate::admission::Overloaded;
+use crate::admission::{Asker, Overloaded, Tier};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
@@ -24,16 +24,20 @@ pub(super) type Producing =
 
 /// Work that makes a row of the variants map.
 pub(super) enum Job {
-    /// A variant a request located.
-    Variant(Box<Target>),
-    /// An original's mezzanine.
-    Mezzanine { hash: ContentHash, info: SourceInfo },
+    /// A variant a request located, and who asks for it.
+    Variant(Box<Target>, Asker),
+    /// An original's mezzanine, for the asker of the variant that needs it.
+    Mezzanine {
+        hash: ContentHash,
+        info: SourceInfo,
+        asker: Asker,
+    },
 }
 
 impl Job {
     pub(super) fn key(&self) -> VariantKey {
         match self {
-            Job::Variant(t) => t.key.clone(),
+            Job::Variant(t, _) => t.key.clone(),
             Job::Mezzanine { hash, .. } => mezzanine_key(hash),
         }
     }
@@ -133,7 +137,7 @@ impl Pipeline {
         // From here to the end (the wait for a mezzanine included), decodes of this original
         // are kept for the other runs of it.
         let _interest = s.decodes.interest(match &job {
-            Job::Variant(t) => t.key.hash,
+            Job::Variant(t, _) => t.key.hash,
             Job::Mezzanine { hash, .. } => *hash,
         });
         let limits = self.limits();
@@ -142,7 +146,7 @@ impl Pipeline {
         // What the run reads: the mezzanine's bytes, or the original's (read now when
         // deciding took them, else once admitted).
         let (hash, mezzanine_bytes, read, cost) = match &job {
-            Job::Variant(t) => {
+            Job::Variant(t, asker) => {
                 let size = t.source_size.unwrap_or((side, side));
                 if t.spec.animated {
                     // Refused from the headers' frame count, before admission (its cost
@@ -158,7 +162,7 @@ impl Pipeline {
                     processors::check_cost(work, &limits)?;
                 }
                 match self.route(t).await? {
-                    Route::Mezzanine => match self.mezzanine(&t.key.hash).await? {
+                    Route::Mezzanine => match self.mezzanine(&t.key.hash, asker).await? {
                         Ok(bytes) => {
                             let mezzanine = mezzanine::size_for(size);
                             let cost =
@@ -178,9 +182,15 @@ impl Pipeline {
                     ),
                 }
             }
-            Job::Mezzanine { hash, info } => (*hash, None, None, mezzanine::build_cost(info)),
+            Job::Mezzanine { hash, info, .. } => (*hash, None, None, mezzanine::build_cost(info)),
         };
-        let mut ticket = s.admission.admit(cost).map_err(|o| self.overloaded(o))?;
+        let asker = match &job {
+            Job::Variant(_, asker) | Job::Mezzanine { asker, .. } => asker,
+        };
+        let mut ticket = s
+            .admission
+            .admit(cost, asker)
+            .map_err(|o| self.overloaded(o))?;
         let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
         // The input is read only now, holding a CPU slot: runs waiting in the queue hold
         // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
@@ -192,7 +202,7 @@ impl Pipeline {
         };
         // A watermark's overlay is read with the input, as the run starts.
         let spec = match &job {
-            Job::Variant(t) => self.with_overlay(&t.spec).await?,
+            Job::Variant(t, _) => self.with_overlay(&t.spec).await?,
             Job::Mezzanine { .. } => None,
         };
         let waited = running.waited.as_secs_f64();
@@ -205,7 +215,7 @@ impl Pipeline {
             let _permit = running.permit;
             let decodes = this.shared.decodes.of(hash, &this.shared.stats);
             match &job {
-                Job::Variant(t) => {
+                Job::Variant(t, _) => {
                     let input = match from_mezzanine {
                         true => processors::Input::Mezzanine(&bytes),
                         false => processors::Input::Original(&bytes),
@@ -268,10 +278,23 @@ impl Pipeline {
         Ok(Some(spec))
     }
 
-    /// A refusal from admission control, counted by reason.
+    /// Refuses a batch of `asker`'s before it starts, while admission sheds bulk work.
+    pub fn admit_bulk(&self, asker: &Asker) -> Result<(), Error> {
+        match self.shared.admission.bulk_refusal() {
+            Some(o) => {
+                self.shared
+                    .admission
+                    .note_refused(&asker.tenant, Tier::Bulk);
+                Err(self.overloaded(o))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A refusal from admission control, counted by reason and tier.
     pub(super) fn overloaded(&self, o: Overloaded) -> Error {
         self.shared.metrics.with(|| {
-            metrics::counter!("imgcas_admission_rejections_total", "reason" => o.reason)
+            metrics::counter!("imgcas_admission_rejections_total", "reason" => o.reason, "tier" => o.tier.name())
                 .increment(1);
         });
         Error::Overloaded {

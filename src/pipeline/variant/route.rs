@@ -9,6 +9,7 @@ use imgcas_processors::{
 
 use super::produce::Job;
 use super::Target;
+use crate::admission::Asker;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
@@ -111,6 +112,7 @@ impl Pipeline {
     pub(super) async fn mezzanine(
         &self,
         hash: &ContentHash,
+        asker: &Asker,
     ) -> Result<Result<Bytes, VariantRow>, Error> {
         let s = &self.shared;
         let key = mezzanine_key(hash);
@@ -127,7 +129,11 @@ impl Pipeline {
                     .ok_or_else(|| {
                         Error::Internal(format!("original {hash} has no size for a mezzanine"))
                     })?;
-                let job = Job::Mezzanine { hash: *hash, info };
+                let job = Job::Mezzanine {
+                    hash: *hash,
+                    info,
+                    asker: asker.clone(),
+                };
                 let (result, led) = s
                     .variant_flights
                     .run_led(key.to_bytes(), self.clone().produce_boxed(job), |m| {

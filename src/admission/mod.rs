@@ -1,0 +1,729 @@
+//! Admission control for processing, the one CPU-bound thing the service does.
+//!
+//! Work is admitted by cost (pixels a run touches, from `imgcas_processors::cost`), not by
+//! count: a 24 MP decode weighs thirty times a 0.8 MP one. A run that would wait for the CPU
+//! longer than its tier's target sojourn time is refused at once with `overloaded`, rather
+//! than queued to time out later (the queue stays short, so admitted work stays fast). The
+//! wait is estimated from the cost ahead of it and the measured seconds per pixel (wall time
+//! on a CPU slot, since that is how long a slot stays taken); a CoDel-style check catches
+//! what the estimate misses: once the measured waits have stayed above target for a whole
+//! interval, arrivals that would have to queue are refused until a wait drops below it, and
+//! no admitted run waits longer than twice the target.
+//!
+//! Hits never come here: only runs that must process take a ticket.
+//!
+//! **Tiers** (docs/spec.md, "Admission tiers"): who waits for the work decides how it is
+//! treated. [`Tier::Interactive`] is a request for an image; [`Tier::Bulk`] is a batch's
+//! (ingest and its warm specs, warm requests that say `X-Imgcas-Tier: bulk`);
+//! [`Tier::Background`] is what nobody waits for (an original's facts and fingerprint,
+//! computed once). Slots are granted in tier order (`slots.rs`: with a share kept for bulk,
+//! and a slot kept for interactive work). Under pressure — interactive waits above target
+//! for an interval, or processing more than twice as slow per pixel as usual
+//! (`pressure.rs`) — bulk arrivals are refused with `Retry-After` before any interactive
+//! one is, and background work pauses. Bulk's target is [`BULK_TARGET_FACTOR`] times the
+//! interactive one: a batch can wait where a page cannot.
+//!
+//! **Tenants** share a tier fairly: a tenant is the source URL's host, or the name of the
+//! token a request presents. The queue takes tenants' runs by deficit round-robin on cost,
+//! the estimate of a run's wait counts other tenants' queued work only up to its own
+//! tenant's (what that order makes it wait for), and a standing queue refuses only the
+//! tenants holding at least their share of it: one tenant's burst waits behind its own work.
+//!
+//! Waiting runs of one tenant take the slots dearest first among those that arrived close
+//! together: a run's place is its arrival moved earlier by its expected run time, at most
+//! [`LEAD`]. A page (or a `srcset` burst) is done when its slowest image is, and a long run
+//! started last makes all of them late: of the four widths of a new 12 MP photo, the
+//! whole-scale decode of the largest is most of the burst, and started after the others
+//! (first come, first served) it made the burst take 1.66× that width alone.
+//!
+//! Work computed once per original (facts, fingerprints: [`Admission::side_work`]) takes the
+//! same slots and is never refused. Its cost is not in the estimates: its small decode is
+//! most often shared with another (the fingerprint's with the facts'), and charging each
+//! for it refused a new original's first request on an idle server.
+
+mod book;
+mod pressure;
+mod slots;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use book::{TenantReading, Totals};
+pub use slots::Slot;
+use slots::{Slots, Want};
+
+/// CoDel's interval: how long waits must stay above target before arrivals are shed.
+const INTERVAL: Duration = Duration::from_millis(100);
+/// A run costs at least this many pixels: decoding headers, encoding and bookkeeping take
+/// time even for a tiny image.
+const MIN_COST: u64 = 64 * 1024;
+/// Waiters beyond this are refused whatever the estimate says (each holds its request).
+const MAX_QUEUE: usize = 1024;
+/// Seconds per pixel assumed before any run was measured (libjpeg-turbo decode with
+/// shrink-on-load, resize and encode on one core of this class of machine).
+const PRIOR_SECS_PER_PIXEL: f64 = 40e-9;
+/// How far ahead of its arrival a dear run may be placed in the queue (its expected run time,
+/// up to this).
+const LEAD: Duration = Duration::from_millis(250);
+/// Bulk (and background) work's target sojourn, as a multiple of the interactive target.
+pub const BULK_TARGET_FACTOR: u32 = 4;
+/// How long background work pauses once pressure is seen.
+const PAUSE: Duration = Duration::from_secs(1);
+/// The tenant of work no request names (facts, fingerprints, probes).
+const NOBODY: &str = "-";
+
+/// How many tiers there are.
+pub const TIERS: usize = 3;
+
+/// Who waits for a run: the order slots are granted in, and what is shed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tier {
+    /// A request for an image, by URL or by hash.
+    Interactive = 0,
+    /// A batch: `/v1/ingest` and its warm specs, warm requests marked bulk.
+    Bulk = 1,
+    /// Nobody: facts, fingerprints.
+    Background = 2,
+}
+
+impl Tier {
+    pub const ALL: [Tier; TIERS] = [Tier::Interactive, Tier::Bulk, Tier::Background];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Interactive => "interactive",
+            Tier::Bulk => "bulk",
+            Tier::Background => "background",
+        }
+    }
+
+    /// The tier a request's `X-Imgcas-Tier` names (a request may only lower its own).
+    pub fn parse(name: &str) -> Option<Tier> {
+        Tier::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+/// A tenant's name: a source host, or a token's name.
+pub type Tenant = Arc<str>;
+
+/// Who a run is for: its tier and its tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Asker {
+    pub tier: Tier,
+    pub tenant: Tenant,
+}
+
+impl Asker {
+    pub fn new(tier: Tier, tenant: &str) -> Asker {
+        Asker {
+            tier,
+            tenant: Tenant::from(tenant),
+        }
+    }
+
+    /// Work nobody named asks for: interactive, the anonymous tenant.
+    pub fn anonymous() -> Asker {
+        Asker::new(Tier::Interactive, NOBODY)
+    }
+}
+
+pub struct Admission {
+    cpu: Arc<Slots>,
+    slots: usize,
+    target: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct CoDel {
+    /// When waits were first seen above target (cleared by a wait below it).
+    above_since: Option<Instant>,
+    /// Waits stayed above target for an interval: shed arrivals that would queue.
+    shedding: bool,
+}
+
+impl CoDel {
+    fn clear(&mut self) {
+        self.above_since = None;
+        self.shedding = false;
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    /// Cost of the admitted runs holding a slot.
+    running: u64,
+    /// Cost of the admitted runs waiting for a slot, by tier and tenant.
+    queued: [HashMap<Tenant, u64>; TIERS],
+    /// Admitted runs still waiting for a CPU slot.
+    waiting: usize,
+    /// Smoothed seconds of CPU per pixel of cost.
+    secs_per_pixel: f64,
+    /// Per tier (background shares bulk's).
+    codel: [CoDel; 2],
+    latency: pressure::Latency,
+    book: book::Book,
+}
+
+impl State {
+    fn queued_in(&self, tier: Tier) -> u64 {
+        self.queued[tier as usize].values().sum()
+    }
+
+    /// The cost a run of `cost` for `asker` waits for: what runs now, the tiers above, and
+    /// in its own tier its tenant's queue and each other tenant's up to as much (the share
+    /// round-robin gives them meanwhile).
+    fn ahead(&self, asker: &Asker, cost: u64) -> u64 {
+        let mine = &self.queued[asker.tier as usize];
+        let own = mine.get(&asker.tenant).copied().unwrap_or(0);
+        let above: u64 = Tier::ALL
+            .iter()
+            .filter(|t| **t < asker.tier)
+            .map(|t| self.queued_in(*t))
+            .sum();
+        let others: u64 = mine
+            .iter()
+            .filter(|(t, _)| **t != asker.tenant)
+            .map(|(_, q)| (*q).min(own + cost))
+            .sum();
+        self.running + above + own + others
+    }
+
+    /// Whether `asker`'s tenant holds at least an equal share of its tier's queue (counting
+    /// itself among the tenants): a tenant with less than others is not what makes it stand.
+    fn holds_its_share(&self, asker: &Asker) -> bool {
+        let mine = &self.queued[asker.tier as usize];
+        let own = mine.get(&asker.tenant).copied();
+        let tenants = mine.len() as u64 + u64::from(own.is_none());
+        let total: u64 = mine.values().sum();
+        own.unwrap_or(0).saturating_mul(tenants) >= total
+    }
+
+    fn add_queued(&mut self, asker: &Asker, cost: u64) {
+        *self.queued[asker.tier as usize]
+            .entry(asker.tenant.clone())
+            .or_default() += cost;
+    }
+
+    fn take_queued(&mut self, asker: &Asker, cost: u64) {
+        let queue = &mut self.queued[asker.tier as usize];
+        if let Some(q) = queue.get_mut(&asker.tenant) {
+            *q = q.saturating_sub(cost);
+            if *q == 0 {
+                queue.remove(&asker.tenant);
+            }
+        }
+    }
+}
+
+/// A refusal, with when to come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overloaded {
+    pub reason: &'static str,
+    pub retry_after: Duration,
+    pub tier: Tier,
+}
+
+/// An admitted run. Dropping it (finished, failed or cancelled) returns its cost.
+pub struct Ticket<'a> {
+    admission: &'a Admission,
+    cost: u64,
+    asker: Asker,
+    admitted_at: Instant,
+    /// Its place among its tenant's waiters.
+    place: i128,
+    waiting: bool,
+}
+
+/// Who waits for side work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// A request's answer: interactive.
+    Request,
+    /// Nobody: the background tier.
+    Background,
+}
+
+/// A run holding a CPU slot.
+pub struct Running {
+    pub permit: Slot,
+    /// How long the ticket waited for the slot.
+    pub waited: Duration,
+}
+
+impl Admission {
+    pub fn new(slots: usize, target: Duration) -> Admission {
+        let slots = slots.max(1);
+        Admission {
+            cpu: Arc::new(Slots::new(slots)),
+            slots,
+            target,
+            state: Mutex::new(State {
+                running: 0,
+                queued: Default::default(),
+                waiting: 0,
+                secs_per_pixel: PRIOR_SECS_PER_PIXEL,
+                codel: Default::default(),
+                latency: Default::default(),
+                book: Default::default(),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The target sojourn of a tier.
+    fn target_of(&self, tier: Tier) -> Duration {
+        match tier {
+            Tier::Interactive => self.target,
+            Tier::Bulk | Tier::Background => self.target * BULK_TARGET_FACTOR,
+        }
+    }
+
+    /// Whether the server is under pressure now (see the module's doc); pauses background
+    /// work when it is.
+    fn under_pressure(&self, state: &mut State, now: Instant) -> bool {
+        if self.cpu.would_start(Tier::Interactive, now) {
+            // An interactive run would start at once: whatever queue stood has drained.
+            state.codel[0].clear();
+        }
+        let pressure = state.codel[0].shedding || state.latency.slow(now);
+        if pressure {
+            self.cpu.pause_background(now + PAUSE);
+        }
+        pressure
+    }
+
+    /// Whether bulk work arriving now would be refused (answered before a batch starts any
+    /// work); `None` when it would be admitted.
+    pub fn bulk_refusal(&self) -> Option<Overloaded> {
+        let now = Instant::now();
+        let mut state = self.state();
+        self.under_pressure(&mut state, now).then(|| Overloaded {
+            reason: "shed_for_interactive",
+            retry_after: self.drain_time(&state),
+            tier: Tier::Bulk,
+        })
+    }
+
+    /// Counts a refusal made for admission elsewhere (a batch refused before it starts).
+    pub fn note_refused(&self, tenant: &Tenant, tier: Tier) {
+        self.state().book.refused(tier, tenant);
+    }
+
+    /// How long the work queued and running takes to drain, at least a second.
+    fn drain_time(&self, state: &State) -> Duration {
+        let queued: u64 = Tier::ALL.iter().map(|t| state.queued_in(*t)).sum();
+        let secs = (state.running + queued) as f64 * state.secs_per_pixel / self.slots as f64;
+        Duration::from_secs_f64(secs.min(3600.0)).max(Duration::from_secs(1))
+    }
+
+    /// Admits a run of `cost` pixels for `asker`, or refuses it (see the module's doc).
+    pub fn admit(&self, cost: u64, asker: &Asker) -> Result<Ticket<'_>, Overloaded> {
+        let cost = cost.max(MIN_COST);
+        let now = Instant::now();
+        let tier = asker.tier;
+        if tier == Tier::Interactive {
+            self.cpu.interactive_arrived(now);
+        }
+        let mut state = self.state();
+        let codel = (tier as usize).min(1);
+        let refuse = |state: &mut State, reason: &'static str, retry_after: Duration| {
+            state.book.refused(tier, &asker.tenant);
+            Err(Overloaded {
+                reason,
+                retry_after,
+                tier,
+            })
+        };
+        let pressure = self.under_pressure(&mut state, now);
+        if tier != Tier::Interactive && pressure {
+            let retry_after = self.drain_time(&state);
+            return refuse(&mut state, "shed_for_interactive", retry_after);
+        }
+        if self.cpu.would_start(tier, now) {
+            // Nothing queues ahead of it: the standing queue, if there was one, has drained.
+            state.codel[codel].clear();
+        } else {
+            let ahead = state.ahead(asker, cost);
+            let wait = Duration::from_secs_f64(
+                (ahead as f64 * state.secs_per_pixel / self.slots as f64).min(3600.0),
+            );
+            let retry_after = wait.max(Duration::from_secs(1));
+            if state.waiting >= MAX_QUEUE {
+                return refuse(&mut state, "queue_full", retry_after);
+            }
+            if state.codel[codel].shedding && state.holds_its_share(asker) {
+                return refuse(&mut state, "standing_queue", retry_after);
+            }
+            if wait > self.target_of(tier) {
+                return refuse(&mut state, "estimated_wait", retry_after);
+            }
+        }
+        state.add_queued(asker, cost);
+        state.waiting += 1;
+        state.book.admitted(tier, &asker.tenant, cost);
+        let lead = Duration::from_secs_f64((cost as f64 * state.secs_per_pixel).min(3600.0));
+        Ok(Ticket {
+            admission: self,
+            cost,
+            asker: asker.clone(),
+            admitted_at: now,
+            place: self.cpu.place(now, lead.min(LEAD)),
+            waiting: true,
+        })
+    }
+
+    /// A CPU slot for work that is not a processing run (see [`Urgency`]), never refused;
+    /// held until the returned value is dropped.
+    pub async fn side_work(&self, urgency: Urgency) -> Slot {
+        let tier = match urgency {
+            Urgency::Request => Tier::Interactive,
+            Urgency::Background => Tier::Background,
+        };
+        let tenant = Tenant::from(NOBODY);
+        let place = self.cpu.place(Instant::now(), Duration::ZERO);
+        self.cpu
+            .acquire(Want {
+                tier,
+                tenant: &tenant,
+                place,
+                cost: MIN_COST,
+            })
+            .await
+    }
+
+    /// Cost admitted and not finished, and runs waiting for a slot (metrics).
+    pub fn load(&self) -> (u64, usize) {
+        let state = self.state();
+        let queued: u64 = Tier::ALL.iter().map(|t| state.queued_in(*t)).sum();
+        (state.running + queued, state.waiting)
+    }
+
+    /// Slots held and waiters (runs and side work), by tier (metrics).
+    pub fn by_tier(&self) -> [(usize, usize); TIERS] {
+        self.cpu.by_tier()
+    }
+
+    /// Each tier's tenants' totals, the dearest by name and the rest as `other` (metrics).
+    pub fn tenants(&self) -> Vec<TenantReading> {
+        self.state().book.readings()
+    }
+
+    /// The current estimate of seconds per pixel: wall time on a CPU slot, not thread CPU
+    /// time (what admission must predict is how long the slot stays taken).
+    pub fn secs_per_pixel(&self) -> f64 {
+        self.state().secs_per_pixel
+    }
+}
+
+impl Ticket<'_> {
+    /// Waits for a CPU slot, at most twice its tier's target; a run that waited past the
+    /// target turns shedding on once that has lasted an interval.
+    pub async fn start(&mut self) -> Result<Running, Overloaded> {
+        let admission = self.admission;
+        let tier = self.asker.tier;
+        let target = admission.target_of(tier);
+        let deadline = self.admitted_at + 2 * target;
+        let want = Want {
+            tier,
+            tenant: &self.asker.tenant,
+            place: self.place,
+            cost: self.cost,
+        };
+        let acquired = tokio::time::timeout_at(deadline.into(), admission.cpu.acquire(want)).await;
+        let now = Instant::now();
+        let waited = now - self.admitted_at;
+        let mut state = admission.state();
+        state.waiting -= 1;
+        state.take_queued(&self.asker, self.cost);
+        self.waiting = false;
+        let codel = &mut state.codel[(tier as usize).min(1)];
+        match acquired {
+            Ok(permit) => {
+                if waited > target {
+                    let since = *codel.above_since.get_or_insert(now);
+                    if now - since >= INTERVAL {
+                        codel.shedding = true;
+                    }
+                } else {
+                    codel.clear();
+                }
+                state.running += self.cost;
+                Ok(Running { permit, waited })
+            }
+            // Timed out: the queue stands.
+            Err(_) => {
+                codel.shedding = true;
+                codel.above_since.get_or_insert(now);
+                // Not running: nothing to give back when dropped.
+                self.cost = 0;
+                Err(Overloaded {
+                    reason: "waited_too_long",
+                    retry_after: target.max(Duration::from_secs(1)),
+                    tier,
+                })
+            }
+        }
+    }
+
+    /// Feeds a finished run's wall time on its CPU slot into the cost estimate and the
+    /// latency windows.
+    pub fn record(&self, ran: Duration) {
+        let sample = ran.as_secs_f64() / self.cost.max(1) as f64;
+        let mut state = self.admission.state();
+        state.secs_per_pixel = 0.8 * state.secs_per_pixel + 0.2 * sample;
+        state.latency.record(sample, Instant::now());
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut state = self.admission.state();
+        if self.waiting {
+            state.waiting -= 1;
+            state.take_queued(&self.asker, self.cost);
+        } else {
+            state.running = state.running.saturating_sub(self.cost);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn web() -> Asker {
+        Asker::new(Tier::Interactive, "shop.example")
+    }
+
+    #[tokio::test]
+    async fn an_idle_pool_admits_anything() {
+        let a = Admission::new(2, Duration::from_millis(100));
+        let mut t = a
+            .admit(1 << 40, &web())
+            .expect("an idle slot admits even a huge run");
+        let run = t.start().await.unwrap();
+        assert!(run.waited < Duration::from_millis(50));
+        drop(run);
+        drop(t);
+        assert_eq!(a.load(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn work_that_would_wait_past_the_target_is_refused_early() {
+        let a = Admission::new(1, Duration::from_millis(100));
+        // Occupy the one slot with a run of 10 MP: at the prior 40 ns/px that is 0.4 s.
+        let mut busy = a.admit(10_000_000, &web()).unwrap();
+        let _running = busy.start().await.unwrap();
+        let refused = a.admit(1_000_000, &web()).err().expect("refused");
+        assert_eq!(refused.reason, "estimated_wait");
+        assert!(refused.retry_after >= Duration::from_secs(1));
+        assert_eq!(a.load().1, 0, "a refusal leaves nothing queued");
+    }
+
+    #[tokio::test]
+    async fn cheap_work_queues_and_a_wait_past_twice_the_target_is_shed() {
+        let a = Admission::new(1, Duration::from_millis(50));
+        let mut busy = a.admit(MIN_COST, &web()).unwrap();
+        let running = busy.start().await.unwrap();
+        // Small enough to be admitted behind it...
+        let mut queued = a.admit(MIN_COST, &web()).unwrap();
+        assert_eq!(a.load().1, 1);
+        // ...but the slot is never freed in time.
+        let refused = queued.start().await.err().expect("timed out");
+        assert_eq!(refused.reason, "waited_too_long");
+        // The queue stood: arrivals that would queue are shed until it drains.
+        let shed = a.admit(MIN_COST, &web()).err().expect("shed");
+        assert_eq!(shed.reason, "standing_queue");
+        drop(running);
+        drop(busy);
+        drop(queued);
+        let mut fresh = a
+            .admit(MIN_COST, &web())
+            .expect("an idle slot ends shedding");
+        fresh.start().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_cost_estimate_follows_measured_runs() {
+        let a = Admission::new(1, Duration::from_millis(100));
+        let t = a.admit(1_000_000, &web()).unwrap();
+        for _ in 0..30 {
+            t.record(Duration::from_millis(1)); // 1 ns per pixel
+        }
+        assert!((a.secs_per_pixel() - 1e-9).abs() < 1e-9 * 0.1);
+    }
+
+    /// Which of `tickets` gets the slot `busy` frees (the tickets admitted in order), and
+    /// that run.
+    async fn next_of(a: &Admission, busy: Running, tickets: &mut [Ticket<'_>]) -> (usize, Running) {
+        let mut starts: Vec<_> = tickets.iter_mut().map(|t| Box::pin(t.start())).collect();
+        // Every ticket takes its place in the queue before the slot frees.
+        for start in &mut starts {
+            assert!(poll_once(start.as_mut()).await.is_none());
+        }
+        assert!(a.cpu.waiters() >= starts.len());
+        drop(busy);
+        loop {
+            for (i, start) in starts.iter_mut().enumerate() {
+                if let Some(result) = poll_once(start.as_mut()).await {
+                    return (i, result.expect("started"));
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+        let mut f = f;
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn of_runs_arriving_together_the_dearest_starts_first() {
+        let a = Admission::new(1, Duration::from_secs(10));
+        let mut busy = a.admit(MIN_COST, &web()).unwrap();
+        let running = busy.start().await.unwrap();
+        // 1 MP, then 4 MP (0.16 s at the prior estimate), then 2 MP: the 4 MP run first.
+        let mut tickets = vec![
+            a.admit(1_000_000, &web()).unwrap(),
+            a.admit(4_000_000, &web()).unwrap(),
+            a.admit(2_000_000, &web()).unwrap(),
+        ];
+        assert_eq!(next_of(&a, running, &mut tickets).await.0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_run_is_not_passed_by_one_that_arrived_more_than_the_lead_after_it() {
+        let a = Admission::new(1, Duration::from_secs(10));
+        let mut busy = a.admit(MIN_COST, &web()).unwrap();
+        let running = busy.start().await.unwrap();
+        let cheap = a.admit(MIN_COST, &web()).unwrap();
+        tokio::time::sleep(LEAD + Duration::from_millis(20)).await;
+        // Expected to take seconds, but it arrived after the lead: it waits its turn.
+        let dear = a.admit(100_000_000, &web()).unwrap();
+        assert_eq!(next_of(&a, running, &mut [cheap, dear]).await.0, 0);
+    }
+
+    #[tokio::test]
+    async fn a_slot_freed_for_a_waiter_that_left_goes_to_the_next() {
+        let a = Admission::new(1, Duration::from_secs(10));
+        let mut busy = a.admit(MIN_COST, &web()).unwrap();
+        let running = busy.start().await.unwrap();
+        let mut gone = a.admit(4_000_000, &web()).unwrap();
+        let mut stays = a.admit(MIN_COST, &web()).unwrap();
+        {
+            let start = Box::pin(gone.start());
+            // Queued first (the dearer), then abandoned, as a request that went away.
+            assert!(poll_once(start).await.is_none());
+        }
+        let start = Box::pin(stays.start());
+        drop(running);
+        let run = tokio::time::timeout(Duration::from_secs(5), start)
+            .await
+            .expect("the slot reached the waiter that stayed")
+            .unwrap();
+        drop(run);
+        drop(busy);
+        assert_eq!(a.cpu.free(), 1, "the slot is free again");
+    }
+
+    #[tokio::test]
+    async fn background_work_waits_for_the_runs_that_came_with_it() {
+        let a = Admission::new(1, Duration::from_secs(10));
+        let mut busy = a.admit(MIN_COST, &web()).unwrap();
+        let running = busy.start().await.unwrap();
+        let mut background = Box::pin(a.side_work(Urgency::Background));
+        assert!(poll_once(background.as_mut()).await.is_none());
+        // A run arriving after it, even a cheap one, goes first.
+        let mut tickets = [a.admit(MIN_COST, &web()).unwrap()];
+        let (first, run) = next_of(&a, running, &mut tickets).await;
+        assert_eq!(first, 0);
+        assert!(poll_once(background.as_mut()).await.is_none());
+        drop(run);
+        drop(tickets);
+        drop(busy);
+        let held = tokio::time::timeout(Duration::from_secs(5), background)
+            .await
+            .expect("then it gets the slot");
+        drop(held);
+        assert_eq!(a.load(), (0, 0));
+        assert_eq!(a.cpu.free(), 1);
+    }
+
+    #[tokio::test]
+    async fn under_pressure_bulk_is_shed_before_interactive_and_background_pauses() {
+        let a = Admission::new(2, Duration::from_millis(50));
+        let bulk = Asker::new(Tier::Bulk, "merchant");
+        assert!(a.bulk_refusal().is_none());
+        // Both slots busy; an interactive run waits past its target, for an interval.
+        let mut one = a.admit(MIN_COST, &web()).unwrap();
+        let mut two = a.admit(MIN_COST, &web()).unwrap();
+        let (r1, r2) = (one.start().await.unwrap(), two.start().await.unwrap());
+        let mut late = a.admit(MIN_COST, &web()).unwrap();
+        assert_eq!(late.start().await.err().unwrap().reason, "waited_too_long");
+        // Bulk is refused, with a time to come back...
+        let refused = a.admit(MIN_COST, &bulk).err().expect("bulk shed");
+        assert_eq!(refused.reason, "shed_for_interactive");
+        assert_eq!(refused.tier, Tier::Bulk);
+        assert!(refused.retry_after >= Duration::from_secs(1));
+        assert!(a.bulk_refusal().is_some());
+        // ...and background work does not start even when a slot frees.
+        drop((r1, one));
+        let mut background = Box::pin(a.side_work(Urgency::Background));
+        assert!(poll_once(background.as_mut()).await.is_none());
+        // An interactive run still gets the free slot at once.
+        let mut now = a.admit(MIN_COST, &web()).expect("interactive admitted");
+        let running = now.start().await.unwrap();
+        assert!(running.waited < Duration::from_millis(20));
+        drop((running, now, r2, two, late));
+        // Once nothing stands, bulk is admitted again and background work goes on.
+        assert!(a.bulk_refusal().is_none());
+        assert!(a.admit(MIN_COST, &bulk).is_ok());
+        let held = tokio::time::timeout(Duration::from_secs(3), background)
+            .await
+            .expect("the pause ends");
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_tenants_burst_does_not_refuse_another_tenant() {
+        let a = Admission::new(1, Duration::from_millis(200));
+        let big = Asker::new(Tier::Interactive, "big.example");
+        let small = Asker::new(Tier::Interactive, "small.example");
+        let mut busy = a.admit(MIN_COST, &big).unwrap();
+        let _running = busy.start().await.unwrap();
+        // The big tenant queues until its own estimate passes the target (40 ns/px: 5 MP
+        // is 0.2 s).
+        let mut queued = Vec::new();
+        while let Ok(t) = a.admit(1_000_000, &big) {
+            queued.push(t);
+        }
+        assert!(queued.len() >= 3, "{}", queued.len());
+        // The small tenant waits for at most its own cost of the big one's queue.
+        let mine = a
+            .admit(1_000_000, &small)
+            .expect("another tenant is admitted");
+        let tenants = a.tenants();
+        let big_refused = tenants
+            .iter()
+            .find(|l| l.tenant == "big.example")
+            .unwrap()
+            .totals
+            .refused;
+        assert_eq!(big_refused, 1);
+        drop(mine);
+    }
+}
