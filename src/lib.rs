@@ -15,8 +15,11 @@
 //! 7. `http`: the routes. 8. `app`: the server's lifecycle.
 //!
 //! The command line (`src/main.rs`, `src/cli/`) is the binary's, not part of this library.
+//!
+//! No unsafe code, but for the two system calls that lower a thread's priority
+//! (`admission/niced.rs`, which says why they are sound).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod admission;
 pub mod app;

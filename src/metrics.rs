@@ -98,7 +98,15 @@ fn describe() {
     );
     describe_counter!(
         "imgcas_admission_rejections_total",
-        "Processing runs refused with 503 overloaded, by reason"
+        "Processing runs refused with 503 overloaded, by reason and tier"
+    );
+    describe_gauge!(
+        "imgcas_admission_slots_held",
+        "CPU slots held, by admission tier"
+    );
+    describe_gauge!(
+        "imgcas_admission_waiting",
+        "Work waiting for a CPU slot (runs and side work), by admission tier"
     );
     describe_counter!("imgcas_processing_runs_total", "Processing runs");
     describe_counter!(

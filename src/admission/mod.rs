@@ -36,12 +36,16 @@
 //! whole-scale decode of the largest is most of the burst, and started after the others
 //! (first come, first served) it made the burst take 1.66× that width alone.
 //!
+//! The lower tiers' CPU work runs on threads of lower priority (`niced.rs`,
+//! [`Admission::run_as`]): the kernel, too, puts image requests first.
+//!
 //! Work computed once per original (facts, fingerprints: [`Admission::side_work`]) takes the
 //! same slots and is never refused. Its cost is not in the estimates: its small decode is
 //! most often shared with another (the fingerprint's with the facts'), and charging each
 //! for it refused a new original's first request on an idle server.
 
 mod book;
+mod niced;
 mod pressure;
 mod slots;
 
@@ -132,6 +136,8 @@ impl Asker {
 
 pub struct Admission {
     cpu: Arc<Slots>,
+    /// Where the lower tiers' CPU work runs (`niced.rs`).
+    niced: niced::Niced,
     slots: usize,
     target: Duration,
     state: Mutex<State>,
@@ -259,6 +265,7 @@ impl Admission {
         let slots = slots.max(1);
         Admission {
             cpu: Arc::new(Slots::new(slots)),
+            niced: niced::Niced::new(slots),
             slots,
             target,
             state: Mutex::new(State {
@@ -396,6 +403,21 @@ impl Admission {
                 cost: MIN_COST,
             })
             .await
+    }
+
+    /// Runs the CPU work of a lower tier (`tier` not interactive) on a niced thread, and an
+    /// interactive one on tokio's blocking pool; `Err` with the message of a panic.
+    pub async fn run_as<T: Send + 'static>(
+        &self,
+        tier: Tier,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        match tier {
+            Tier::Interactive => tokio::task::spawn_blocking(f)
+                .await
+                .map_err(|e| e.to_string()),
+            Tier::Bulk | Tier::Background => self.niced.run(f).await,
+        }
     }
 
     /// Cost admitted and not finished, and runs waiting for a slot (metrics).

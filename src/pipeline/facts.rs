@@ -9,8 +9,8 @@ use base64::Engine;
 
 use imgcas_processors::{self as processors, FACTS_VERSION};
 
-use super::{blocking, Pipeline};
-use crate::admission::Urgency;
+use super::Pipeline;
+use crate::admission::{Tier, Urgency};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalFacts, PictureFacts};
@@ -55,11 +55,15 @@ impl Pipeline {
         Stats::bump(&s.stats.facts_computed);
         let this = self.clone();
         let h = *hash;
-        let computed = blocking(move || {
-            let decodes = this.shared.decodes.of(h, &this.shared.stats);
-            Ok(processors::facts::facts(&bytes, &limits, &decodes))
-        })
-        .await?;
+        // Background work: on the niced threads (`admission/niced.rs`).
+        let computed = s
+            .admission
+            .run_as(Tier::Background, move || {
+                let decodes = this.shared.decodes.of(h, &this.shared.stats);
+                processors::facts::facts(&bytes, &limits, &decodes)
+            })
+            .await
+            .map_err(|m| Error::Internal(format!("facts task failed: {m}")))?;
         let computed = match computed {
             Ok(facts) => Some(facts),
             // What the bytes are, for good: kept as no picture, never computed again.

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
 
 use super::{blocking, Pipeline};
-use crate::admission::{Slot, Urgency};
+use crate::admission::{Slot, Tier, Urgency};
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -60,22 +60,30 @@ impl Pipeline {
         self.shared.admission.side_work(urgency).await
     }
 
-    /// Computes the fingerprint of bytes (on the blocking pool); `None`: no picture. The
-    /// caller holds a slot.
+    /// Computes the fingerprint of bytes (a request's on the blocking pool, background work
+    /// on the niced threads); `None`: no picture. The caller holds a slot.
     async fn fingerprint_bytes(
         &self,
         hash: &ContentHash,
         bytes: Bytes,
+        urgency: Urgency,
     ) -> Result<Option<Fingerprint>, Error> {
         let limits = self.limits();
         Stats::bump(&self.shared.stats.fingerprints_computed);
         let (this, h) = (self.clone(), *hash);
-        blocking(move || {
-            // The small decode the facts take too (see `decoded`).
-            let decodes = this.shared.decodes.of(h, &this.shared.stats);
-            Ok(fingerprint(&bytes, &limits, &decodes).ok())
-        })
-        .await
+        let tier = match urgency {
+            Urgency::Request => Tier::Interactive,
+            Urgency::Background => Tier::Background,
+        };
+        self.shared
+            .admission
+            .run_as(tier, move || {
+                // The small decode the facts take too (see `decoded`).
+                let decodes = this.shared.decodes.of(h, &this.shared.stats);
+                fingerprint(&bytes, &limits, &decodes).ok()
+            })
+            .await
+            .map_err(|m| Error::Internal(format!("fingerprint task failed: {m}")))
     }
 
     /// [`Pipeline::fingerprint_bytes`] in a slot of its own, for bytes already in hand.
@@ -85,7 +93,7 @@ impl Pipeline {
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
         let _slot = self.fingerprint_slot(Urgency::Request).await;
-        self.fingerprint_bytes(hash, bytes).await
+        self.fingerprint_bytes(hash, bytes, Urgency::Request).await
     }
 
     /// Stores a fingerprint computed for a newly stored original, and counts it in the
@@ -149,7 +157,9 @@ impl Pipeline {
         }
         let _slot = self.fingerprint_slot(Urgency::Background).await;
         let bytes = self.original_bytes(hash).await?;
-        let computed = self.fingerprint_bytes(hash, bytes).await?;
+        let computed = self
+            .fingerprint_bytes(hash, bytes, Urgency::Background)
+            .await?;
         self.keep_fingerprint(hash, computed).await?;
         Ok(computed)
     }
@@ -345,7 +355,9 @@ impl Pipeline {
                 let slot = self.fingerprint_slot(Urgency::Background).await;
                 match self.shared.blobs.get(&hash).await? {
                     Some(bytes) => {
-                        let computed = self.fingerprint_bytes(&hash, bytes).await?;
+                        let computed = self
+                            .fingerprint_bytes(&hash, bytes, Urgency::Background)
+                            .await?;
                         drop(slot);
                         self.keep_fingerprint(&hash, computed).await?;
                         done += 1;

@@ -211,22 +211,29 @@ impl Pipeline {
         });
         let started = Instant::now();
         let this = self.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let _permit = running.permit;
-            let decodes = this.shared.decodes.of(hash, &this.shared.stats);
-            match &job {
-                Job::Variant(t, _) => {
-                    let input = match from_mezzanine {
-                        true => processors::Input::Mezzanine(&bytes),
-                        false => processors::Input::Original(&bytes),
-                    };
-                    let spec = spec.as_ref().unwrap_or(&t.spec);
-                    processors::process_input(input, spec, &limits, &decodes)
+        let tier = match &job {
+            Job::Variant(_, asker) | Job::Mezzanine { asker, .. } => asker.tier,
+        };
+        // A batch's run gives its core up to a request's (`admission/niced.rs`).
+        let result = s
+            .admission
+            .run_as(tier, move || {
+                let _permit = running.permit;
+                let decodes = this.shared.decodes.of(hash, &this.shared.stats);
+                match &job {
+                    Job::Variant(t, _) => {
+                        let input = match from_mezzanine {
+                            true => processors::Input::Mezzanine(&bytes),
+                            false => processors::Input::Original(&bytes),
+                        };
+                        let spec = spec.as_ref().unwrap_or(&t.spec);
+                        processors::process_input(input, spec, &limits, &decodes)
+                    }
+                    Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
                 }
-                Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
-            }
-        })
-        .await?;
+            })
+            .await
+            .map_err(|m| Error::Internal(format!("processing task failed: {m}")))?;
         let ran = started.elapsed();
         ticket.record(ran);
         drop(ticket);
