@@ -609,17 +609,6 @@ impl Config {
                 "connection and upload limits must be above 0",
             ));
         }
-        if self
-            .security
-            .admin_token
-            .as_deref()
-            .is_some_and(|t| t.len() < 16)
-        {
-            return Err(bad(
-                "security.admin_token",
-                "must be at least 16 bytes (e.g. `openssl rand -hex 32`)",
-            ));
-        }
         moderation::check_tokens(&self.security.tokens, self.security.admin_token.as_deref())
             .map_err(|(key, why)| bad(&key, why))?;
         self.moderation
