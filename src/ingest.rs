@@ -144,7 +144,7 @@ pub async fn ingest_url(
         Err(f) => return ItemResult::failed(raw, &f.error),
     };
     for hash in [resolved.hash, resolved.source] {
-        if let Err(e) = pipeline.refuse_taken_down(&hash) {
+        if let Err(e) = pipeline.refuse_listed(&hash) {
             return ItemResult::failed(raw, &e);
         }
     }
@@ -210,7 +210,7 @@ pub async fn warm_variants(
 async fn warm_one(pipeline: &Pipeline, target: &Target, spec: String, asker: &Asker) -> WarmResult {
     let mut attempt = 1;
     loop {
-        match pipeline.variant_as(target, asker).await {
+        match pipeline.variant_as(target, || asker.clone()).await {
             Ok(served) => {
                 return WarmResult {
                     spec,

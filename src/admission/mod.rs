@@ -74,8 +74,8 @@ const LEAD: Duration = Duration::from_millis(250);
 pub const BULK_TARGET_FACTOR: u32 = 4;
 /// How long background work pauses once pressure is seen.
 const PAUSE: Duration = Duration::from_secs(1);
-/// The tenant of work no request names (facts, fingerprints, probes).
-const NOBODY: &str = "-";
+/// The tenant of work no token or source host names (requests by hash, facts, probes).
+pub const NOBODY: &str = "-";
 
 /// How many tiers there are.
 pub const TIERS: usize = 3;
@@ -128,9 +128,9 @@ impl Asker {
         }
     }
 
-    /// Work nobody named asks for: interactive, the anonymous tenant.
-    pub fn anonymous() -> Asker {
-        Asker::new(Tier::Interactive, NOBODY)
+    /// Work of `tier` no token or source host names: the tenant [`NOBODY`].
+    pub fn anonymous(tier: Tier) -> Asker {
+        Asker::new(tier, NOBODY)
     }
 }
 
@@ -244,15 +244,6 @@ pub struct Ticket<'a> {
     waiting: bool,
 }
 
-/// Who waits for side work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Urgency {
-    /// A request's answer: interactive.
-    Request,
-    /// Nobody: the background tier.
-    Background,
-}
-
 /// A run holding a CPU slot.
 pub struct Running {
     pub permit: Slot,
@@ -306,21 +297,20 @@ impl Admission {
         pressure
     }
 
-    /// Whether bulk work arriving now would be refused (answered before a batch starts any
-    /// work); `None` when it would be admitted.
-    pub fn bulk_refusal(&self) -> Option<Overloaded> {
+    /// Refuses a batch of `asker`'s before it starts any work while bulk work is shed
+    /// (counted as its refusal).
+    pub fn admit_batch(&self, asker: &Asker) -> Result<(), Overloaded> {
         let now = Instant::now();
         let mut state = self.state();
-        self.under_pressure(&mut state, now).then(|| Overloaded {
+        if !self.under_pressure(&mut state, now) {
+            return Ok(());
+        }
+        state.book.refused(Tier::Bulk, &asker.tenant);
+        Err(Overloaded {
             reason: "shed_for_interactive",
             retry_after: self.drain_time(&state),
             tier: Tier::Bulk,
         })
-    }
-
-    /// Counts a refusal made for admission elsewhere (a batch refused before it starts).
-    pub fn note_refused(&self, tenant: &Tenant, tier: Tier) {
-        self.state().book.refused(tier, tenant);
     }
 
     /// How long the work queued and running takes to drain, at least a second.
@@ -386,13 +376,10 @@ impl Admission {
         })
     }
 
-    /// A CPU slot for work that is not a processing run (see [`Urgency`]), never refused;
-    /// held until the returned value is dropped.
-    pub async fn side_work(&self, urgency: Urgency) -> Slot {
-        let tier = match urgency {
-            Urgency::Request => Tier::Interactive,
-            Urgency::Background => Tier::Background,
-        };
+    /// A CPU slot for work that is not a processing run, never refused, in `tier`: a
+    /// request waits for it (interactive) or nobody does (background). Held until the
+    /// returned value is dropped.
+    pub async fn side_work(&self, tier: Tier) -> Slot {
         let tenant = Tenant::from(NOBODY);
         let place = self.cpu.place(Instant::now(), Duration::ZERO);
         self.cpu
@@ -667,7 +654,7 @@ mod tests {
         let a = Admission::new(1, Duration::from_secs(10));
         let mut busy = a.admit(MIN_COST, &web()).unwrap();
         let running = busy.start().await.unwrap();
-        let mut background = Box::pin(a.side_work(Urgency::Background));
+        let mut background = Box::pin(a.side_work(Tier::Background));
         assert!(poll_once(background.as_mut()).await.is_none());
         // A run arriving after it, even a cheap one, goes first.
         let mut tickets = [a.admit(MIN_COST, &web()).unwrap()];
@@ -689,7 +676,7 @@ mod tests {
     async fn under_pressure_bulk_is_shed_before_interactive_and_background_pauses() {
         let a = Admission::new(2, Duration::from_millis(50));
         let bulk = Asker::new(Tier::Bulk, "merchant");
-        assert!(a.bulk_refusal().is_none());
+        assert!(a.admit_batch(&bulk).is_ok());
         // Both slots busy; an interactive run waits past its target, for an interval.
         let mut one = a.admit(MIN_COST, &web()).unwrap();
         let mut two = a.admit(MIN_COST, &web()).unwrap();
@@ -701,10 +688,10 @@ mod tests {
         assert_eq!(refused.reason, "shed_for_interactive");
         assert_eq!(refused.tier, Tier::Bulk);
         assert!(refused.retry_after >= Duration::from_secs(1));
-        assert!(a.bulk_refusal().is_some());
+        assert!(a.admit_batch(&bulk).is_err());
         // ...and background work does not start even when a slot frees.
         drop((r1, one));
-        let mut background = Box::pin(a.side_work(Urgency::Background));
+        let mut background = Box::pin(a.side_work(Tier::Background));
         assert!(poll_once(background.as_mut()).await.is_none());
         // An interactive run still gets the free slot at once.
         let mut now = a.admit(MIN_COST, &web()).expect("interactive admitted");
@@ -712,7 +699,7 @@ mod tests {
         assert!(running.waited < Duration::from_millis(20));
         drop((running, now, r2, two, late));
         // Once nothing stands, bulk is admitted again and background work goes on.
-        assert!(a.bulk_refusal().is_none());
+        assert!(a.admit_batch(&bulk).is_ok());
         assert!(a.admit(MIN_COST, &bulk).is_ok());
         let held = tokio::time::timeout(Duration::from_secs(3), background)
             .await

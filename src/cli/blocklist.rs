@@ -49,7 +49,7 @@ pub async fn run(config: Config, command: &BlocklistCommand) -> Result<String, S
     match command {
         BlocklistCommand::Export { output, at } => {
             let entries = match &at.server {
-                Some(base) => remote(base, token(&config, at))?.export(base).await?,
+                Some(base) => remote(at.token(&config))?.export(base).await?,
                 None => local(config)
                     .await?
                     .blocklist()
@@ -92,7 +92,7 @@ pub async fn run(config: Config, command: &BlocklistCommand) -> Result<String, S
             let (mut listed, mut taken_down) = (0, 0);
             match &at.server {
                 Some(base) => {
-                    let client = remote(base, token(&config, at))?;
+                    let client = remote(at.token(&config))?;
                     for entry in &entries {
                         let answer = client.import(base, entry).await?;
                         listed += usize::from(answer.newly_listed);
@@ -120,12 +120,6 @@ pub async fn run(config: Config, command: &BlocklistCommand) -> Result<String, S
     }
 }
 
-fn token<'a>(config: &'a Config, at: &'a super::ServerOrLocal) -> Option<&'a str> {
-    at.admin_token
-        .as_deref()
-        .or(config.security.admin_token.as_deref())
-}
-
 /// What an imported entry asks (its own id and bookkeeping are this deployment's to make).
 fn request_of(entry: &BlockEntry) -> BlockEntry {
     BlockEntry {
@@ -145,7 +139,7 @@ async fn local(config: Config) -> Result<Pipeline, String> {
 
 struct Remote(reqwest::Client);
 
-fn remote(_base: &Url, token: Option<&str>) -> Result<Remote, String> {
+fn remote(token: Option<&str>) -> Result<Remote, String> {
     super::server_client("imgcas-blocklist", token, Duration::from_secs(600)).map(Remote)
 }
 

@@ -66,6 +66,15 @@ pub struct ServerOrLocal {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
+impl ServerOrLocal {
+    /// The token to present to the server: `--admin-token`, else the configured one.
+    pub fn token<'a>(&'a self, config: &'a imgcas::config::Config) -> Option<&'a str> {
+        self.admin_token
+            .as_deref()
+            .or(config.security.admin_token.as_deref())
+    }
+}
+
 /// Sends a request to a server: `Err` when it cannot be reached or its answer is lost,
 /// `Ok(Err)` for its error answer, else the body of its success.
 pub async fn answer_of(

@@ -106,14 +106,7 @@ pub async fn run(
 ) -> Result<Result<Done, ErrorBody>, String> {
     let action = action(options, config.limits.max_url_bytes)?;
     match &options.at.server {
-        Some(base) => {
-            let token = options
-                .at
-                .admin_token
-                .as_deref()
-                .or(config.security.admin_token.as_deref());
-            remote(base, token, action).await
-        }
+        Some(base) => remote(base, options.at.token(&config), action).await,
         None => {
             let pipeline = Pipeline::open(config, Metrics::default())
                 .await

@@ -145,13 +145,13 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
             Source::Url(url) => {
                 let resolved = pipeline.resolve_url(url, false).await?;
                 pipeline
-                    .refuse_taken_down(&resolved.source)
+                    .refuse_listed(&resolved.source)
                     .map_err(|e| Failure::from(e).with_hash(resolved.source))?;
                 (resolved.hash, resolved.source)
             }
         };
         let failed = |e: Error| Failure::from(e).with_hash(hash);
-        pipeline.refuse_taken_down(&hash).map_err(failed)?;
+        pipeline.refuse_listed(&hash).map_err(failed)?;
         let info = pipeline
             .original(&hash)
             .await
@@ -462,8 +462,8 @@ pub(super) async fn respond(
         decorate(&mut response, target, target.unchanged(), cache_control);
         return response;
     }
-    let asker = service.asker(headers, target.asker());
-    match service.pipeline().variant_as(target, &asker).await {
+    let asker = || service.asker(headers, target.asker());
+    match service.pipeline().variant_as(target, asker).await {
         Ok(served) => {
             let mut response = served.bytes.into_response();
             response.headers_mut().insert(

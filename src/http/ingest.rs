@@ -18,7 +18,7 @@ use crate::wire::IngestRequest;
 /// `Retry-After` while bulk work is shed (admission's tiers), before any work.
 pub async fn ingest(State(service): State<Service>, request: Request) -> Response {
     // A batch is bulk work, of the tenant its token names.
-    let asker = service.asker(request.headers(), Asker::new(Tier::Bulk, "-"));
+    let asker = service.asker(request.headers(), Asker::anonymous(Tier::Bulk));
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
         Ok(body) => body,
         Err(_) => {

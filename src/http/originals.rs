@@ -172,7 +172,7 @@ pub async fn upload(State(service): State<Service>, request: Request) -> Respons
 async fn lookup(service: &Service, hash: &str) -> Result<(ContentHash, OriginalInfo), Error> {
     let not_found = || Error::NotFound(format!("no original with hash {hash}"));
     let hash: ContentHash = hash.parse().map_err(|()| not_found())?;
-    service.pipeline().refuse_taken_down(&hash)?;
+    service.pipeline().refuse_listed(&hash)?;
     let info = service
         .pipeline()
         .original(&hash)

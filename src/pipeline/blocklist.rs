@@ -137,7 +137,7 @@ fn why_listed(entry: &BlockEntry) -> String {
 }
 
 /// The error every route answers for blocked content (`why`: [`why_listed`]'s words).
-pub fn blocked(hash: &ContentHash, why: &str) -> Error {
+fn blocked(hash: &ContentHash, why: &str) -> Error {
     Error::Blocked(format!("original {hash} {why}; it is not stored or served"))
 }
 
@@ -170,13 +170,15 @@ impl Pipeline {
         {
             tracing::info!(%hash, %entry, "new bytes refused: the picture is on the blocklist");
             self.list_match(hash, &entry, false).await?;
+            self.blocklist_changed().await?;
             let why = format!("is a copy of the picture of blocklist entry `{entry}`");
             return Err(blocked(hash, &why));
         }
         Ok(Some(computed))
     }
 
-    /// Lists `hash` as matching entry `entry` (see the module's doc).
+    /// Lists `hash` as matching entry `entry` (see the module's doc); the caller then calls
+    /// [`Pipeline::blocklist_changed`], once for all it lists.
     async fn list_match(
         &self,
         hash: &ContentHash,
@@ -192,7 +194,7 @@ impl Pipeline {
             ..BlockEntry::default()
         };
         self.shared.maps.block(&derived).await?;
-        self.blocklist_changed().await
+        Ok(())
     }
 
     /// Lists bytes a validation service refused, so that they stay refused (`validation`
@@ -274,40 +276,43 @@ impl Pipeline {
                 ))
             }
         };
-        let mut entry = BlockEntry {
+        // The stored originals it matches: its own bytes, and pictures within the radius.
+        let mut taken_down = Vec::new();
+        if let Some(hash) = sha256 {
+            if self.shared.maps.original(&hash).await?.is_some() {
+                taken_down.push(hash);
+            }
+        }
+        let own_stored = !taken_down.is_empty();
+        if let Some(print) = print {
+            for found in self.shared.maps.near(print.dct(), radius).await? {
+                if Some(found.hash) != sha256
+                    && print.matches(&found.fingerprint, radius)
+                    && self.shared.maps.original(&found.hash).await?.is_some()
+                {
+                    taken_down.push(found.hash);
+                }
+            }
+        }
+        let entry = BlockEntry {
             id,
             sha256: sha256.map(|h| h.to_hex()),
             fingerprint,
             radius: print.is_some().then_some(radius),
             note: request.note,
             matched: None,
-            took_down: false,
+            took_down: own_stored,
             listed_ms: now_ms(),
         };
+        // Listed first, with the matches (one change every node follows), so that no new
+        // copy is stored while they are taken down, by the takedown path.
         let newly_listed = self.shared.maps.block(&entry).await?;
-        self.blocklist_changed().await?;
-        // Then what is stored of it goes, by the takedown path.
-        let mut taken_down = Vec::new();
-        if let Some(hash) = sha256 {
-            if self.shared.maps.original(&hash).await?.is_some() {
-                self.take_down(&hash).await?;
-                taken_down.push(hash);
-                entry.took_down = true;
-                self.shared.maps.block(&entry).await?;
-            }
+        for hash in taken_down.iter().skip(usize::from(own_stored)) {
+            self.list_match(hash, &entry.id, true).await?;
         }
-        if let Some(print) = print {
-            for found in self.shared.maps.near(print.dct(), radius).await? {
-                if Some(found.hash) == sha256 || !print.matches(&found.fingerprint, radius) {
-                    continue;
-                }
-                if self.shared.maps.original(&found.hash).await?.is_none() {
-                    continue;
-                }
-                self.take_down(&found.hash).await?;
-                self.list_match(&found.hash, &entry.id, true).await?;
-                taken_down.push(found.hash);
-            }
+        self.blocklist_changed().await?;
+        for hash in &taken_down {
+            self.take_down(hash).await?;
         }
         Ok(Listed {
             entry,

@@ -10,7 +10,7 @@ use base64::Engine;
 use imgcas_processors::{self as processors, FACTS_VERSION};
 
 use super::Pipeline;
-use crate::admission::{Tier, Urgency};
+use crate::admission::Tier;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalFacts, PictureFacts};
@@ -47,7 +47,7 @@ impl Pipeline {
                 return Ok(kept.picture.clone());
             }
         }
-        let _slot = self.fingerprint_slot(Urgency::Background).await;
+        let _slot = self.fingerprint_slot(Tier::Background).await;
         let bytes = self.original_bytes(hash).await?;
         let limits = self.limits();
         // Counted apart from the processing runs (`processing_runs`): this happens once per

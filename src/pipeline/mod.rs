@@ -60,7 +60,7 @@ mod upload;
 mod validation;
 mod variant;
 
-pub use blocklist::{blocked, Listed};
+pub use blocklist::Listed;
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
 
 use super::{blocking, Pipeline};
-use crate::admission::{Slot, Tier, Urgency};
+use crate::admission::{Slot, Tier};
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -56,8 +56,8 @@ impl Pipeline {
     /// A CPU slot for an original's facts or fingerprint (processing's slots, see
     /// `admission`): taken before the computation's bytes are read, so that waiting work
     /// holds a hash, not an image.
-    pub(super) async fn fingerprint_slot(&self, urgency: Urgency) -> Slot {
-        self.shared.admission.side_work(urgency).await
+    pub(super) async fn fingerprint_slot(&self, tier: Tier) -> Slot {
+        self.shared.admission.side_work(tier).await
     }
 
     /// Computes the fingerprint of bytes (a request's on the blocking pool, background work
@@ -66,15 +66,11 @@ impl Pipeline {
         &self,
         hash: &ContentHash,
         bytes: Bytes,
-        urgency: Urgency,
+        tier: Tier,
     ) -> Result<Option<Fingerprint>, Error> {
         let limits = self.limits();
         Stats::bump(&self.shared.stats.fingerprints_computed);
         let (this, h) = (self.clone(), *hash);
-        let tier = match urgency {
-            Urgency::Request => Tier::Interactive,
-            Urgency::Background => Tier::Background,
-        };
         self.shared
             .admission
             .run_as(tier, move || {
@@ -92,8 +88,8 @@ impl Pipeline {
         hash: &ContentHash,
         bytes: Bytes,
     ) -> Result<Option<Fingerprint>, Error> {
-        let _slot = self.fingerprint_slot(Urgency::Request).await;
-        self.fingerprint_bytes(hash, bytes, Urgency::Request).await
+        let _slot = self.fingerprint_slot(Tier::Interactive).await;
+        self.fingerprint_bytes(hash, bytes, Tier::Interactive).await
     }
 
     /// Stores a fingerprint computed for a newly stored original, and counts it in the
@@ -120,16 +116,21 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Fingerprints a newly stored original whose bytes are in hand (an upload).
+    /// Fingerprints a newly stored original whose bytes are in hand (an upload), unless
+    /// `known` has its fingerprint already (computed by the checks before storing).
     pub(super) async fn fingerprint_new(
         &self,
         hash: &ContentHash,
         bytes: Bytes,
+        known: Option<Option<Fingerprint>>,
     ) -> Result<(), Error> {
         if !self.near_dedup_on() {
             return Ok(());
         }
-        let computed = self.compute_fingerprint(hash, bytes).await?;
+        let computed = match known {
+            Some(known) => known,
+            None => self.compute_fingerprint(hash, bytes).await?,
+        };
         self.keep_fingerprint(hash, computed).await
     }
 
@@ -155,10 +156,10 @@ impl Pipeline {
         if let Some(known) = self.shared.maps.fingerprint(hash).await? {
             return Ok(known.picture().copied());
         }
-        let _slot = self.fingerprint_slot(Urgency::Background).await;
+        let _slot = self.fingerprint_slot(Tier::Background).await;
         let bytes = self.original_bytes(hash).await?;
         let computed = self
-            .fingerprint_bytes(hash, bytes, Urgency::Background)
+            .fingerprint_bytes(hash, bytes, Tier::Background)
             .await?;
         self.keep_fingerprint(hash, computed).await?;
         Ok(computed)
@@ -240,7 +241,7 @@ impl Pipeline {
                     continue;
                 }
             };
-            let _slot = self.fingerprint_slot(Urgency::Request).await;
+            let _slot = self.fingerprint_slot(Tier::Interactive).await;
             let (ours, limits) = (bytes.clone(), self.limits());
             let same = blocking(move || {
                 Ok(
@@ -352,11 +353,11 @@ impl Pipeline {
             };
             after = Some(*last);
             for hash in batch {
-                let slot = self.fingerprint_slot(Urgency::Background).await;
+                let slot = self.fingerprint_slot(Tier::Background).await;
                 match self.shared.blobs.get(&hash).await? {
                     Some(bytes) => {
                         let computed = self
-                            .fingerprint_bytes(&hash, bytes, Urgency::Background)
+                            .fingerprint_bytes(&hash, bytes, Tier::Background)
                             .await?;
                         drop(slot);
                         self.keep_fingerprint(&hash, computed).await?;

@@ -142,7 +142,7 @@ impl Pipeline {
 
     /// `Err(blocked)` for a hash on the blocklist, `Err(taken_down)` for one taken down
     /// (a blocked original that was stored is both: the blocklist's answer says why).
-    pub fn refuse_taken_down(&self, hash: &ContentHash) -> Result<(), Error> {
+    pub fn refuse_listed(&self, hash: &ContentHash) -> Result<(), Error> {
         self.refuse_blocked(hash)?;
         match self.is_taken_down(hash) {
             true => Err(taken_down(hash)),

@@ -16,7 +16,7 @@ use imgcas_processors::{self as processors, sniff, SourceInfo};
 use super::claims::{Backoff, Turn};
 use super::near::Canonical;
 use super::{blocking, Failure, Pipeline};
-use crate::admission::Urgency;
+use crate::admission::Tier;
 use crate::blob::PutOutcome;
 use crate::config::NearDedup;
 use crate::error::Error;
@@ -111,7 +111,7 @@ impl Pipeline {
         readable: bool,
     ) -> Result<(ContentHash, OriginalInfo), Error> {
         let limits = self.limits();
-        let slot = self.shared.admission.side_work(Urgency::Request).await;
+        let slot = self.shared.admission.side_work(Tier::Interactive).await;
         blocking(move || {
             let _slot = slot;
             let probe = match processors::probe_upright(&bytes, &limits) {

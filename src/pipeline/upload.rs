@@ -4,6 +4,8 @@
 use bytes::Bytes;
 
 use super::Pipeline;
+use imgcas_processors::Fingerprint;
+
 use crate::blob::PutOutcome;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -25,6 +27,8 @@ struct Accepted {
     bytes: Bytes,
     hash: ContentHash,
     info: OriginalInfo,
+    /// The fingerprint the checks computed, if they did (`Some(None)`: no picture).
+    fingerprint: Option<Option<Fingerprint>>,
 }
 
 impl Pipeline {
@@ -61,14 +65,24 @@ impl Pipeline {
             return Err(super::taken_down(&hash));
         }
         let indexed = self.shared.maps.original(&hash).await?.is_some();
-        self.screen(&hash, &info, &bytes, indexed).await?;
-        Ok(Accepted { bytes, hash, info })
+        let fingerprint = self.screen(&hash, &info, &bytes, indexed).await?;
+        Ok(Accepted {
+            bytes,
+            hash,
+            info,
+            fingerprint,
+        })
     }
 
     /// Stores an accepted upload once.
     async fn store_upload(&self, accepted: Accepted) -> Result<Uploaded, Error> {
         let s = &self.shared;
-        let Accepted { bytes, hash, info } = accepted;
+        let Accepted {
+            bytes,
+            hash,
+            info,
+            fingerprint,
+        } = accepted;
         if let Some(existing) = s.maps.original(&hash).await? {
             // The entry may come from a download, committed without fsync: the answer
             // promises the original is kept, so make it durable first (a no-op when nothing
@@ -112,7 +126,7 @@ impl Pipeline {
             self.facts_in_background(hash);
             // An upload keeps its own bytes even in canonical mode (a deliberate act); its
             // answer names the match.
-            if let Err(e) = self.fingerprint_new(&hash, bytes).await {
+            if let Err(e) = self.fingerprint_new(&hash, bytes, fingerprint).await {
                 tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
             }
         }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use imgcas_processors::{self as processors, Fingerprint, Spec};
 
 use super::{blocking, Pipeline};
-use crate::admission::Urgency;
+use crate::admission::Tier;
 use crate::config::moderation::OnError;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -185,7 +185,7 @@ impl Pipeline {
         let spec = Spec::parse("w=256&h=256&format=jpeg&q=70").ok()?;
         let resolved = spec.resolve(None, false, None);
         let limits = self.limits();
-        let slot = self.shared.admission.side_work(Urgency::Request).await;
+        let slot = self.shared.admission.side_work(Tier::Interactive).await;
         let made = blocking(move || {
             let _slot = slot;
             Ok(processors::process(&bytes, &resolved, &limits).ok())

@@ -64,6 +64,30 @@ impl Cluster {
         self.client.get(url).send().await.expect("request")
     }
 
+    /// Waits until every node answers 451 for `source` (`w=100&format=webp`) and for `hash`
+    /// (`w=80`), failing when one still serves it 2 s after `since` (`what` happened then).
+    async fn all_refuse_within_2s(&self, source: &str, hash: &str, since: Instant, what: &str) {
+        let mut pending: Vec<usize> = (0..self.nodes.len()).collect();
+        while !pending.is_empty() {
+            assert!(
+                since.elapsed() < Duration::from_secs(2),
+                "nodes {pending:?} still serve the content 2 s after {what}"
+            );
+            let mut still = Vec::new();
+            for &node in &pending {
+                let by_url = self.image(node, source, "w=100&format=webp").await;
+                let by_hash = self.by_hash(node, hash, "w=80").await;
+                match (by_url.status().as_u16(), by_hash.status().as_u16()) {
+                    (451, 451) => {}
+                    (200, _) | (_, 200) => still.push(node),
+                    other => panic!("node {node} answered {other:?}"),
+                }
+            }
+            pending = still;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// A counter of one node's `/metrics`.
     async fn counter(&self, node: usize, name: &str) -> f64 {
         let scrape = scrape(&self.client, &self.nodes[node].base).await;
@@ -617,25 +641,9 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
     let purged = Instant::now();
 
     // Every node refuses it, by hash and by URL, within 2 s.
-    let mut pending: Vec<usize> = vec![0, 1, 2];
-    while !pending.is_empty() {
-        assert!(
-            purged.elapsed() < Duration::from_secs(2),
-            "nodes {pending:?} still serve the content 2 s after the takedown"
-        );
-        let mut still = Vec::new();
-        for &node in &pending {
-            let by_url = cluster.image(node, &source, "w=100&format=webp").await;
-            let by_hash = cluster.by_hash(node, &hash, "w=80").await;
-            match (by_url.status().as_u16(), by_hash.status().as_u16()) {
-                (451, 451) => {}
-                (200, _) | (_, 200) => still.push(node),
-                other => panic!("node {node} answered {other:?}"),
-            }
-        }
-        pending = still;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cluster
+        .all_refuse_within_2s(&source, &hash, purged, "the takedown")
+        .await;
     eprintln!(
         "every node refused the content {:?} after the takedown",
         purged.elapsed()
@@ -739,25 +747,9 @@ async fn a_blocklist_entry_on_one_node_holds_on_every_node() {
         200
     );
     let listed = Instant::now();
-    let mut pending: Vec<usize> = vec![0, 1, 2];
-    while !pending.is_empty() {
-        assert!(
-            listed.elapsed() < Duration::from_secs(2),
-            "nodes {pending:?} still serve the content 2 s after it was listed"
-        );
-        let mut still = Vec::new();
-        for &node in &pending {
-            let by_url = cluster.image(node, &source, "w=100&format=webp").await;
-            let by_hash = cluster.by_hash(node, &hash, "w=80").await;
-            match (by_url.status().as_u16(), by_hash.status().as_u16()) {
-                (451, 451) => {}
-                (200, _) | (_, 200) => still.push(node),
-                other => panic!("node {node} answered {other:?}"),
-            }
-        }
-        pending = still;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cluster
+        .all_refuse_within_2s(&source, &hash, listed, "it was listed")
+        .await;
     // A copy of the listed picture, in other bytes, is refused on C.
     let image = image::load_from_memory(&picture)
         .unwrap()

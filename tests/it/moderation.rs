@@ -66,16 +66,6 @@ async fn post_block_image(app: &TestApp, bytes: Vec<u8>, query: &str) -> reqwest
         .unwrap()
 }
 
-async fn upload(app: &TestApp, bytes: Vec<u8>) -> reqwest::Response {
-    app.client
-        .post(app.url("/v1/originals"))
-        .bearer_auth(TOKEN)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn ingest(app: &TestApp, urls: &[String]) -> Value {
     let r = app
         .client
@@ -147,7 +137,7 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
         downloads,
         "the refusal is remembered for the URL"
     );
-    let r = upload(&app, copy_of(&listed, 0.4, 85, false)).await;
+    let r = app.upload_as(TOKEN, copy_of(&listed, 0.4, 85, false)).await;
     assert_eq!(r.status(), 451);
     assert_eq!(error_code(&json(r).await), "blocked");
     let report = ingest(
@@ -304,7 +294,7 @@ async fn the_blocklist_is_exported_and_imported_as_a_file() {
         c.security.admin_token = Some(TOKEN.into());
     })
     .await;
-    let r = upload(&b, copy_of(&listed, 0.5, 75, false)).await;
+    let r = b.upload_as(TOKEN, copy_of(&listed, 0.5, 75, false)).await;
     assert_eq!(r.status(), 451);
     // A line that is no entry stops the import.
     std::fs::write(&file, "{\"id\": 5}\n").unwrap();
@@ -403,7 +393,11 @@ async fn the_validation_hook_sees_each_new_original_once_and_its_allowance_store
             .status(),
         200
     );
-    assert!(upload(&app, bytes.clone()).await.status().is_success());
+    assert!(app
+        .upload_as(TOKEN, bytes.clone())
+        .await
+        .status()
+        .is_success());
     assert_eq!(
         validator.calls.load(Ordering::SeqCst),
         1,
@@ -440,7 +434,7 @@ async fn a_denial_refuses_and_lists_the_bytes_and_stores_nothing() {
         .as_str()
         .unwrap()
         .contains("policy 7"));
-    let r = upload(&app, jpeg(300, 200, 13)).await;
+    let r = app.upload_as(TOKEN, jpeg(300, 200, 13)).await;
     assert_eq!(r.status(), 451);
     assert!(app.stored_blobs().await.is_empty());
     // Remembered: the same URL again asks neither the origin nor the service.
@@ -470,7 +464,10 @@ async fn a_service_that_does_not_answer_refuses_for_now_when_closed_and_stores_w
     assert_eq!(r.status(), 503);
     assert!(header(&r, "retry-after").is_some());
     assert_eq!(error_code(&json(r).await), "validation_unavailable");
-    assert_eq!(upload(&closed, jpeg(300, 200, 15)).await.status(), 503);
+    assert_eq!(
+        closed.upload_as(TOKEN, jpeg(300, 200, 15)).await.status(),
+        503
+    );
     assert!(closed.stored_blobs().await.is_empty());
     let open = app_with_hook(&validator, true).await;
     assert_eq!(
@@ -479,7 +476,10 @@ async fn a_service_that_does_not_answer_refuses_for_now_when_closed_and_stores_w
             .status(),
         200
     );
-    assert_eq!(upload(&open, jpeg(300, 200, 15)).await.status(), 201);
+    assert_eq!(
+        open.upload_as(TOKEN, jpeg(300, 200, 15)).await.status(),
+        201
+    );
 }
 
 #[tokio::test]
@@ -499,6 +499,6 @@ async fn the_hook_alone_is_exempt_from_the_origin_guard() {
     assert_eq!(r.status(), 403);
     assert_eq!(origin.requests(), 0);
     // ...and the hook on loopback is asked all the same.
-    assert_eq!(upload(&app, jpeg(300, 200, 17)).await.status(), 201);
+    assert_eq!(app.upload_as(TOKEN, jpeg(300, 200, 17)).await.status(), 201);
     assert_eq!(validator.calls.load(Ordering::SeqCst), 1);
 }

@@ -19,17 +19,6 @@ async fn delete(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::Resp
     request.send().await.unwrap()
 }
 
-/// `POST /v1/originals` with the admin token (uploads need it once one is set).
-async fn upload(app: &TestApp, bytes: Vec<u8>) -> reqwest::Response {
-    app.client
-        .post(app.url("/v1/originals"))
-        .bearer_auth(TOKEN)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap()
-}
-
 /// Everything the stores hold that names `hash`: an index entry, a blob, a bucket object.
 async fn stored_of(app: &TestApp, hash: &str) -> Vec<String> {
     let parsed: imgcas::hash::ContentHash = hash.parse().unwrap();
@@ -120,7 +109,7 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
     }
     assert_eq!(origin.full(), downloads + 1);
     // An upload of the same bytes is refused too.
-    let refused = upload(&app, bytes.clone()).await;
+    let refused = app.upload_as(TOKEN, bytes.clone()).await;
     assert_eq!(refused.status(), 451);
     // So is an ingest of its URLs, item by item.
     let ingested = app
@@ -197,7 +186,7 @@ async fn a_hash_never_stored_can_be_taken_down_before_it_arrives() {
     origin.put("/later.png", bytes.clone());
     let r = app.image_by_url(&origin.url("/later.png"), "w=10").await;
     assert_eq!(r.status(), 451);
-    assert_eq!(upload(&app, bytes).await.status(), 451);
+    assert_eq!(app.upload_as(TOKEN, bytes).await.status(), 451);
     assert_eq!(stored_of(&app, &hash).await, Vec::<String>::new());
     assert_eq!(app.stats().processing_runs, 0);
 }

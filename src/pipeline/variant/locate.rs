@@ -6,6 +6,7 @@ use imgcas_processors::{self as processors, Placement, SourceFormat, Spec};
 
 use super::stored::key_digest;
 use super::{Source, Target};
+use crate::admission::{Tenant, NOBODY};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalInfo, VariantKey};
@@ -36,7 +37,7 @@ impl Pipeline {
         let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
         let maps = &self.shared.maps;
         for listed in [Some(hash), own].into_iter().flatten() {
-            self.refuse_taken_down(&listed)
+            self.refuse_listed(&listed)
                 .map_err(|e| with_hash(listed, e))?;
         }
         let mut info = maps
@@ -114,6 +115,10 @@ impl Pipeline {
             url: match source {
                 Source::Url(url) => Some(url.as_str().into()),
                 Source::Hash(_) => None,
+            },
+            tenant: match source {
+                Source::Url(url) => Tenant::from(url.host_str().unwrap_or(NOBODY)),
+                Source::Hash(_) => Tenant::from(NOBODY),
             },
             checked_at_ms,
             epoch,

@@ -20,7 +20,7 @@ use url::Url;
 use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat};
 
 use super::{Failure, Pipeline, UrlState};
-use crate::admission::{Asker, Tier};
+use crate::admission::{Asker, Tenant, Tier};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
@@ -94,6 +94,8 @@ pub struct Target {
     /// The request cache's epoch when locating began: a target located across a change
     /// that ends remembered requests is not remembered.
     pub(super) epoch: u64,
+    /// The tenant of a request that names nothing else: the source URL's host (`-` by hash).
+    pub(in crate::pipeline) tenant: Tenant,
 }
 
 impl Target {
@@ -110,14 +112,9 @@ impl Target {
     /// Who asks for it when nobody says otherwise: an interactive request of the source
     /// URL's host (by hash: the anonymous tenant).
     pub fn asker(&self) -> Asker {
-        let host = self
-            .url
-            .as_deref()
-            .and_then(|u| Url::parse(u).ok())
-            .and_then(|u| u.host_str().map(str::to_string));
-        match host {
-            Some(host) => Asker::new(Tier::Interactive, &host),
-            None => Asker::anonymous(),
+        Asker {
+            tier: Tier::Interactive,
+            tenant: self.tenant.clone(),
         }
     }
 
@@ -151,11 +148,16 @@ impl Pipeline {
     /// The stored variant, or one processing run shared by every concurrent asker; a run
     /// is admitted as the target's own asker's ([`Target::asker`]).
     pub async fn variant(&self, target: &Target) -> Result<Served, Failure> {
-        self.variant_as(target, &target.asker()).await
+        self.variant_as(target, || target.asker()).await
     }
 
-    /// [`Pipeline::variant`] with a run admitted as `asker`'s (its tier and tenant).
-    pub async fn variant_as(&self, target: &Target, asker: &Asker) -> Result<Served, Failure> {
+    /// [`Pipeline::variant`] with a run admitted as `asker`'s (its tier and tenant), asked
+    /// only when there is a run to admit (a stored variant needs no asker).
+    pub async fn variant_as(
+        &self,
+        target: &Target,
+        asker: impl FnOnce() -> Asker,
+    ) -> Result<Served, Failure> {
         let s = &self.shared;
         let hash = target.source_hash();
         let fail = |error: Error, cached: bool| Failure {
@@ -187,7 +189,7 @@ impl Pipeline {
                 (v, false, false)
             }
             None => {
-                let (this, t, a) = (self.clone(), target.clone(), asker.clone());
+                let (this, t, a) = (self.clone(), target.clone(), asker());
                 let (result, led) = s
                     .variant_flights
                     .run_led(

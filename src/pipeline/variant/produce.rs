@@ -10,7 +10,7 @@ use imgcas_processors::{self as processors, mezzanine, SourceFormat, SourceInfo}
 use super::route::{mezzanine_key, Route};
 use super::stored::key_digest;
 use super::Target;
-use crate::admission::{Asker, Overloaded, Tier};
+use crate::admission::{Asker, Overloaded};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
@@ -287,15 +287,10 @@ impl Pipeline {
 
     /// Refuses a batch of `asker`'s before it starts, while admission sheds bulk work.
     pub fn admit_bulk(&self, asker: &Asker) -> Result<(), Error> {
-        match self.shared.admission.bulk_refusal() {
-            Some(o) => {
-                self.shared
-                    .admission
-                    .note_refused(&asker.tenant, Tier::Bulk);
-                Err(self.overloaded(o))
-            }
-            None => Ok(()),
-        }
+        self.shared
+            .admission
+            .admit_batch(asker)
+            .map_err(|o| self.overloaded(o))
     }
 
     /// A refusal from admission control, counted by reason and tier.

@@ -162,13 +162,20 @@ impl TestApp {
     }
 
     pub async fn upload(&self, bytes: Vec<u8>) -> reqwest::Response {
+        self.upload_request(bytes).send().await.expect("upload")
+    }
+
+    /// `POST /v1/originals` with `token` (uploads need one once a token is set).
+    pub async fn upload_as(&self, token: &str, bytes: Vec<u8>) -> reqwest::Response {
+        let request = self.upload_request(bytes).bearer_auth(token);
+        request.send().await.expect("upload")
+    }
+
+    fn upload_request(&self, bytes: Vec<u8>) -> reqwest::RequestBuilder {
         self.client
             .post(self.url("/v1/originals"))
             .header("content-type", "application/octet-stream")
             .body(bytes)
-            .send()
-            .await
-            .expect("upload")
     }
 
     pub fn stats(&self) -> StatsSnapshot {
