@@ -36,18 +36,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# The tests also start a real PostgreSQL (Debian's server binaries, run by the harness itself).
-if [ "$command" = test ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 &&
-  ! command -v initdb >/dev/null 2>&1; then
+# The tests also start a real PostgreSQL and PgBouncer (Debian's binaries, run by the harness
+# itself).
+pg_need=()
+if [ "$command" = test ]; then
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 ||
+    pg_need+=(postgresql)
+  [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || pg_need+=(pgbouncer)
+fi
+if [ ${#pg_need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing: postgresql" >&2
+    echo "installing: ${pg_need[*]}" >&2
     apt-get update -qq
-    # The package's own service may fail to start in a container; the tests need only its
-    # binaries.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2 ||
+    # The packages' own services may fail to start in a container; the tests need only
+    # their binaries.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pg_need[@]}" >&2 ||
       echo "apt-get reported a problem; the PostgreSQL tests check for the binaries themselves" >&2
   else
-    echo "note: PostgreSQL is not installed (apt-get install postgresql); its tests will skip" >&2
+    echo "note: not installed: ${pg_need[*]} (apt-get install ${pg_need[*]}); their tests will skip" >&2
   fi
 fi
 

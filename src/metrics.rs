@@ -49,6 +49,8 @@ pub struct Readings {
     /// Third-party decoders' panics caught in this process, by source format (each answered
     /// as `undecodable`).
     pub decoder_panics: Vec<(&'static str, u64)>,
+    /// Round trips to shared maps (PostgreSQL) by map operation.
+    pub map_round_trips: Vec<(&'static str, u64)>,
     /// Per admission tier: its name, CPU slots it holds, and work waiting for one.
     pub tiers: Vec<(&'static str, usize, usize)>,
     /// Per tier, the tenants with the most processing cost by name and the rest as `other`.
@@ -192,6 +194,10 @@ fn describe() {
         "Panics of third-party decoders on input bytes, by source format, each answered undecodable"
     );
     describe_counter!(
+        "imgcas_maps_statements_total",
+        "Statements sent to shared maps (PostgreSQL), each one round trip, by map operation"
+    );
+    describe_counter!(
         "imgcas_facts_computed_total",
         "Originals' facts computed (placeholders and frames: one per original, at its first storing or backfill)"
     );
@@ -270,6 +276,9 @@ impl Metrics {
             gauge!("imgcas_node_info", "node_id" => readings.node_id.clone()).set(1.0);
             for (format, panics) in &readings.decoder_panics {
                 counter!("imgcas_decoder_panics_total", "format" => *format).absolute(*panics);
+            }
+            for (op, trips) in &readings.map_round_trips {
+                counter!("imgcas_maps_statements_total", "op" => *op).absolute(*trips);
             }
             for (tier, held, waiting) in &readings.tiers {
                 gauge!("imgcas_admission_slots_held", "tier" => *tier).set(*held as f64);

@@ -66,6 +66,14 @@ fn number<T: std::str::FromStr>(v: &str) -> Result<T, String> {
         .map_err(|_| format!("`{v}` is not a number"))
 }
 
+/// A count of at least 1.
+fn some_number(v: &str) -> Result<Option<usize>, String> {
+    match number(v)? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(Some(n)),
+    }
+}
+
 /// `name=<options>;name=<options>`: the first `=` ends the name, the rest are its options.
 /// `name=<options>; name=<options>`: presets, watermarks.
 fn named(v: &str) -> Result<BTreeMap<String, String>, String> {
@@ -117,6 +125,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("storage.s3.region", "IMGCAS_S3_REGION", storage.s3.region, text),
     setting!("storage.s3.force_path_style", "IMGCAS_S3_FORCE_PATH_STYLE", storage.s3.force_path_style, boolean),
     setting!("maps.url", "IMGCAS_MAPS_URL", maps.url, some_text),
+    setting!("maps.pool_size", "IMGCAS_MAPS_POOL_SIZE", maps.pool_size, some_number),
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),

@@ -91,6 +91,8 @@ pub struct MapsConfig {
     /// `postgres://…` (`IMGCAS_MAPS_URL`): the maps on PostgreSQL, shared by every node that
     /// names the same database. Unset: the embedded redb file under the data dir.
     pub url: Option<String>,
+    /// Connections a node keeps to shared maps at most (`IMGCAS_MAPS_POOL_SIZE`; unset: 16).
+    pub pool_size: Option<usize>,
 }
 
 /// What the maintenance commands spare.
@@ -787,6 +789,7 @@ mod tests {
             ("IMGCAS_NEAR_DEDUP", (r#""canonical""#, "canonical")),
             ("IMGCAS_NEAR_DEDUP_REPORT_RADIUS", ("10", "10")),
             ("IMGCAS_NEAR_DEDUP_RADIUS", ("3", "3")),
+            ("IMGCAS_MAPS_POOL_SIZE", ("8", "8")),
             (
                 "IMGCAS_MAPS_URL",
                 (

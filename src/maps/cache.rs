@@ -195,8 +195,15 @@ impl<S: MapStore> Cached<S> {
     /// not answer, a shared store's entry as last seen.
     async fn read_url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         let ticket = self.urls.ticket(url);
-        match self.store.url_now(url).await {
-            Ok(entry) => {
+        let original_ticket = |entry: &UrlEntry| self.originals.ticket(&entry.serving());
+        match self.store.url_with_original(url).await {
+            Ok((entry, original)) => {
+                // The original a URL is served from is read with it (one round trip for
+                // both on a shared store): what the request asks next.
+                if let (Some(found), Some(info)) = (&entry, original) {
+                    self.originals
+                        .fill(found.serving(), info, original_ticket(found));
+                }
                 // Only what exists is kept: a URL that is not in the map (one the guard is
                 // about to refuse, say) leaves nothing in memory behind it (issue 28).
                 match &entry {
@@ -354,8 +361,14 @@ impl<S: MapStore> Originals for Cached<S> {
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
+        claim: Option<&Claim>,
     ) -> Result<bool, MapError> {
-        let recorded = self.store.record_download(url, entry, info).await;
+        let ticket = self.originals.ticket(&entry.hash);
+        let recorded = self.store.record_download(url, entry, info, claim).await;
+        if let Ok(true) = recorded {
+            // The row is the one just inserted: what the request reads next.
+            self.originals.fill(entry.hash, info.clone(), ticket);
+        }
         self.urls.changed(url);
         self.saw(url, recorded.is_ok().then_some(entry));
         recorded
@@ -427,7 +440,11 @@ store_answers!(Takedowns {
     fn is_taken_down(&self, hash: &ContentHash) -> bool;
     fn purge_generation(&self) -> u64;
     fn bump_purge_generation(&self) -> u64;
-});
+}
+    fn listed_at_write(&self, hash: &ContentHash) -> Option<bool> {
+        self.store.listed_at_write(hash)
+    }
+);
 
 store_answers!(Blocklist {
     fn block(&self, entry: &BlockEntry) -> bool;
@@ -453,6 +470,25 @@ impl<S: MapStore> MapStore for Cached<S> {
         self.originals.clear();
         self.urls_dropped();
         self.store.drop_memory();
+    }
+
+    fn round_trips(&self) -> Vec<(&'static str, u64)> {
+        self.store.round_trips()
+    }
+
+    async fn listed_and_original(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(bool, Option<OriginalInfo>), MapError> {
+        if let Some(info) = self.originals.get(hash) {
+            return Ok((self.store.is_taken_down(hash).await?, Some(info)));
+        }
+        let ticket = self.originals.ticket(hash);
+        let (listed, info) = self.store.listed_and_original(hash).await?;
+        if let Some(info) = &info {
+            self.originals.fill(*hash, info.clone(), ticket);
+        }
+        Ok((listed, info))
     }
 
     async fn flush(&self) -> Result<(), MapError> {

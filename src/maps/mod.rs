@@ -348,6 +348,12 @@ pub trait MapStore:
     /// (called when the purge generation moves).
     fn drop_memory(&self) {}
 
+    /// Round trips to a networked store by map operation, since it opened (none for a
+    /// store in this process).
+    fn round_trips(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Makes every write so far durable.
     async fn flush(&self) -> Result<(), MapError>;
 
@@ -358,6 +364,15 @@ pub trait MapStore:
 
     /// Readiness: the store answers a read.
     async fn check(&self) -> Result<(), MapError>;
+
+    /// Whether `hash` is on the takedown list this instant, and its originals index entry:
+    /// what bytes about to be stored are asked (one read where the store can).
+    async fn listed_and_original(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(bool, Option<OriginalInfo>), MapError> {
+        Ok((self.is_taken_down(hash).await?, self.original(hash).await?))
+    }
 }
 
 /// The URL map: canonical URL → the hash of its bytes and the origin's validators, its index
@@ -371,6 +386,16 @@ pub trait UrlMap: Send + Sync {
     /// store keeps of it (a node waiting for another's download polls this).
     async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         self.url(url).await
+    }
+
+    /// [`UrlMap::url_now`] and, where the store can read both at once, the originals index
+    /// entry of the hash the URL is served from (`None` when it has none, or the store
+    /// reads only the URL entry here).
+    async fn url_with_original(
+        &self,
+        url: &str,
+    ) -> Result<(Option<UrlEntry>, Option<OriginalInfo>), MapError> {
+        Ok((self.url_now(url).await?, None))
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError>;
@@ -414,12 +439,15 @@ pub trait Originals: Send + Sync {
         -> Result<bool, MapError>;
 
     /// A download, atomically: the original's index entry (if new) and the URL pointing at
-    /// it. Returns whether the original was new to the index.
+    /// it, giving up the download's `claim` (when one is held) in the same write, so that
+    /// no node sees the claim free before the entry is there. Returns whether the original
+    /// was new to the index.
     async fn record_download(
         &self,
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
+        claim: Option<&Claim>,
     ) -> Result<bool, MapError>;
 
     /// Stores an indexed original's facts, replacing any (nothing for an unindexed hash).
@@ -554,6 +582,14 @@ pub trait Takedowns: Send + Sync {
 
     /// Moves the purge generation forward, durably; returns the new one.
     async fn bump_purge_generation(&self) -> Result<u64, MapError>;
+
+    /// Whether `hash` was listed when this process last wrote an entry of it (a download's
+    /// record, a variant), where that write read the list in its own statement (a shared
+    /// store's writes do, to spare the check after a write its round trip); `None` when no
+    /// such write said. Answered once: it is the check right after that write.
+    fn listed_at_write(&self, _hash: &ContentHash) -> Option<bool> {
+        None
+    }
 }
 
 /// One entry of the moderation blocklist (docs/spec.md, "Blocklist"): bytes refused by
@@ -651,6 +687,12 @@ pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
     let backend = config
         .maps_backend()
         .map_err(|e| MapError::Store(e.to_string()))?;
+    if let MapsBackend::Postgres(url) = &backend {
+        let options = postgres::PgOptions {
+            pool_size: config.maps.pool_size.unwrap_or(postgres::DEFAULT_POOL_SIZE),
+        };
+        return Ok(Arc::new(PostgresMaps::open_with(url, &options).await?));
+    }
     open_backend(&backend, &config.data_dir).await
 }
 

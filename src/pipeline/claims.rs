@@ -124,10 +124,21 @@ impl Lease {
         Ok(Some(claim))
     }
 
+    /// Notes that a write gave the claim up with what it published (the maps' writes that
+    /// take a claim do), so [`Lease::release`] has nothing left to do.
+    pub(super) fn given_up(&mut self) {
+        if let Some(held) = &mut self.shared {
+            held.released = true;
+        }
+    }
+
     /// Gives the claim up now, so a waiting node takes it at once.
     pub(super) async fn release(mut self) {
         if let Some(held) = &mut self.shared {
             held.stop_renewing().await;
+            if held.released {
+                return;
+            }
             held.released = true;
             let claim = lock(&held.claim).clone();
             if let Err(e) = held.maps.release_claim(&claim).await {

@@ -262,6 +262,7 @@ impl Pipeline {
             variant_bytes: s.upkeep.variant_bytes(),
             node_id: s.node_id.clone(),
             decoder_panics: imgcas_processors::decoder_panics(),
+            map_round_trips: s.maps.round_trips(),
             tiers: Tier::ALL
                 .iter()
                 .zip(s.admission.by_tier())
@@ -324,11 +325,18 @@ impl Pipeline {
         Ok(self.shared.maps.original(hash).await?)
     }
 
-    /// An indexed original's bytes (its absence from the blob store is a storage fault).
+    /// An indexed original's bytes. Their absence from the blob store is a storage fault,
+    /// unless the hash is on the takedown list as the maps hold it now: another node's
+    /// takedown removes the bytes before this node's memory of the list follows (up to a
+    /// second), and in that window the answer is the takedown's, not a 503.
     pub async fn original_bytes(&self, hash: &ContentHash) -> Result<Bytes, Error> {
-        self.shared.blobs.get(hash).await?.ok_or_else(|| {
-            Error::StorageUnavailable(format!("original {hash} is missing from the blob store"))
-        })
+        match self.shared.blobs.get(hash).await? {
+            Some(bytes) => Ok(bytes),
+            None if self.listed_now(hash).await? => Err(taken_down(hash)),
+            None => Err(Error::StorageUnavailable(format!(
+                "original {hash} is missing from the blob store"
+            ))),
+        }
     }
 
     /// Every hash the blob store holds, indexed or not.

@@ -161,6 +161,18 @@ impl Pipeline {
         Ok(listed)
     }
 
+    /// [`Pipeline::listed_now`], and whether the originals index has `hash`: one read.
+    pub(super) async fn listed_now_and_indexed(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(bool, bool), Error> {
+        let (listed, original) = self.shared.maps.listed_and_original(hash).await?;
+        if listed {
+            self.shared.takedowns.set(*hash, true);
+        }
+        Ok((listed, original.is_some()))
+    }
+
     /// Forgets the URL map's entry of `url` (and any origin failure held for it): its next
     /// request downloads it again, without validators. Returns the hash it mapped to, or
     /// `None` when it had no entry. The original and its variants stay: other URLs may share
@@ -294,7 +306,17 @@ impl Pipeline {
     /// takedown may have run before the write landed, so it runs again. Returns whether the
     /// hash is listed.
     pub(super) async fn undo_if_taken_down(&self, hash: &ContentHash) -> Result<bool, Error> {
-        if !self.listed_now(hash).await? {
+        // The write may have read the list itself, in its own statement (see
+        // `Takedowns::listed_at_write`): a takedown that ran later removes what it wrote.
+        let listed = match self.shared.maps.listed_at_write(hash) {
+            Some(true) => {
+                self.shared.takedowns.set(*hash, true);
+                true
+            }
+            Some(false) => false,
+            None => self.listed_now(hash).await?,
+        };
+        if !listed {
             return Ok(false);
         }
         tracing::info!(%hash, "content stored while being taken down; removing it again");

@@ -99,6 +99,15 @@ fn describe(bytes: &[u8], probe: Option<(SourceInfo, (u32, u32))>) -> (ContentHa
     (hash, info)
 }
 
+/// What a download that brought bytes may publish once stored.
+enum Publish {
+    /// The URL's entry (and the original's), under the claim when the maps are shared: the
+    /// write that records them gives it up.
+    Url(Option<crate::maps::Claim>),
+    /// The original only: the claim was lost, another node may have published since.
+    OriginalOnly,
+}
+
 impl Pipeline {
     /// [`describe`] on the blocking pool, holding a processing slot while it hashes and
     /// probes (issue 35): a probe is CPU like a run, so it waits its turn with the runs
@@ -163,7 +172,7 @@ impl Pipeline {
             .url_flights
             .run(
                 key,
-                async move { this.refresh_url(u, recheck).await },
+                async move { this.refresh_url(u, recheck, entry).await },
                 |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
             )
             .await;
@@ -175,9 +184,19 @@ impl Pipeline {
     }
 
     /// The one origin request of a flight: conditional when the URL is known.
-    async fn refresh_url(&self, url: Url, recheck: bool) -> Result<Resolved, Failure> {
+    /// `seen` is the entry the flight's first caller found (shared maps: the claim below
+    /// looks again once it is ours, so it is not read twice).
+    async fn refresh_url(
+        &self,
+        url: Url,
+        recheck: bool,
+        seen: Option<UrlEntry>,
+    ) -> Result<Resolved, Failure> {
         let s = &self.shared;
-        let entry = s.maps.url(url.as_str()).await.map_err(Error::from)?;
+        let mut entry = match s.maps.shared() {
+            true => seen,
+            false => s.maps.url(url.as_str()).await.map_err(Error::from)?,
+        };
         if let Some(e) = &entry {
             if !recheck && is_fresh(e, s.config.fetch.revalidate_after) {
                 return Ok(Resolved::known(e, UrlState::Fresh));
@@ -191,13 +210,19 @@ impl Pipeline {
         let mut lease = loop {
             match self.claim(claim_key.clone()).await? {
                 Turn::Ours(lease) => {
-                    // The owner before us may have published just before it released (a
-                    // recheck asks itself: that owner may have asked before the news).
-                    if lease.is_shared() && !recheck {
-                        if let Some(done) = self.refreshed_elsewhere(&url, entry.as_ref()).await? {
-                            lease.release().await;
-                            return Ok(done);
+                    if lease.is_shared() {
+                        // One read for two questions: whether the owner before us published
+                        // just before it released (a recheck asks itself: that owner may have
+                        // asked before the news), and the validators as they stand now (a
+                        // node may have refreshed them while this one waited).
+                        let now = s.maps.url_now(url.as_str()).await.map_err(Error::from)?;
+                        if !recheck {
+                            if let Some(done) = self.refreshed(now.clone(), entry.as_ref()) {
+                                lease.release().await;
+                                return Ok(done);
+                            }
                         }
+                        entry = now;
                     }
                     break lease;
                 }
@@ -213,13 +238,6 @@ impl Pipeline {
                     }
                 }
             }
-        };
-        // Under a shared claim, ask with the validators as they stand now (a node may have
-        // refreshed them while this one waited).
-        let entry = if lease.is_shared() {
-            s.maps.url_now(url.as_str()).await.map_err(Error::from)?
-        } else {
-            entry
         };
         let validators = entry.as_ref().map(|e| Validators {
             etag: e.etag.clone(),
@@ -261,14 +279,20 @@ impl Pipeline {
                 Stats::bump(&s.stats.downloads);
                 Stats::add(&s.stats.downloaded_bytes, bytes.len() as u64);
                 let publish = match lease.settle().await {
-                    Ok(_) => true,
+                    Ok(claim) => Publish::Url(claim),
                     Err(why) => {
                         tracing::warn!(%why, "URL mapping not published; the original is");
-                        false
+                        Publish::OriginalOnly
                     }
                 };
-                let stored = self.store_download(&url, bytes, validators, publish).await;
+                let publish_url = matches!(publish, Publish::Url(_));
+                let stored = self.store_download(&url, bytes, validators, &publish).await;
+                if let (Publish::Url(Some(_)), Ok((_, _, _, true))) = (&publish, &stored) {
+                    lease.given_up();
+                }
                 lease.release().await;
+                let publish = publish_url;
+                let stored = stored.map(|(hash, source, new, _)| (hash, source, new));
                 if publish {
                     self.url_written().await;
                 }
@@ -306,16 +330,22 @@ impl Pipeline {
             .maps
             .url_now(url.as_str())
             .await
-            .map_err(Error::from)?
-            .filter(|e| is_fresh(e, self.shared.config.fetch.revalidate_after));
-        Ok(match (seen, now) {
+            .map_err(Error::from)?;
+        Ok(self.refreshed(now, seen))
+    }
+
+    /// Whether `now`, the URL's entry as just read, is news against `seen`: a fresh entry
+    /// where there was none, or a later check.
+    fn refreshed(&self, now: Option<UrlEntry>, seen: Option<&UrlEntry>) -> Option<Resolved> {
+        let now = now.filter(|e| is_fresh(e, self.shared.config.fetch.revalidate_after));
+        match (seen, now) {
             (None, Some(e)) => Some(Resolved::known(&e, UrlState::Downloaded)),
             (Some(old), Some(e)) if e.checked_at_ms > old.checked_at_ms => Some(Resolved {
                 changed: e.hash != old.hash,
                 ..Resolved::known(&e, UrlState::Revalidated)
             }),
             _ => None,
-        })
+        }
     }
 
     /// Records an origin failure (held per its class, with backoff) and serves the stored
@@ -354,9 +384,13 @@ impl Pipeline {
         url: &Url,
         bytes: Bytes,
         validators: Validators,
-        publish_url: bool,
-    ) -> Result<(ContentHash, ContentHash, bool), Error> {
+        publish: &Publish,
+    ) -> Result<(ContentHash, ContentHash, bool, bool), Error> {
         let s = &self.shared;
+        let (publish_url, claim) = match publish {
+            Publish::Url(claim) => (true, claim.as_ref()),
+            Publish::OriginalOnly => (false, None),
+        };
         let (hash, info) = self.describe_in_turn(bytes.clone(), false).await?;
         let size = bytes.len() as u64;
         let now = now_ms();
@@ -370,15 +404,16 @@ impl Pipeline {
         };
         // Taken-down bytes are not stored: the URL is remembered as naming them (so that its
         // requests answer `taken_down` without a download each), and `locate` refuses it.
-        if self.listed_now(&hash).await? {
+        // (Indexed bytes are in the blob store already — the blob is written before the
+        // index points at it — so a duplicate URL or a changed-validators 200 uploads
+        // nothing: both questions in one read.)
+        let (listed, indexed) = self.listed_now_and_indexed(&hash).await?;
+        if listed {
             if publish_url {
                 s.maps.put_url(url.as_str(), &entry).await?;
             }
-            return Ok((hash, hash, false));
+            return Ok((hash, hash, false, false));
         }
-        // Indexed bytes are in the blob store already (the blob is written before the index
-        // points at it): a duplicate URL or a changed-validators 200 uploads nothing.
-        let indexed = s.maps.original(&hash).await?.is_some();
         // Blocked bytes (the blocklist, the validation hook) are not stored: the URL is
         // remembered as naming them, as above, and `locate` refuses it as `blocked`.
         let mut computed = match self.screen(&hash, &info, &bytes, indexed).await {
@@ -388,7 +423,7 @@ impl Pipeline {
                 if publish_url {
                     s.maps.put_url(url.as_str(), &entry).await?;
                 }
-                return Ok((hash, hash, false));
+                return Ok((hash, hash, false, false));
             }
             Err(e) => return Err(e),
         };
@@ -416,7 +451,7 @@ impl Pipeline {
                                 if publish_url {
                                     s.maps.put_url(url.as_str(), &entry).await?;
                                 }
-                                return Ok((hash, hash, false));
+                                return Ok((hash, hash, false, false));
                             }
                             Canonical::Merge(canonical) => Some(canonical),
                             Canonical::Own => None,
@@ -436,7 +471,7 @@ impl Pipeline {
                     s.maps.put_url(url.as_str(), &entry).await?;
                 }
                 tracing::info!(%url, source = %hash, %canonical, "served from a near-duplicate original");
-                return Ok((canonical, hash, false));
+                return Ok((canonical, hash, false, false));
             }
         }
         if indexed {
@@ -450,13 +485,15 @@ impl Pipeline {
         // The index, not the blob store's answer, decides "new": a blob a crash left without
         // its index entry is still news to every reader of the maps.
         let new_original = if publish_url {
-            s.maps.record_download(url.as_str(), &entry, &info).await?
+            s.maps
+                .record_download(url.as_str(), &entry, &info, claim)
+                .await?
         } else {
             s.maps.add_original(&hash, &info).await?
         };
         if self.undo_if_taken_down(&hash).await? {
             // Taken down while this download stored it: removed again, and refused.
-            return Ok((hash, hash, false));
+            return Ok((hash, hash, false, false));
         }
         if new_original {
             self.facts_in_background(hash);
@@ -480,6 +517,7 @@ impl Pipeline {
                 }
             }
         }
-        Ok((hash, hash, new_original))
+        // The claim went with the URL entry (when there was one to give up).
+        Ok((hash, hash, new_original, publish_url))
     }
 }

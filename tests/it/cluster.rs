@@ -94,6 +94,30 @@ impl Cluster {
         metric_value(&scrape, name, &[])
     }
 
+    /// `n` requests for `source` with `query` at once, spread round-robin over the nodes:
+    /// each one's status and body.
+    async fn at_once(&self, n: usize, source: &str, query: &str) -> Vec<(u16, bytes::Bytes)> {
+        let mut requests = Vec::new();
+        for i in 0..n {
+            let (client, base) = (
+                self.client.clone(),
+                self.nodes[i % self.nodes.len()].base.clone(),
+            );
+            let (source, query) = (source.to_string(), query.to_string());
+            requests.push(tokio::spawn(async move {
+                let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+                url.query_pairs_mut().append_pair("url", &source);
+                let r = client.get(format!("{url}&{query}")).send().await.unwrap();
+                (r.status().as_u16(), r.bytes().await.unwrap())
+            }));
+        }
+        let mut answers = Vec::new();
+        for request in requests {
+            answers.push(request.await.unwrap());
+        }
+        answers
+    }
+
     /// A counter summed over the nodes still running.
     async fn total(&self, name: &str) -> f64 {
         let mut sum = 0.0;
@@ -173,27 +197,8 @@ async fn three_nodes_share_what_they_learn_and_do_each_job_once() {
     let source = origin.url("/b.jpg");
     let (runs_before, downloads_before) =
         (cluster.total(RUNS).await, cluster.total(DOWNLOADS).await);
-    let mut requests = Vec::new();
-    for i in 0..90 {
-        let (client, base, source) = (
-            cluster.client.clone(),
-            cluster.nodes[i % 3].base.clone(),
-            source.clone(),
-        );
-        requests.push(tokio::spawn(async move {
-            let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
-            url.query_pairs_mut().append_pair("url", &source);
-            let r = client
-                .get(format!("{url}&w=200&format=png"))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.bytes().await.unwrap())
-        }));
-    }
     let mut bodies = std::collections::HashSet::new();
-    for request in requests {
-        let (status, body) = request.await.unwrap();
+    for (status, body) in cluster.at_once(90, &source, "w=200&format=png").await {
         assert_eq!(status, 200);
         bodies.insert(body);
     }
@@ -810,5 +815,86 @@ async fn a_node_does_not_adopt_another_nodes_stale_check() {
             origin.requests() - conditional_before >= 3,
             "every request asked the origin"
         );
+    }
+}
+
+/// Issue 34: three nodes through PgBouncer in transaction pooling (ten server connections
+/// for the three), doing work of every kind from every node: new URLs and specs, hits by
+/// URL and by hash, 30 concurrent cold requests, the upkeep's and the purge generation's
+/// statements each second, a takedown. Behind such a pooler a named prepared statement or
+/// any session state breaks the next statement; here nothing answers other than expected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_work_through_pgbouncer_in_transaction_mode() {
+    use common::pgbouncer::PgBouncer;
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    let Some(bouncer) = PgBouncer::or_skip("cluster_pgbouncer", pg) else {
+        return;
+    };
+    pg.database("cluster_pgbouncer");
+    let maps_url = bouncer.url("cluster_pgbouncer");
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start(
+        &maps_url,
+        &bucket,
+        &[("IMGCAS_REVALIDATE_AFTER", "1s".to_string())],
+    );
+    let mut hashes = Vec::new();
+    for i in 0..4u8 {
+        let path = format!("/bounced-{i}.jpg");
+        origin.put(&path, jpeg(200 + u32::from(i) * 16, 150, 40 + i));
+        let source = origin.url(&path);
+        for node in 0..3 {
+            let spec = format!("w={}&format=webp", 60 + node * 10);
+            let r = cluster.image(node, &source, &spec).await;
+            let status = r.status();
+            let hash = header(&r, "x-imgcas-source-hash").map(str::to_string);
+            assert_eq!(status, 200, "node {node}: {}", r.text().await.unwrap());
+            if node == 0 {
+                hashes.push(hash.unwrap());
+            }
+            assert_eq!(
+                cluster
+                    .by_hash(node, &hashes[usize::from(i)], "w=50")
+                    .await
+                    .status(),
+                200
+            );
+        }
+    }
+    origin.put("/bounced-cold.jpg", jpeg(480, 360, 50));
+    let source = origin.url("/bounced-cold.jpg");
+    let runs_before = cluster.total(RUNS).await;
+    for (status, _) in cluster.at_once(30, &source, "w=120").await {
+        assert_eq!(status, 200);
+    }
+    assert_eq!(cluster.total(RUNS).await - runs_before, 1.0, "one run");
+    // A few upkeep rounds (stamps, the purge generation) on every node, then revalidations.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for node in 0..3 {
+        let r = cluster.image(node, &source, "w=120").await;
+        assert_eq!(r.status(), 200, "node {node}");
+    }
+    // A takedown through the pooler (the offline command, on the shared maps) holds
+    // everywhere.
+    let offline = tempfile::tempdir().unwrap();
+    let hash = hashes[0].clone();
+    let mut env = bucket.env();
+    env.push(("IMGCAS_MAPS_URL", maps_url.clone()));
+    let (code, out) = binary::run(offline.path(), &env, &["purge", &hash]);
+    assert_eq!(code, 0, "{out}");
+    let purged = Instant::now();
+    cluster
+        .all_refuse_within_2s(&origin.url("/bounced-0.jpg"), &hash, purged, "the takedown")
+        .await;
+    for node in 0..3 {
+        let page = metrics_text(&cluster.client, &cluster.nodes[node].base).await;
+        let failed: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("imgcas_http_requests_total") && l.contains("status=\"5"))
+            .collect();
+        assert!(failed.is_empty(), "node {node} answered 5xx: {failed:?}");
     }
 }

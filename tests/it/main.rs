@@ -43,6 +43,7 @@ mod presets;
 mod proxy;
 mod restart;
 mod revalidation;
+mod round_trips;
 mod s3_outage;
 mod s3_sources;
 mod s3_writes;

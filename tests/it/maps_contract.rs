@@ -120,12 +120,12 @@ async fn contract(open: impl Fn() -> Opened) {
 
     // A download records its original (new or not) and its URL together.
     let new = maps
-        .record_download("http://127.0.0.1/b", &url_entry(b), &info(20))
+        .record_download("http://127.0.0.1/b", &url_entry(b), &info(20), None)
         .await
         .unwrap();
     assert!(new, "b was not indexed");
     let again = maps
-        .record_download("http://127.0.0.1/b2", &url_entry(b), &info(21))
+        .record_download("http://127.0.0.1/b2", &url_entry(b), &info(21), None)
         .await
         .unwrap();
     assert!(!again, "b is indexed now");
@@ -516,7 +516,7 @@ async fn takedowns(open: impl Fn() -> Opened) {
         v.into_iter().map(|(u, _)| u).collect::<Vec<_>>()
     };
     maps.put_url("http://o/1", &url_entry(x)).await.unwrap();
-    maps.record_download("http://o/2", &url_entry(x), &info(5))
+    maps.record_download("http://o/2", &url_entry(x), &info(5), None)
         .await
         .unwrap();
     let near = UrlEntry {
@@ -917,15 +917,35 @@ async fn postgres_claims_follow_the_lease_rules() {
     b.put_variant_claimed(&k, &row, &mine).await.unwrap();
     assert_eq!(b.variant(&k).await.unwrap(), Some(row));
 
-    // Released: free at once; a release with a stale token releases nothing.
-    a.release_claim(&held).await.unwrap();
+    // Published: the write gave the claim up, leaving a tombstone for a few seconds, so a
+    // node that missed the row a moment ago is refused (and reads it) rather than granted.
     assert_eq!(
         a.try_claim(job, "a", 7, ttl).await.unwrap(),
-        ClaimOutcome::HeldBy("b".into())
+        ClaimOutcome::HeldBy("(published just now)".into())
     );
-    b.release_claim(&mine).await.unwrap();
+
+    // Released: free at once; a release with a stale token releases nothing.
+    let download = "url:job";
     assert_eq!(
-        a.try_claim(job, "a", 8, ttl).await.unwrap(),
+        a.try_claim(download, "a", 9, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
+    let theirs = Claim {
+        key: download.into(),
+        token: 10,
+    };
+    b.release_claim(&theirs).await.unwrap();
+    assert_eq!(
+        b.try_claim(download, "b", 11, ttl).await.unwrap(),
+        ClaimOutcome::HeldBy("a".into())
+    );
+    let ours = Claim {
+        key: download.into(),
+        token: 9,
+    };
+    a.release_claim(&ours).await.unwrap();
+    assert_eq!(
+        b.try_claim(download, "b", 12, ttl).await.unwrap(),
         ClaimOutcome::Won
     );
 }

@@ -9,10 +9,11 @@ impl Blocklist for PostgresStore {
         // `xmax = 0` only on a row this statement inserted (not one it updated).
         let rows = self
             .query(
+                "block",
                 "INSERT INTO imgcas_blocklist (id, entry) VALUES ($1, $2)
                  ON CONFLICT (id) DO UPDATE SET entry = EXCLUDED.entry
                  RETURNING (xmax = 0) AS inserted",
-                &[&entry.id, &json],
+                params![entry.id, json],
             )
             .await?;
         Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
@@ -20,14 +21,22 @@ impl Blocklist for PostgresStore {
 
     async fn unblock(&self, id: &str) -> Result<bool, MapError> {
         let n = self
-            .execute("DELETE FROM imgcas_blocklist WHERE id = $1", &[&id])
+            .execute(
+                "unblock",
+                "DELETE FROM imgcas_blocklist WHERE id = $1",
+                params![id],
+            )
             .await?;
         Ok(n == 1)
     }
 
     async fn blocklist(&self) -> Result<Vec<BlockEntry>, MapError> {
         let rows = self
-            .query("SELECT entry FROM imgcas_blocklist ORDER BY id", &[])
+            .query(
+                "blocklist",
+                "SELECT entry FROM imgcas_blocklist ORDER BY id",
+                params![],
+            )
             .await?;
         rows.iter()
             .map(|r| {

@@ -1,4 +1,12 @@
 //! Claims on work across nodes: one conditional write each, decided on the server's clock.
+//!
+//! A variant published under its claim leaves the claim's row behind as a *tombstone* for
+//! a few seconds (owner `''`, token 0; written by the publishing statement itself), instead
+//! of deleting it. A node that missed the row a moment ago and tries the claim now is then
+//! refused (it reads the row again) rather than granted it: had the claim simply gone, the
+//! grant could not tell "never made" from "made while I looked away", and the node would
+//! have to read the row once more after every grant. Tombstones and dead nodes' claims are
+//! swept a minute after they expire (with a purge generation read, `takedowns.rs`).
 
 use super::*;
 
@@ -17,29 +25,37 @@ impl Claims for PostgresStore {
     ) -> Result<ClaimOutcome, MapError> {
         let ttl_secs = ttl.as_secs_f64();
         // Insert, or take over an expired claim: one statement, decided on the database's
-        // clock. No row back means someone else holds it.
-        let won = self
+        // clock, which also names the holder when it is not us.
+        let rows = self
             .query(
-                "INSERT INTO imgcas_claims (key, owner, token, expires_at, renewed_at)
-                 VALUES ($1, $2, $3, now() + $4 * interval '1 second', now())
-                 ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner,
-                     token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
-                     renewed_at = EXCLUDED.renewed_at
-                  WHERE imgcas_claims.expires_at < now()
-                 RETURNING token",
-                &[&key, &owner, &token, &ttl_secs],
+                "try_claim",
+                "WITH won AS (
+                    INSERT INTO imgcas_claims (key, owner, token, expires_at, renewed_at)
+                    VALUES ($1, $2, $3, now() + $4 * interval '1 second', now())
+                    ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner,
+                        token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
+                        renewed_at = EXCLUDED.renewed_at
+                     WHERE imgcas_claims.expires_at < now()
+                    RETURNING token)
+                 SELECT true AS won, '' AS owner FROM won
+                 UNION ALL
+                 SELECT false, owner FROM imgcas_claims
+                  WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM won)",
+                params![key, owner, token, ttl_secs],
             )
             .await?;
-        if !won.is_empty() {
+        let Some(row) = rows.first() else {
+            return Ok(ClaimOutcome::HeldBy("(released just now)".into()));
+        };
+        if row.try_get::<_, bool>("won").map_err(store_error)? {
             return Ok(ClaimOutcome::Won);
         }
-        let holder = self
-            .query("SELECT owner FROM imgcas_claims WHERE key = $1", &[&key])
-            .await?;
-        Ok(ClaimOutcome::HeldBy(holder.first().map_or_else(
-            || "(released just now)".to_string(),
-            |r| r.get(0),
-        )))
+        let holder: String = row.try_get("owner").map_err(store_error)?;
+        Ok(ClaimOutcome::HeldBy(if holder.is_empty() {
+            "(published just now)".into()
+        } else {
+            holder
+        }))
     }
 
     async fn renew_claim(
@@ -51,10 +67,11 @@ impl Claims for PostgresStore {
         let ttl_secs = ttl.as_secs_f64();
         let renewed = self
             .execute(
+                "renew_claim",
                 "UPDATE imgcas_claims SET token = $3,
                         expires_at = now() + $4 * interval '1 second', renewed_at = now()
                   WHERE key = $1 AND token = $2",
-                &[&claim.key, &claim.token, &new_token, &ttl_secs],
+                params![claim.key, claim.token, new_token, ttl_secs],
             )
             .await?;
         Ok(renewed == 1)
@@ -62,8 +79,9 @@ impl Claims for PostgresStore {
 
     async fn release_claim(&self, claim: &Claim) -> Result<(), MapError> {
         self.execute(
+            "release_claim",
             "DELETE FROM imgcas_claims WHERE key = $1 AND token = $2",
-            &[&claim.key, &claim.token],
+            params![claim.key, claim.token],
         )
         .await
         .map(|_| ())

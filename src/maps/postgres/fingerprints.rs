@@ -8,8 +8,9 @@ impl Fingerprints for PostgresStore {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
             .query(
+                "fingerprint",
                 "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
-                &[&raw, &(FINGERPRINT_VERSION as i32)],
+                params![raw, (FINGERPRINT_VERSION as i32)],
             )
             .await?;
         rows.first().map(fingerprinted).transpose()
@@ -26,6 +27,7 @@ impl Fingerprints for PostgresStore {
         let dim = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let band = |b: usize| fp.map(|f| near::band_of(f.phash, b) as i16);
         self.execute(
+            "put_fingerprint",
             "INSERT INTO imgcas_fingerprints
                 (hash, version, phash, block_hash, colour, width, height,
                  band0, band1, band2, band3)
@@ -35,18 +37,18 @@ impl Fingerprints for PostgresStore {
                 colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
                 band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
                 band3 = EXCLUDED.band3",
-            &[
-                &raw,
-                &(FINGERPRINT_VERSION as i32),
-                &fp.map(|f| signed(f.phash)),
-                &fp.map(|f| signed(f.block_hash)),
-                &fp.map(|f| signed(f.colour)),
-                &fp.map(|f| dim(f.width)),
-                &fp.map(|f| dim(f.height)),
-                &band(0),
-                &band(1),
-                &band(2),
-                &band(3),
+            params![
+                raw,
+                (FINGERPRINT_VERSION as i32),
+                fp.map(|f| signed(f.phash)),
+                fp.map(|f| signed(f.block_hash)),
+                fp.map(|f| signed(f.colour)),
+                fp.map(|f| dim(f.width)),
+                fp.map(|f| dim(f.height)),
+                band(0),
+                band(1),
+                band(2),
+                band(3)
             ],
         )
         .await?;
@@ -59,19 +61,20 @@ impl Fingerprints for PostgresStore {
         // Candidates by exact band, verified in the database (bit_count of the XOR).
         let rows = self
             .query(
+                "near",
                 "SELECT * FROM imgcas_fingerprints
                   WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
                          OR band3 = ANY($4))
                     AND version = $5
                     AND bit_count((phash # $6)::bit(64)) <= $7",
-                &[
-                    &p0,
-                    &p1,
-                    &p2,
-                    &p3,
-                    &(FINGERPRINT_VERSION as i32),
-                    &(phash as i64),
-                    &i64::from(radius),
+                params![
+                    p0,
+                    p1,
+                    p2,
+                    p3,
+                    (FINGERPRINT_VERSION as i32),
+                    (phash as i64),
+                    i64::from(radius)
                 ],
             )
             .await?;
@@ -97,14 +100,15 @@ impl Fingerprints for PostgresStore {
         let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
         let rows = self
             .query(
+                "unfingerprinted",
                 "SELECT o.hash FROM imgcas_originals o
                    LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
                   WHERE f.hash IS NULL AND o.hash > $2
                   ORDER BY o.hash LIMIT $3",
-                &[
-                    &(FINGERPRINT_VERSION as i32),
-                    &after,
-                    &(limit.min(1 << 20) as i64),
+                params![
+                    (FINGERPRINT_VERSION as i32),
+                    after,
+                    (limit.min(1 << 20) as i64)
                 ],
             )
             .await?;
@@ -114,8 +118,9 @@ impl Fingerprints for PostgresStore {
     async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
         let rows = self
             .query(
+                "fingerprints",
                 "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
-                &[&(FINGERPRINT_VERSION as i32)],
+                params![(FINGERPRINT_VERSION as i32)],
             )
             .await?;
         let mut out = Vec::with_capacity(rows.len());
@@ -131,8 +136,9 @@ impl Fingerprints for PostgresStore {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
             .query(
+                "alias",
                 "SELECT canonical FROM imgcas_aliases WHERE hash = $1",
-                &[&raw],
+                params![raw],
             )
             .await?;
         rows.first()
@@ -143,9 +149,10 @@ impl Fingerprints for PostgresStore {
     async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
         let (own, canonical): (&[u8], &[u8]) = (own.as_bytes(), canonical.as_bytes());
         self.execute(
+            "put_alias",
             "INSERT INTO imgcas_aliases (hash, canonical) VALUES ($1, $2)
              ON CONFLICT (hash) DO UPDATE SET canonical = EXCLUDED.canonical",
-            &[&own, &canonical],
+            params![own, canonical],
         )
         .await?;
         Ok(())
@@ -154,8 +161,9 @@ impl Fingerprints for PostgresStore {
     async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
         let raw: &[u8] = hash.as_bytes();
         self.execute(
+            "remove_aliases",
             "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
-            &[&raw],
+            params![raw],
         )
         .await
     }

@@ -25,8 +25,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::types::ToSql;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
 use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
@@ -39,23 +39,27 @@ use super::{
     Variants,
 };
 use crate::hash::ContentHash;
+use sql::{params, RoundTrips, Run, Session};
 
 mod blocklist;
 mod claims;
 mod fingerprints;
 mod originals;
 mod schema;
+mod sql;
 mod takedowns;
 mod urls;
 mod variants;
 
-/// Connections per node. Each request needs one only for the length of a statement, so a few
-/// dozen serve thousands of requests a second; three nodes stay well under the server's
-/// default limit of 100.
-const POOL_SIZE: usize = 16;
+/// Connections per node unless `maps.pool_size` says otherwise. Each request needs one only
+/// for the length of a statement, so a few dozen serve thousands of requests a second.
+pub const DEFAULT_POOL_SIZE: usize = 16;
 /// How long a statement may wait for a connection, or a connection take to open, before the
-/// maps count as unavailable (503 `storage_unavailable`, not a hung request).
+/// maps count as unavailable (503 `storage_unavailable`, not a hung request). A server at its
+/// connection limit (`too many clients`) is asked again within the same time.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first pause before asking a server at its connection limit again; doubled each time.
+const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(10);
 /// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls`.
 const URL_ROW_BYTES: &str = "(2 * octet_length(url) + COALESCE(octet_length(etag), 0) \
      + COALESCE(octet_length(last_modified), 0) + 160)::bigint";
@@ -83,11 +87,48 @@ fn pool_error(e: deadpool_postgres::PoolError) -> MapError {
     }
 }
 
+/// Whether a failure to get a connection is the server refusing one for now (its
+/// connection limit, or starting up), which a moment's wait may cure.
+fn refused_for_now(e: &deadpool_postgres::PoolError) -> bool {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => e.code().is_some_and(|code| {
+            *code == SqlState::TOO_MANY_CONNECTIONS || *code == SqlState::CANNOT_CONNECT_NOW
+        }),
+        _ => false,
+    }
+}
+
 /// The maps' tables in one database. Its memory of rows is [`Cached`]'s, which every
 /// handle given out wears ([`PostgresMaps`]).
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    trips: RoundTrips,
+    /// What the last write of an entry of a hash read of the takedown list
+    /// ([`Takedowns::listed_at_write`]), for the check the pipeline makes right after.
+    listed_at_write: moka::sync::Cache<ContentHash, bool>,
+    /// Purge generation reads so far: every [`CLAIMS_SWEPT_EVERY`]th also sweeps claims.
+    generation_reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How long a published result's claim stays as a tombstone (see `claims.rs`).
+const TOMBSTONE_SECS: f64 = 5.0;
+/// Every how many purge generation reads (one a second per node) expired claims are swept.
+const CLAIMS_SWEPT_EVERY: u64 = 30;
+
+/// How a node connects besides its URL.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// Connections this node keeps at most (`maps.pool_size`).
+    pub pool_size: usize,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
 }
 
 /// The shared maps as the service uses them: the database, with this node's memory.
@@ -96,13 +137,23 @@ pub type PostgresMaps = Cached<PostgresStore>;
 impl PostgresMaps {
     /// Connects to `url` and brings the schema up to date.
     pub async fn open(url: &str) -> Result<PostgresMaps, MapError> {
-        Ok(Cached::new(PostgresStore::open(url).await?))
+        PostgresMaps::open_with(url, &PgOptions::default()).await
+    }
+
+    /// [`PostgresMaps::open`] with these options.
+    pub async fn open_with(url: &str, options: &PgOptions) -> Result<PostgresMaps, MapError> {
+        Ok(Cached::new(PostgresStore::open_with(url, options).await?))
     }
 }
 
 impl PostgresStore {
     /// Connects to `url` and brings the schema up to date (a store without memory).
     pub async fn open(url: &str) -> Result<PostgresStore, MapError> {
+        PostgresStore::open_with(url, &PgOptions::default()).await
+    }
+
+    /// [`PostgresStore::open`] with these options.
+    pub async fn open_with(url: &str, options: &PgOptions) -> Result<PostgresStore, MapError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| MapError::Store(format!("maps.url is not a PostgreSQL URL: {e}")))?;
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -117,32 +168,71 @@ impl PostgresStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
+            .max_size(options.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(CONNECT_TIMEOUT))
             .create_timeout(Some(CONNECT_TIMEOUT))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| MapError::Store(format!("PostgreSQL pool: {e}")))?;
-        let maps = PostgresStore { pool };
-        let mut client = maps.client().await?;
-        schema::migrate(&mut client).await?;
+        let maps = PostgresStore {
+            pool,
+            trips: RoundTrips::default(),
+            listed_at_write: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(60))
+                .build(),
+            generation_reads: Default::default(),
+        };
+        let mut session = maps.session("migrate").await?;
+        schema::migrate(&mut session).await?;
         Ok(maps)
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, MapError> {
-        self.pool.get().await.map_err(pool_error)
+    /// A pooled connection for one map operation, its round trips counted under `op`.
+    /// Waits while the pool is full or the server at its connection limit, up to
+    /// [`CONNECT_TIMEOUT`] in all.
+    async fn session(&self, op: &'static str) -> Result<Session, MapError> {
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        let mut pause = CONNECT_RETRY_PAUSE;
+        let client = loop {
+            match self.pool.get().await {
+                Ok(client) => break client,
+                Err(e) if refused_for_now(&e) => {
+                    let now = tokio::time::Instant::now();
+                    if now + pause >= deadline {
+                        return Err(pool_error(e));
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(pool_error(e)),
+            }
+        };
+        Ok(Session {
+            client,
+            op,
+            trips: self.trips.clone(),
+        })
     }
 
-    /// Runs one statement on a pooled connection.
-    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, MapError> {
-        let client = self.client().await?;
-        client.execute(sql, params).await.map_err(store_error)
+    /// Runs one statement on a pooled connection (one round trip).
+    async fn execute(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: sql::Params<'_>,
+    ) -> Result<u64, MapError> {
+        self.session(op).await?.execute(sql, params).await
     }
 
-    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, MapError> {
-        let client = self.client().await?;
-        client.query(sql, params).await.map_err(store_error)
+    async fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: sql::Params<'_>,
+    ) -> Result<Vec<Row>, MapError> {
+        self.session(op).await?.query(sql, params).await
     }
 }
 
@@ -315,15 +405,13 @@ fn shard_of(hash: &ContentHash) -> i32 {
     i32::from(hash.as_bytes()[0]) % schema::BYTE_SHARDS
 }
 
-async fn add_bytes(client: &impl GenericClient, shard: i32, delta: i64) -> Result<(), MapError> {
+async fn add_bytes(run: &impl Run, shard: i32, delta: i64) -> Result<(), MapError> {
     if delta != 0 {
-        client
-            .execute(
-                "UPDATE imgcas_variant_bytes SET bytes = bytes + $2 WHERE shard = $1",
-                &[&shard, &delta],
-            )
-            .await
-            .map_err(store_error)?;
+        run.execute(
+            "UPDATE imgcas_variant_bytes SET bytes = bytes + $2 WHERE shard = $1",
+            params![shard, delta],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -335,82 +423,62 @@ pub(super) fn url_key(url: &str) -> Vec<u8> {
     sha2::Sha256::digest(url.as_bytes()).to_vec()
 }
 
-const UPSERT_URL: &str = "INSERT INTO imgcas_urls
-        (url_key, url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms,
-         canonical)
-    VALUES ($8, $1, $2, $3, $4, $5, $6, $7, $9)
-    ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash, etag = EXCLUDED.etag,
-        canonical = EXCLUDED.canonical,
+/// A URL entry's row (`$1`–`$9` of [`UPSERT_URL`]).
+const URL_VALUES: &str = "(url_key, url, hash, etag, last_modified, checked_at_ms,
+        requested_at_ms, last_used_ms, canonical)";
+const URL_ON_CONFLICT: &str = "ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash,
+        etag = EXCLUDED.etag, canonical = EXCLUDED.canonical,
         last_modified = EXCLUDED.last_modified, checked_at_ms = EXCLUDED.checked_at_ms,
         requested_at_ms = EXCLUDED.requested_at_ms, last_used_ms = EXCLUDED.last_used_ms";
 
-async fn put_url_on(
-    client: &impl GenericClient,
-    url: &str,
-    entry: &UrlEntry,
-) -> Result<(), MapError> {
-    let hash: &[u8] = entry.hash.as_bytes();
-    let canonical: Option<Vec<u8>> = entry
-        .canonical
-        .map(|c| [entry.hash.as_bytes().as_slice(), c.as_bytes()].concat());
-    client
-        .execute(
-            UPSERT_URL,
-            &[
-                &url,
-                &hash,
-                &entry.etag,
-                &entry.last_modified,
-                &ms(entry.checked_at_ms),
-                &ms(entry.requested_at_ms),
-                &ms(entry.last_used_ms()),
-                &url_key(url),
-                &canonical,
-            ],
-        )
-        .await
-        .map_err(store_error)?;
-    Ok(())
+/// The values of a URL entry's row that are not the entry's own fields as they are.
+struct UrlColumns {
+    key: Vec<u8>,
+    /// own hash ‖ canonical hash (see migration 3).
+    canonical: Option<Vec<u8>>,
 }
 
+impl UrlColumns {
+    fn of(url: &str, entry: &UrlEntry) -> UrlColumns {
+        UrlColumns {
+            key: url_key(url),
+            canonical: entry
+                .canonical
+                .map(|c| [entry.hash.as_bytes().as_slice(), c.as_bytes()].concat()),
+        }
+    }
+}
+
+/// The values of an originals index row that are not the info's own fields as they are.
+struct OriginalColumns {
+    width: Option<i32>,
+    height: Option<i32>,
+    facts: Option<String>,
+    upright_width: Option<i32>,
+    upright_height: Option<i32>,
+}
+
+impl OriginalColumns {
+    fn of(info: &OriginalInfo) -> Result<OriginalColumns, MapError> {
+        let upright = info
+            .upright
+            .and_then(|(w, h)| Some((i32::try_from(w).ok()?, i32::try_from(h).ok()?)));
+        Ok(OriginalColumns {
+            width: info.width.and_then(|v| i32::try_from(v).ok()),
+            height: info.height.and_then(|v| i32::try_from(v).ok()),
+            facts: facts_json(info.facts.as_ref())?,
+            upright_width: upright.map(|(w, _)| w),
+            upright_height: upright.map(|(_, h)| h),
+        })
+    }
+}
+
+/// An originals index row (`$1`–`$10`), kept as it is when the hash has one.
 const INSERT_ORIGINAL: &str = "INSERT INTO imgcas_originals
         (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts,
          upright_width, upright_height)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     ON CONFLICT (hash) DO NOTHING";
-
-async fn insert_original_on(
-    client: &impl GenericClient,
-    hash: &ContentHash,
-    info: &OriginalInfo,
-) -> Result<bool, MapError> {
-    let raw: &[u8] = hash.as_bytes();
-    let width = info.width.and_then(|v| i32::try_from(v).ok());
-    let height = info.height.and_then(|v| i32::try_from(v).ok());
-    let facts = facts_json(info.facts.as_ref())?;
-    let upright = info
-        .upright
-        .and_then(|(w, h)| Some((i32::try_from(w).ok()?, i32::try_from(h).ok()?)));
-    let inserted = client
-        .execute(
-            INSERT_ORIGINAL,
-            &[
-                &raw,
-                &info.format,
-                &width,
-                &height,
-                &info.has_alpha,
-                &ms(info.bytes),
-                &ms(info.first_seen_ms),
-                &facts,
-                &upright.map(|(w, _)| w),
-                &upright.map(|(_, h)| h),
-            ],
-        )
-        .await
-        .map_err(store_error)?;
-    Ok(inserted == 1)
-}
 
 fn facts_json(facts: Option<&OriginalFacts>) -> Result<Option<String>, MapError> {
     facts
@@ -430,6 +498,37 @@ fn key_arrays(keys: &[&VariantKey]) -> (Vec<Vec<u8>>, Vec<i32>, Vec<String>) {
 
 #[async_trait]
 impl MapStore for PostgresStore {
+    fn round_trips(&self) -> Vec<(&'static str, u64)> {
+        self.trips.read()
+    }
+
+    async fn listed_and_original(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(bool, Option<OriginalInfo>), MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let rows = self
+            .query(
+                "listed_and_original",
+                "SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed,
+                        o.*
+                   FROM (SELECT 1) AS one
+                   LEFT JOIN imgcas_originals o ON o.hash = $1",
+                params![raw],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok((false, None));
+        };
+        let listed: bool = row.try_get("listed").map_err(store_error)?;
+        let found: Option<&[u8]> = row.try_get("hash").map_err(store_error)?;
+        let info = match found {
+            Some(_) => Some(original_info(row)?),
+            None => None,
+        };
+        Ok((listed, info))
+    }
+
     async fn flush(&self) -> Result<(), MapError> {
         // Every write committed before it returned.
         Ok(())
@@ -441,7 +540,7 @@ impl MapStore for PostgresStore {
     }
 
     async fn check(&self) -> Result<(), MapError> {
-        self.query("SELECT 1", &[]).await.map(|_| ())
+        self.query("check", "SELECT 1", params![]).await.map(|_| ())
     }
 }
 
@@ -454,8 +553,8 @@ impl PostgresStore {
         }
         let refs: Vec<&VariantKey> = keys.iter().collect();
         let (hashes, versions, specs) = key_arrays(&refs);
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(store_error)?;
+        let mut session = self.session("remove_variants").await?;
+        let txn = session.begin().await?;
         // Rows are locked in key order first: two nodes evicting the same least recently
         // served rows at once then queue behind each other instead of deadlocking.
         txn.execute(
@@ -465,10 +564,9 @@ impl PostgresStore {
                  ON v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
               ORDER BY v.hash, v.processor_version, v.spec
                 FOR UPDATE OF v",
-            &[&hashes, &versions, &specs],
+            params![hashes, versions, specs],
         )
-        .await
-        .map_err(store_error)?;
+        .await?;
         let rows = txn
             .query(
                 "DELETE FROM imgcas_variants AS v
@@ -476,10 +574,9 @@ impl PostgresStore {
                            AS t (hash, version, spec)) AS d
                   WHERE v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
                   RETURNING v.hash, v.processor_version, v.spec, v.counted_bytes",
-                &[&hashes, &versions, &specs],
+                params![hashes, versions, specs],
             )
-            .await
-            .map_err(store_error)?;
+            .await?;
         let mut by_shard = std::collections::BTreeMap::<i32, i64>::new();
         let mut gone = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -491,14 +588,63 @@ impl PostgresStore {
         for (shard, bytes) in by_shard {
             add_bytes(&txn, shard, -bytes).await?;
         }
-        txn.commit().await.map_err(store_error)?;
+        txn.commit().await?;
         Ok(gone)
     }
 }
 
+/// Writes a variant row (a new one, or over the one stored) and moves the byte count by
+/// exactly the difference, in one statement: the update keeps the count it replaced in
+/// `prior_counted`, so the statement learns the difference from its own `RETURNING` even
+/// when another node wrote the same key in between (the insert then waits for that write's
+/// commit and takes the update path). `$1`–`$3` the key, `$4`–`$10` the row, `$11` now,
+/// `$12` the counter row.
+macro_rules! upsert_variant {
+    ($source:literal) => {
+        concat!(
+            "up AS (
+               INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
+                   height, body_bytes, failure, message, counted_bytes, served_at_ms,
+                   prior_counted)
+               SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0 ",
+            $source,
+            "
+               ON CONFLICT (hash, processor_version, spec) DO UPDATE SET
+                   format = EXCLUDED.format, width = EXCLUDED.width, height = EXCLUDED.height,
+                   body_bytes = EXCLUDED.body_bytes, failure = EXCLUDED.failure,
+                   message = EXCLUDED.message,
+                   prior_counted = imgcas_variants.counted_bytes,
+                   counted_bytes = EXCLUDED.counted_bytes,
+                   served_at_ms = GREATEST(imgcas_variants.served_at_ms, EXCLUDED.served_at_ms)
+               RETURNING counted_bytes - prior_counted AS delta),
+             counted AS (
+               UPDATE imgcas_variant_bytes SET bytes = bytes + (SELECT delta FROM up)
+                WHERE shard = $12 AND EXISTS (SELECT 1 FROM up))
+             SELECT count(*) AS written,
+                    EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed
+               FROM up"
+        )
+    };
+}
+
+/// A variant written without a claim.
+const PUT_VARIANT: &str = concat!("WITH ", upsert_variant!(""));
+
+/// A variant written under a claim, which the same statement gives up: the claim's row
+/// becomes a tombstone (see `claims.rs`) on the condition that its token is still ours, and
+/// the row is written only if it was (so a node that lost its claim writes nothing over a
+/// newer owner's row). `$13` the claim's key, `$14` its token, `$15` the tombstone's life in
+/// seconds.
+const PUT_VARIANT_CLAIMED: &str = concat!(
+    "WITH held AS (
+        UPDATE imgcas_claims SET owner = '', token = 0,
+               expires_at = now() + $15 * interval '1 second', renewed_at = now()
+         WHERE key = $13 AND token = $14 RETURNING 1), ",
+    upsert_variant!("FROM held")
+);
+
 impl PostgresStore {
-    /// Stores a variant row, under a claim when one is given (checked in the same
-    /// transaction, with the claim's row locked so it cannot change hands before commit).
+    /// Stores a variant row, under a claim when one is given (see [`PUT_VARIANT_CLAIMED`]).
     async fn write_variant(
         &self,
         key: &VariantKey,
@@ -509,78 +655,46 @@ impl PostgresStore {
         let raw: &[u8] = key.hash.as_bytes();
         let version = key.processor_version as i32;
         let now = ms(now_ms());
-        // $1–$3 the key, $4–$10 the row, $11 now: one list for both statements below.
-        let params: [&(dyn ToSql + Sync); 11] = [
-            &raw,
-            &version,
-            &key.canonical_spec,
-            &c.format,
-            &c.width,
-            &c.height,
-            &c.body_bytes,
-            &c.failure,
-            &c.message,
-            &c.counted_bytes,
-            &now,
+        let shard = shard_of(&key.hash);
+        let row_params = params![
+            raw,
+            version,
+            key.canonical_spec,
+            c.format,
+            c.width,
+            c.height,
+            c.body_bytes,
+            c.failure,
+            c.message,
+            c.counted_bytes,
+            now,
+            shard
         ];
-        let mut client = self.client().await?;
-        // Insert, or else replace under a row lock; either way the byte count moves by
-        // exactly the difference, even with another node writing the same key at once
-        // (the insert waits for its commit, then finds the row and takes the update path).
-        loop {
-            let txn = client.transaction().await.map_err(store_error)?;
-            if let Some(claim) = claim {
-                let held = txn
-                    .query_opt(
-                        "SELECT 1 FROM imgcas_claims WHERE key = $1 AND token = $2 FOR SHARE",
-                        &[&claim.key, &claim.token],
-                    )
-                    .await
-                    .map_err(store_error)?;
-                if held.is_none() {
-                    return Err(MapError::ClaimLost(format!(
-                        "{} changed hands; the result is not stored",
-                        claim.key
-                    )));
-                }
+        let written = match claim {
+            None => self.query("put_variant", PUT_VARIANT, row_params).await?,
+            Some(claim) => {
+                let mut all = row_params.to_vec();
+                all.extend_from_slice(params![claim.key, claim.token, TOMBSTONE_SECS]);
+                self.query("put_variant_claimed", PUT_VARIANT_CLAIMED, &all)
+                    .await?
             }
-            let inserted = txn
-                .execute(
-                    "INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
-                        height, body_bytes, failure, message, counted_bytes, served_at_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                     ON CONFLICT (hash, processor_version, spec) DO NOTHING",
-                    &params,
-                )
-                .await
-                .map_err(store_error)?;
-            let delta = if inserted == 1 {
-                c.counted_bytes
-            } else {
-                let old = txn
-                    .query_opt(
-                        "SELECT counted_bytes FROM imgcas_variants
-                          WHERE hash = $1 AND processor_version = $2 AND spec = $3 FOR UPDATE",
-                        &[&raw, &version, &key.canonical_spec],
-                    )
-                    .await
-                    .map_err(store_error)?;
-                // Evicted between the two statements: start again.
-                let Some(old) = old else { continue };
-                let old: i64 = old.get(0);
-                txn.execute(
-                    "UPDATE imgcas_variants SET format = $4, width = $5, height = $6,
-                        body_bytes = $7, failure = $8, message = $9, counted_bytes = $10,
-                        served_at_ms = GREATEST(served_at_ms, $11)
-                      WHERE hash = $1 AND processor_version = $2 AND spec = $3",
-                    &params,
-                )
-                .await
-                .map_err(store_error)?;
-                c.counted_bytes - old
-            };
-            add_bytes(&txn, shard_of(&key.hash), delta).await?;
-            return txn.commit().await.map_err(store_error);
+        };
+        let (written, listed): (i64, bool) = match written.first() {
+            Some(row) => (
+                row.try_get("written").map_err(store_error)?,
+                row.try_get("listed").map_err(store_error)?,
+            ),
+            None => (0, false),
+        };
+        if written > 0 {
+            self.listed_at_write.insert(key.hash, listed);
+        }
+        match (written, claim) {
+            (0, Some(claim)) => Err(MapError::ClaimLost(format!(
+                "{} changed hands; the result is not stored",
+                claim.key
+            ))),
+            _ => Ok(()),
         }
     }
 }

@@ -7,7 +7,11 @@ impl Originals for PostgresStore {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
-            .query("SELECT * FROM imgcas_originals WHERE hash = $1", &[&raw])
+            .query(
+                "original",
+                "SELECT * FROM imgcas_originals WHERE hash = $1",
+                params![raw],
+            )
             .await?;
         rows.first().map(original_info).transpose()
     }
@@ -17,8 +21,27 @@ impl Originals for PostgresStore {
         hash: &ContentHash,
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
-        let client = self.client().await?;
-        insert_original_on(&client, hash, info).await
+        let raw: &[u8] = hash.as_bytes();
+        let c = OriginalColumns::of(info)?;
+        let inserted = self
+            .execute(
+                "add_original",
+                INSERT_ORIGINAL,
+                params![
+                    raw,
+                    info.format,
+                    c.width,
+                    c.height,
+                    info.has_alpha,
+                    ms(info.bytes),
+                    ms(info.first_seen_ms),
+                    c.facts,
+                    c.upright_width,
+                    c.upright_height
+                ],
+            )
+            .await?;
+        Ok(inserted == 1)
     }
 
     async fn record_download(
@@ -26,21 +49,67 @@ impl Originals for PostgresStore {
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
+        claim: Option<&Claim>,
     ) -> Result<bool, MapError> {
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(store_error)?;
-        let new = insert_original_on(&txn, &entry.hash, info).await?;
-        put_url_on(&txn, url, entry).await?;
-        txn.commit().await.map_err(store_error)?;
-        Ok(new)
+        // One statement: the index row (kept if the hash has one), the URL's entry, and
+        // the claim given up.
+        let raw: &[u8] = entry.hash.as_bytes();
+        let o = OriginalColumns::of(info)?;
+        let u = UrlColumns::of(url, entry);
+        let rows = self
+            .query(
+                "record_download",
+                &format!(
+                    "WITH o AS ({INSERT_ORIGINAL} RETURNING 1),
+                          u AS (INSERT INTO imgcas_urls {URL_VALUES}
+                                VALUES ($11, $12, $1, $13, $14, $15, $16, $17, $18)
+                                {URL_ON_CONFLICT}),
+                          c AS (DELETE FROM imgcas_claims WHERE key = $19 AND token = $20)
+                     SELECT (SELECT count(*) FROM o) AS new,
+                            EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed"
+                ),
+                params![
+                    raw,
+                    info.format,
+                    o.width,
+                    o.height,
+                    info.has_alpha,
+                    ms(info.bytes),
+                    ms(info.first_seen_ms),
+                    o.facts,
+                    o.upright_width,
+                    o.upright_height,
+                    u.key,
+                    url,
+                    entry.etag,
+                    entry.last_modified,
+                    ms(entry.checked_at_ms),
+                    ms(entry.requested_at_ms),
+                    ms(entry.last_used_ms()),
+                    u.canonical,
+                    claim.map(|c| c.key.as_str()),
+                    claim.map(|c| c.token)
+                ],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Err(MapError::Store(
+                "PostgreSQL: a download's record returned no row".into(),
+            ));
+        };
+        let new: i64 = row.try_get("new").map_err(store_error)?;
+        self.listed_at_write
+            .insert(entry.hash, row.try_get("listed").map_err(store_error)?);
+        Ok(new == 1)
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
         let raw: &[u8] = hash.as_bytes();
         let json = facts_json(Some(facts))?;
         self.execute(
+            "put_facts",
             "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
-            &[&raw, &json],
+            params![raw, json],
         )
         .await
         .map(|_| ())
@@ -48,15 +117,29 @@ impl Originals for PostgresStore {
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
         let raw: &[u8] = hash.as_bytes();
-        self.execute("DELETE FROM imgcas_originals WHERE hash = $1", &[&raw])
-            .await?;
-        self.execute("DELETE FROM imgcas_fingerprints WHERE hash = $1", &[&raw])
-            .await
-            .map(|_| ())
+        self.execute(
+            "remove_original",
+            "DELETE FROM imgcas_originals WHERE hash = $1",
+            params![raw],
+        )
+        .await?;
+        self.execute(
+            "remove_original",
+            "DELETE FROM imgcas_fingerprints WHERE hash = $1",
+            params![raw],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
-        let rows = self.query("SELECT hash FROM imgcas_originals", &[]).await?;
+        let rows = self
+            .query(
+                "original_hashes",
+                "SELECT hash FROM imgcas_originals",
+                params![],
+            )
+            .await?;
         rows.iter().map(|row| hash_of(row, "hash")).collect()
     }
 }

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;
 
 use super::super::MapError;
+use super::sql::{params, Run, Session};
 use super::store_error;
 
 /// Counter rows the variants' byte total is spread over, so that concurrent writers of
@@ -130,28 +130,32 @@ const MIGRATIONS: &[&str] = &[
         id text PRIMARY KEY,
         entry text NOT NULL
     );",
+    // 7: a variant row keeps, when rewritten, the count it replaced, so that one statement
+    // can both rewrite it and move the byte total by the difference (`PUT_VARIANT`).
+    "ALTER TABLE imgcas_variants ADD COLUMN prior_counted bigint NOT NULL DEFAULT 0;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.
-pub(super) async fn migrate(client: &mut Client) -> Result<(), MapError> {
-    create_version_table(client).await?;
-    client
+pub(super) async fn migrate(session: &mut Session) -> Result<(), MapError> {
+    create_version_table(session).await?;
+    session
         .execute(
             "INSERT INTO imgcas_schema (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
-            &[],
+            params![],
         )
-        .await
-        .map_err(store_error)?;
-    let txn = client.transaction().await.map_err(store_error)?;
+        .await?;
+    let txn = session.begin().await?;
     // Every node starting now waits here until the one ahead of it has committed.
-    let row = txn
-        .query_one(
+    let rows = txn
+        .query(
             "SELECT version FROM imgcas_schema WHERE id = 1 FOR UPDATE",
-            &[],
+            params![],
         )
-        .await
-        .map_err(store_error)?;
-    let version: i32 = row.get(0);
+        .await?;
+    let version: i32 = match rows.first() {
+        Some(row) => row.try_get(0).map_err(store_error)?,
+        None => return Err(MapError::Corrupt("imgcas_schema has no row".into())),
+    };
     let known = MIGRATIONS.len() as i32;
     if version > known {
         return Err(MapError::Store(format!(
@@ -160,28 +164,27 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), MapError> {
         )));
     }
     for sql in &MIGRATIONS[version as usize..] {
-        txn.batch_execute(sql).await.map_err(store_error)?;
+        txn.batch(sql).await?;
     }
     if version < known {
         txn.execute(
             "UPDATE imgcas_schema SET version = $1 WHERE id = 1",
-            &[&known],
+            params![known],
         )
-        .await
-        .map_err(store_error)?;
+        .await?;
         tracing::info!(from = version, to = known, "maps schema migrated");
     }
-    txn.commit().await.map_err(store_error)
+    txn.commit().await
 }
 
 /// `CREATE TABLE IF NOT EXISTS` is not safe against itself: two sessions creating the table
 /// at once can both pass the check, and the loser then fails on the catalog (as a unique
 /// violation, or "type … already exists"). It only needs to look again.
-async fn create_version_table(client: &Client) -> Result<(), MapError> {
+async fn create_version_table(session: &Session) -> Result<(), MapError> {
     let mut attempt = 0;
     loop {
-        let created = client
-            .batch_execute(
+        let created = session
+            .batch(
                 "CREATE TABLE IF NOT EXISTS imgcas_schema (
                     id integer PRIMARY KEY,
                     version integer NOT NULL

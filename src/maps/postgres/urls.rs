@@ -7,29 +7,85 @@ impl UrlMap for PostgresStore {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         let rows = self
             .query(
+                "url",
                 "SELECT * FROM imgcas_urls WHERE url_key = $1",
-                &[&url_key(url)],
+                params![url_key(url)],
             )
             .await?;
         rows.first().map(url_entry).transpose()
     }
 
+    async fn url_with_original(
+        &self,
+        url: &str,
+    ) -> Result<(Option<UrlEntry>, Option<OriginalInfo>), MapError> {
+        // The originals row of the hash served: the canonical half of `canonical` while it
+        // belongs to this hash (see `url_entry`), else the hash.
+        let rows = self
+            .query(
+                "url_with_original",
+                "SELECT u.*, o.hash AS o_hash, o.format, o.width, o.height, o.has_alpha,
+                        o.bytes, o.first_seen_ms, o.facts, o.upright_width, o.upright_height
+                   FROM imgcas_urls u
+                   LEFT JOIN imgcas_originals o ON o.hash = CASE
+                        WHEN u.canonical IS NOT NULL AND length(u.canonical) = 64
+                             AND substring(u.canonical for 32) = u.hash
+                        THEN substring(u.canonical from 33) ELSE u.hash END
+                  WHERE u.url_key = $1",
+                params![url_key(url)],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok((None, None));
+        };
+        let entry = url_entry(row)?;
+        let found: Option<&[u8]> = row.try_get("o_hash").map_err(store_error)?;
+        let original = match found {
+            Some(h) if h == entry.serving().as_bytes().as_slice() => Some(original_info(row)?),
+            _ => None,
+        };
+        Ok((Some(entry), original))
+    }
+
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        let client = self.client().await?;
-        put_url_on(&client, url, entry).await
+        let hash: &[u8] = entry.hash.as_bytes();
+        let c = UrlColumns::of(url, entry);
+        self.execute(
+            "put_url",
+            &format!(
+                "INSERT INTO imgcas_urls {URL_VALUES}
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) {URL_ON_CONFLICT}"
+            ),
+            params![
+                c.key,
+                url,
+                hash,
+                entry.etag,
+                entry.last_modified,
+                ms(entry.checked_at_ms),
+                ms(entry.requested_at_ms),
+                ms(entry.last_used_ms()),
+                c.canonical
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
         self.execute(
+            "remove_url",
             "DELETE FROM imgcas_urls WHERE url_key = $1",
-            &[&url_key(url)],
+            params![url_key(url)],
         )
         .await
         .map(|_| ())
     }
 
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
-        let rows = self.query("SELECT * FROM imgcas_urls", &[]).await?;
+        let rows = self
+            .query("urls", "SELECT * FROM imgcas_urls", params![])
+            .await?;
         rows.iter()
             .map(|row| {
                 let url: String = row.try_get("url").map_err(store_error)?;
@@ -42,11 +98,12 @@ impl UrlMap for PostgresStore {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
             .query(
+                "urls_of",
                 "SELECT * FROM imgcas_urls WHERE hash = $1
                  UNION
                  SELECT * FROM imgcas_urls
                   WHERE canonical IS NOT NULL AND substring(canonical from 33) = $1",
-                &[&raw],
+                params![raw],
             )
             .await?;
         let mut found = Vec::with_capacity(rows.len());
@@ -67,12 +124,13 @@ impl UrlMap for PostgresStore {
         let keys: Vec<Vec<u8>> = requested.iter().map(|(u, _)| url_key(u)).collect();
         let stamps: Vec<i64> = requested.iter().map(|(_, at)| ms(*at)).collect();
         self.execute(
+            "mark_urls_requested",
             "UPDATE imgcas_urls AS u
                 SET requested_at_ms = s.at,
                     last_used_ms = GREATEST(u.checked_at_ms, s.at)
                FROM (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS t (url_key, at)) AS s
               WHERE u.url_key = s.url_key AND u.requested_at_ms < s.at",
-            &[&keys, &stamps],
+            params![keys, stamps],
         )
         .await
         .map(|_| ())
@@ -83,9 +141,10 @@ impl UrlMap for PostgresStore {
         loop {
             let n = self
                 .execute(
+                    "forget_urls",
                     "DELETE FROM imgcas_urls WHERE url_key IN (
                         SELECT url_key FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
-                    &[&ms(unused_since_ms), &FORGET_BATCH],
+                    params![ms(unused_since_ms), FORGET_BATCH],
                 )
                 .await?;
             forgotten += n;
@@ -98,8 +157,9 @@ impl UrlMap for PostgresStore {
     async fn url_bytes(&self) -> Result<u64, MapError> {
         let rows = self
             .query(
+                "url_bytes",
                 &format!("SELECT COALESCE(SUM({URL_ROW_BYTES}), 0)::bigint AS n FROM imgcas_urls"),
-                &[],
+                params![],
             )
             .await?;
         let n: i64 = rows
@@ -117,11 +177,12 @@ impl UrlMap for PostgresStore {
         while over > 0 {
             let rows = self
                 .query(
+                    "evict_urls",
                     &format!(
                         "SELECT url_key, {URL_ROW_BYTES} AS size FROM imgcas_urls
                          ORDER BY last_used_ms, url_key LIMIT $1"
                     ),
-                    &[&FORGET_BATCH],
+                    params![FORGET_BATCH],
                 )
                 .await?;
             if rows.is_empty() {
@@ -137,7 +198,11 @@ impl UrlMap for PostgresStore {
                 over = over.saturating_sub(size.max(0) as u64);
             }
             evicted += self
-                .execute("DELETE FROM imgcas_urls WHERE url_key = ANY($1)", &[&keys])
+                .execute(
+                    "evict_urls",
+                    "DELETE FROM imgcas_urls WHERE url_key = ANY($1)",
+                    params![keys],
+                )
                 .await?;
         }
         Ok(evicted)

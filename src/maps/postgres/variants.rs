@@ -12,9 +12,10 @@ impl Variants for PostgresStore {
         let raw: &[u8] = key.hash.as_bytes();
         let rows = self
             .query(
+                "variant",
                 "SELECT format, width, height, body_bytes, failure, message FROM imgcas_variants
                   WHERE hash = $1 AND processor_version = $2 AND spec = $3",
-                &[&raw, &(key.processor_version as i32), &key.canonical_spec],
+                params![raw, (key.processor_version as i32), key.canonical_spec],
             )
             .await?;
         rows.first().map(variant_row).transpose()
@@ -41,12 +42,13 @@ impl Variants for PostgresStore {
         let (hashes, versions, specs) = key_arrays(&keys);
         let stamps: Vec<i64> = served.iter().map(|(_, at)| ms(*at)).collect();
         self.execute(
+            "mark_variants_served",
             "UPDATE imgcas_variants AS v SET served_at_ms = s.at
                FROM (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[])
                        AS t (hash, version, spec, at)) AS s
               WHERE v.hash = s.hash AND v.processor_version = s.version AND v.spec = s.spec
                 AND v.served_at_ms < s.at",
-            &[&hashes, &versions, &specs, &stamps],
+            params![hashes, versions, specs, stamps],
         )
         .await
         .map(|_| ())
@@ -55,8 +57,9 @@ impl Variants for PostgresStore {
     async fn variant_bytes(&self) -> Result<u64, MapError> {
         let rows = self
             .query(
+                "variant_bytes",
                 "SELECT CAST(COALESCE(SUM(bytes), 0) AS bigint) FROM imgcas_variant_bytes",
-                &[],
+                params![],
             )
             .await?;
         let total: i64 = rows.first().map_or(0, |r| r.get(0));
@@ -73,9 +76,10 @@ impl Variants for PostgresStore {
             }
             let candidates = self
                 .query(
+                    "evict_variants",
                     "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
                       ORDER BY served_at_ms, hash, processor_version, spec LIMIT $1",
-                    &[&EVICTION_BATCH],
+                    params![EVICTION_BATCH],
                 )
                 .await?;
             if candidates.is_empty() {
@@ -102,8 +106,9 @@ impl Variants for PostgresStore {
     async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
         let rows = self
             .query(
+                "variant_keys",
                 "SELECT hash, processor_version, spec FROM imgcas_variants",
-                &[],
+                params![],
             )
             .await?;
         rows.iter().map(variant_key).collect()
@@ -120,11 +125,12 @@ impl Variants for PostgresStore {
     async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
         let rows = self
             .query(
+"variant_totals", 
                 "SELECT CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 1 ELSE 0 END), 0) AS bigint),
                         CAST(COALESCE(SUM(body_bytes), 0) AS bigint),
                         CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 0 ELSE 1 END), 0) AS bigint)
                    FROM imgcas_variants",
-                &[],
+                params![],
             )
             .await?;
         let Some(row) = rows.first() else {
@@ -141,9 +147,10 @@ impl Variants for PostgresStore {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
             .query(
+                "variants_of",
                 "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
                   WHERE hash = $1",
-                &[&raw],
+                params![raw],
             )
             .await?;
         rows.iter()

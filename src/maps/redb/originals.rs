@@ -97,6 +97,8 @@ impl Originals for RedbStore {
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
+        // Claims on a file of one process's own are granted without a write.
+        _claim: Option<&super::super::Claim>,
     ) -> Result<bool, MapError> {
         let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
         self.db

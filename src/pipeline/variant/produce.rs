@@ -49,9 +49,12 @@ impl Pipeline {
     pub(super) async fn produce(&self, job: Job) -> Result<(VariantRow, bool), Error> {
         let key = job.key();
         let is_mezzanine = matches!(job, Job::Mezzanine { .. });
-        // A flight that landed between our miss and our joining has stored the answer.
-        if let Some(v) = self.stored_variant(&key).await? {
-            return Ok((v, false));
+        // A flight that landed between our miss and our joining has stored the answer. (On
+        // shared maps the claim below looks again once it is ours, which covers this too.)
+        if !self.shared.maps.shared() {
+            if let Some(v) = self.stored_variant(&key).await? {
+                return Ok((v, false));
+            }
         }
         // One run in the cluster: the node that claims the key processes; the others wait
         // for its row (or for its claim to expire).
@@ -59,16 +62,10 @@ impl Pipeline {
         let mut backoff = Backoff::new();
         let mut lease = loop {
             match self.claim(claim_key.clone()).await? {
-                Turn::Ours(lease) => {
-                    // The owner before us may have published just before it released.
-                    if lease.is_shared() {
-                        if let Some(v) = self.stored_variant(&key).await? {
-                            lease.release().await;
-                            return Ok((v, false));
-                        }
-                    }
-                    break lease;
-                }
+                // A grant means no run published in the last seconds (its claim would stand
+                // as a tombstone, see `maps/postgres/claims.rs`), so the miss that brought us
+                // here still holds: the row is not read again.
+                Turn::Ours(lease) => break lease,
                 Turn::Theirs(owner) => {
                     tracing::debug!(claim = %claim_key, %owner, "waiting for another node's run");
                     Stats::bump(&self.shared.stats.claim_waits);
@@ -99,11 +96,15 @@ impl Pipeline {
             async move {
                 match lease.settle().await {
                     Ok(claim) => match this.store_variant(&key, &row, claim.as_ref()).await {
-                        Ok(()) => match this.undo_if_taken_down(&key.hash).await {
-                            Ok(false) => this.variant_stored(&key, &row).await,
-                            Ok(true) => {}
-                            Err(e) => tracing::warn!(error = %e, "takedown list not read"),
-                        },
+                        Ok(()) => {
+                            // The write under the claim gave it up.
+                            lease.given_up();
+                            match this.undo_if_taken_down(&key.hash).await {
+                                Ok(false) => this.variant_stored(&key, &row).await,
+                                Ok(true) => {}
+                                Err(e) => tracing::warn!(error = %e, "takedown list not read"),
+                            }
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "variant not stored; serving it anyway")
                         }

@@ -6,6 +6,7 @@
 
 pub mod binary;
 pub mod nginx;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod relay;
 pub mod s3;

@@ -72,7 +72,34 @@ fn as_server_user(program: &Path) -> Command {
     }
 }
 
-fn free_port() -> u16 {
+/// Hands `dir` to the `postgres` user when this process is root (the servers run as it).
+pub(super) fn give_to_server_user(dir: &Path) {
+    if is_root() {
+        let owned = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir)
+            .status()
+            .expect("chown");
+        assert!(owned.success(), "chown of {}", dir.display());
+    }
+}
+
+/// A shell running `script` as the server user with `args` and, last, this process's id:
+/// it starts a server in the background and stops it once this process is gone (it
+/// outlives the process on purpose).
+pub(super) fn watchdog(script: &str, args: &[&std::ffi::OsStr]) -> std::process::Child {
+    as_server_user(Path::new("/bin/sh"))
+        .args(["-c", script, "sh"])
+        .args(args)
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server's watchdog starts")
+}
+
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -101,14 +128,7 @@ impl PgServer {
         let base =
             std::env::temp_dir().join(format!("imgcas-pg-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&base).expect("postgres dir");
-        if is_root() {
-            let owned = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&base)
-                .status()
-                .expect("chown");
-            assert!(owned.success(), "chown of {}", base.display());
-        }
+        give_to_server_user(&base);
         let data = base.join("data");
         let init = as_server_user(&bin.join("initdb"))
             .arg("-D")
@@ -143,18 +163,15 @@ impl PgServer {
             wait "$server"
             rm -rf "$4"
         "#;
-        let watchdog = as_server_user(Path::new("/bin/sh"))
-            .args(["-c", script, "sh"])
-            .arg(&bin)
-            .arg(&data)
-            .arg(port.to_string())
-            .arg(&base)
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("postgres starts");
+        let watchdog = watchdog(
+            script,
+            &[
+                bin.as_os_str(),
+                data.as_os_str(),
+                port.to_string().as_ref(),
+                base.as_os_str(),
+            ],
+        );
         let server = PgServer {
             port,
             bin,
