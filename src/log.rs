@@ -24,6 +24,11 @@ use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
+/// The log's own variables, read by the binary before (and apart from) the configuration:
+/// the filter (`debug`, `warn`, …) and the line format (`json`, or text).
+pub const FILTER_VAR: &str = "IMGCAS_LOG";
+pub const FORMAT_VAR: &str = "IMGCAS_LOG_FORMAT";
+
 /// The longest a line waits in memory.
 const WRITE_EVERY: Duration = Duration::from_millis(100);
 

@@ -157,11 +157,12 @@ fn configure(path: Option<&PathBuf>, flags: &Flags) -> Result<Config, Outcome> {
 /// the end of `main`.
 fn init_logging() -> imgcas::log::Flush {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("IMGCAS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_env(imgcas::log::FILTER_VAR).unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = imgcas::log::buffered(std::io::stderr());
     // Colour codes only for a terminal: in a file they are noise, and they cost time per line.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let json = std::env::var("IMGCAS_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let json = std::env::var(imgcas::log::FORMAT_VAR).is_ok_and(|v| v == "json");
     imgcas::log::install(writer.clone(), json);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -16,6 +16,7 @@ mod cdn;
 mod client_hints;
 mod cluster;
 mod compat;
+mod compose;
 mod corpus;
 mod crash;
 mod decode_once;
