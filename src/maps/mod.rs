@@ -651,17 +651,20 @@ pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
     let backend = config
         .maps_backend()
         .map_err(|e| MapError::Store(e.to_string()))?;
-    open_backend(&backend, &config.data_dir).await
+    let password_file = config.maps.password_file.as_deref();
+    open_backend(&backend, &config.data_dir, password_file).await
 }
 
 /// Opens the maps `backend` names (embedded ones under `data_dir` unless it names a
 /// directory): the one place a backend becomes a store, for the service and the commands.
+/// PostgreSQL's password is read from `password_file` when its URL names none.
 pub async fn open_backend(
     backend: &MapsBackend,
     data_dir: &std::path::Path,
+    password_file: Option<&std::path::Path>,
 ) -> Result<Arc<dyn MapStore>, MapError> {
     Ok(match backend {
-        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open(url).await?),
+        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open_with(url, password_file).await?),
         MapsBackend::Embedded => Arc::new(RedbMaps::open(data_dir.to_path_buf()).await?),
         MapsBackend::EmbeddedAt(dir) => Arc::new(RedbMaps::open(dir.clone()).await?),
     })

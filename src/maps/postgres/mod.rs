@@ -21,13 +21,13 @@
 //! transaction that changes a variant, so the budget check is a sixteen-row read however many
 //! variants there are.
 
-use std::str::FromStr;
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
@@ -42,6 +42,7 @@ use crate::hash::ContentHash;
 
 mod blocklist;
 mod claims;
+mod connect;
 mod fingerprints;
 mod originals;
 mod schema;
@@ -72,7 +73,7 @@ pub(super) fn store_error(e: tokio_postgres::Error) -> MapError {
     // what an operator needs.
     match e.as_db_error() {
         Some(db) => MapError::Store(format!("PostgreSQL: {}", db.message())),
-        None => MapError::Store(format!("PostgreSQL: {e}")),
+        None => MapError::Store(format!("PostgreSQL: {}", connect::describe(&e))),
     }
 }
 
@@ -96,22 +97,30 @@ pub type PostgresMaps = Cached<PostgresStore>;
 impl PostgresMaps {
     /// Connects to `url` and brings the schema up to date.
     pub async fn open(url: &str) -> Result<PostgresMaps, MapError> {
-        Ok(Cached::new(PostgresStore::open(url).await?))
+        PostgresMaps::open_with(url, None).await
+    }
+
+    /// [`PostgresMaps::open`], the password read from `password_file` when `url` names none.
+    pub async fn open_with(
+        url: &str,
+        password_file: Option<&Path>,
+    ) -> Result<PostgresMaps, MapError> {
+        Ok(Cached::new(PostgresStore::open(url, password_file).await?))
     }
 }
 
 impl PostgresStore {
-    /// Connects to `url` and brings the schema up to date (a store without memory).
-    pub async fn open(url: &str) -> Result<PostgresStore, MapError> {
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| MapError::Store(format!("maps.url is not a PostgreSQL URL: {e}")))?;
+    /// Connects to `url` (TLS and password: `connect.rs`) and brings the schema up to date
+    /// (a store without memory).
+    pub async fn open(url: &str, password_file: Option<&Path>) -> Result<PostgresStore, MapError> {
+        let (mut config, tls) = connect::connect_config(url, password_file)?;
         config.connect_timeout(CONNECT_TIMEOUT);
         if config.get_application_name().is_none() {
             config.application_name("imgcas");
         }
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
