@@ -25,7 +25,9 @@ pub fn refusal(config: &Config, to: &str) -> Option<String> {
         Ok(target) => target,
         Err(_) => {
             return Some(format!(
-                "--to must be a postgres:// URL or redb://<directory>, not `{to}`"
+                "--to must be a postgres:// URL, libpq's key=value words or redb://<directory>, \
+                 not `{}`",
+                imgcas::config::maps::redacted(to)
             ))
         }
     };
@@ -69,7 +71,8 @@ pub async fn copy(config: Config, to: &str) -> Result<CopyReport, Error> {
     let from_backend = config
         .maps_backend()
         .map_err(|e| unavailable("maps.url", e.to_string()))?;
-    let from = open_backend(&from_backend, &config.data_dir)
+    let options = imgcas::maps::postgres::PgOptions::of(&config.maps);
+    let from = open_backend(&from_backend, &config.data_dir, &options)
         .await
         .map_err(|e| unavailable("the maps to copy", e.to_string()))?;
     // The source's bytes: the configured store, and before it, for a node now configured
@@ -85,7 +88,7 @@ pub async fn copy(config: Config, to: &str) -> Result<CopyReport, Error> {
     };
     let configured = imgcas::blob::open(&config).await?;
     let target_backend = MapsBackend::of(Some(to)).map_err(|e| unavailable("--to", e))?;
-    let target = open_backend(&target_backend, &config.data_dir)
+    let target = open_backend(&target_backend, &config.data_dir, &options)
         .await
         .map_err(|e| unavailable("the target maps", e.to_string()))?;
     // Shared maps read the shared bucket; a node's embedded maps its own directory.

@@ -25,6 +25,10 @@ fn path(v: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(v))
 }
 
+fn some_path(v: &str) -> Result<Option<PathBuf>, String> {
+    Ok(Some(PathBuf::from(v)))
+}
+
 fn address(v: &str) -> Result<SocketAddr, String> {
     v.parse()
         .map_err(|_| format!("`{v}` is not an address:port"))
@@ -126,6 +130,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("storage.s3.force_path_style", "IMGCAS_S3_FORCE_PATH_STYLE", storage.s3.force_path_style, boolean),
     setting!("maps.url", "IMGCAS_MAPS_URL", maps.url, some_text),
     setting!("maps.pool_size", "IMGCAS_MAPS_POOL_SIZE", maps.pool_size, some_number),
+    setting!("maps.password_file", "IMGCAS_MAPS_PASSWORD_FILE", maps.password_file, some_path),
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod env;
+pub mod maps;
 pub mod moderation;
 mod peers;
 mod presets;
@@ -84,15 +85,18 @@ pub struct StorageConfig {
     pub s3: S3Config,
 }
 
-/// Where the three maps live.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Where the three maps live (Debug hides the password: `maps.rs`).
+#[derive(Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MapsConfig {
-    /// `postgres://…` (`IMGCAS_MAPS_URL`): the maps on PostgreSQL, shared by every node that
-    /// names the same database. Unset: the embedded redb file under the data dir.
+    /// `postgres://…` or libpq's `key=value` words (`IMGCAS_MAPS_URL`): the maps on PostgreSQL,
+    /// shared by every node that names the same database. Unset: the embedded redb file.
     pub url: Option<String>,
     /// Connections a node keeps to shared maps at most (`IMGCAS_MAPS_POOL_SIZE`; unset: 16).
     pub pool_size: Option<usize>,
+    /// A file holding the PostgreSQL password, used when the URL names none
+    /// (`IMGCAS_MAPS_PASSWORD_FILE`).
+    pub password_file: Option<PathBuf>,
 }
 
 /// What the maintenance commands spare.
@@ -476,7 +480,7 @@ impl Flags {
 /// The map store a configuration names. The one place the rule is written: by the scheme of
 /// `maps.url`, unset being the embedded redb file under the data dir. Validation, the
 /// commands and `maps::open` all ask this.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum MapsBackend {
     /// redb under `data_dir`.
     Embedded,
@@ -492,14 +496,12 @@ impl MapsBackend {
     pub fn of(url: Option<&str>) -> Result<MapsBackend, String> {
         match url {
             None => Ok(MapsBackend::Embedded),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Ok(MapsBackend::Postgres(url.to_string()))
-            }
+            Some(url) if maps::names_postgres(url) => Ok(MapsBackend::Postgres(url.to_string())),
             Some(url) => match url.strip_prefix("redb://") {
                 Some(dir) if !dir.is_empty() => Ok(MapsBackend::EmbeddedAt(PathBuf::from(dir))),
                 _ => Err(
-                    "must be a postgres:// URL, a redb://<directory>, or unset for the \
-                          embedded maps under the data dir"
+                    "must be a postgres:// URL or libpq's key=value words, a redb://<directory>, \
+                     or unset for the embedded maps under the data dir"
                         .into(),
                 ),
             },
@@ -668,6 +670,7 @@ impl Config {
                 "must be at least 300ms (owners renew at a third of it)",
             ));
         }
+        maps::check(&self.maps).map_err(|m| bad("maps.password_file", m))?;
         let maps = self.maps_backend()?;
         if let MapsBackend::Postgres(_) = maps {
             if self.storage.backend != StorageBackend::S3 {
@@ -797,6 +800,10 @@ mod tests {
                     "postgres://imgcas@127.0.0.1/imgcas",
                 ),
             ),
+            (
+                "IMGCAS_MAPS_PASSWORD_FILE",
+                (r#""/run/secrets/imgcas-db""#, "/run/secrets/imgcas-db"),
+            ),
             ("IMGCAS_ALLOW_PRIVATE_NETWORKS", ("true", "yes")),
             (
                 "IMGCAS_ALLOWED_HOSTS",
@@ -916,6 +923,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("maps.url"));
+        config.maps.url = Some("postgres://imgcas@127.0.0.1/imgcas".into());
+        config.maps.password_file = Some("/nonexistent/imgcas-password".into());
+        let refused = config.validate().unwrap_err().to_string();
+        assert!(
+            refused.starts_with("maps.password_file: cannot read /nonexistent/imgcas-password"),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -928,6 +942,8 @@ mod tests {
         assert_eq!(MapsBackend::Embedded.embedded_dir(dir), Some(dir));
         let shared = MapsBackend::of(Some("postgresql://db/imgcas")).unwrap();
         assert_eq!(shared.embedded_dir(dir), None);
+        let words = MapsBackend::of(Some("host=db dbname=imgcas sslmode=verify-full"));
+        assert!(matches!(words, Ok(MapsBackend::Postgres(_))));
         assert!(MapsBackend::of(Some("redb://")).is_err());
         assert!(MapsBackend::of(Some("mysql://x")).is_err());
     }

@@ -687,23 +687,24 @@ pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
     let backend = config
         .maps_backend()
         .map_err(|e| MapError::Store(e.to_string()))?;
-    if let MapsBackend::Postgres(url) = &backend {
-        let options = postgres::PgOptions {
-            pool_size: config.maps.pool_size.unwrap_or(postgres::DEFAULT_POOL_SIZE),
-        };
-        return Ok(Arc::new(PostgresMaps::open_with(url, &options).await?));
-    }
-    open_backend(&backend, &config.data_dir).await
+    open_backend(
+        &backend,
+        &config.data_dir,
+        &postgres::PgOptions::of(&config.maps),
+    )
+    .await
 }
 
 /// Opens the maps `backend` names (embedded ones under `data_dir` unless it names a
 /// directory): the one place a backend becomes a store, for the service and the commands.
+/// PostgreSQL is reached as `options` say (its password file, the pool's size).
 pub async fn open_backend(
     backend: &MapsBackend,
     data_dir: &std::path::Path,
+    options: &postgres::PgOptions,
 ) -> Result<Arc<dyn MapStore>, MapError> {
     Ok(match backend {
-        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open(url).await?),
+        MapsBackend::Postgres(url) => Arc::new(PostgresMaps::open_with(url, options).await?),
         MapsBackend::Embedded => Arc::new(RedbMaps::open(data_dir.to_path_buf()).await?),
         MapsBackend::EmbeddedAt(dir) => Arc::new(RedbMaps::open(dir.clone()).await?),
     })

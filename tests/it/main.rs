@@ -40,6 +40,7 @@ mod near_index_pg;
 mod negative_cache;
 mod nextjs;
 mod overload;
+mod pg_tls;
 mod presets;
 mod proxy;
 mod restart;

@@ -161,3 +161,158 @@ impl Variants for PostgresStore {
             .collect()
     }
 }
+
+impl PostgresStore {
+    /// Deletes these variants and takes their bytes off the count, in one transaction;
+    /// returns the keys that were stored.
+    async fn remove_keys(&self, keys: &[VariantKey]) -> Result<Vec<VariantKey>, MapError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refs: Vec<&VariantKey> = keys.iter().collect();
+        let (hashes, versions, specs) = key_arrays(&refs);
+        let mut session = self.session("remove_variants").await?;
+        let txn = session.begin().await?;
+        // Rows are locked in key order first: two nodes evicting the same least recently
+        // served rows at once then queue behind each other instead of deadlocking.
+        txn.execute(
+            "SELECT 1 FROM imgcas_variants AS v
+               JOIN (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
+                       AS t (hash, version, spec)) AS d
+                 ON v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
+              ORDER BY v.hash, v.processor_version, v.spec
+                FOR UPDATE OF v",
+            params![hashes, versions, specs],
+        )
+        .await?;
+        let rows = txn
+            .query(
+                "DELETE FROM imgcas_variants AS v
+                  USING (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
+                           AS t (hash, version, spec)) AS d
+                  WHERE v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
+                  RETURNING v.hash, v.processor_version, v.spec, v.counted_bytes",
+                params![hashes, versions, specs],
+            )
+            .await?;
+        let mut by_shard = std::collections::BTreeMap::<i32, i64>::new();
+        let mut gone = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key = variant_key(row)?;
+            let counted: i64 = row.try_get("counted_bytes").map_err(store_error)?;
+            *by_shard.entry(shard_of(&key.hash)).or_default() += counted;
+            gone.push(key);
+        }
+        for (shard, bytes) in by_shard {
+            add_bytes(&txn, shard, -bytes).await?;
+        }
+        txn.commit().await?;
+        Ok(gone)
+    }
+}
+
+/// Writes a variant row (a new one, or over the one stored) and moves the byte count by
+/// exactly the difference, in one statement: the update keeps the count it replaced in
+/// `prior_counted`, so the statement learns the difference from its own `RETURNING` even
+/// when another node wrote the same key in between (the insert then waits for that write's
+/// commit and takes the update path). `$1`–`$3` the key, `$4`–`$10` the row, `$11` now,
+/// `$12` the counter row.
+macro_rules! upsert_variant {
+    ($source:literal) => {
+        concat!(
+            "up AS (
+               INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
+                   height, body_bytes, failure, message, counted_bytes, served_at_ms,
+                   prior_counted)
+               SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0 ",
+            $source,
+            "
+               ON CONFLICT (hash, processor_version, spec) DO UPDATE SET
+                   format = EXCLUDED.format, width = EXCLUDED.width, height = EXCLUDED.height,
+                   body_bytes = EXCLUDED.body_bytes, failure = EXCLUDED.failure,
+                   message = EXCLUDED.message,
+                   prior_counted = imgcas_variants.counted_bytes,
+                   counted_bytes = EXCLUDED.counted_bytes,
+                   served_at_ms = GREATEST(imgcas_variants.served_at_ms, EXCLUDED.served_at_ms)
+               RETURNING counted_bytes - prior_counted AS delta),
+             counted AS (
+               UPDATE imgcas_variant_bytes SET bytes = bytes + (SELECT delta FROM up)
+                WHERE shard = $12 AND EXISTS (SELECT 1 FROM up))
+             SELECT count(*) AS written,
+                    EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed
+               FROM up"
+        )
+    };
+}
+
+/// A variant written without a claim.
+const PUT_VARIANT: &str = concat!("WITH ", upsert_variant!(""));
+
+/// A variant written under a claim, which the same statement gives up: the claim's row
+/// becomes a tombstone (see `claims.rs`) on the condition that its token is still ours, and
+/// the row is written only if it was (so a node that lost its claim writes nothing over a
+/// newer owner's row). `$13` the claim's key, `$14` its token, `$15` the tombstone's life in
+/// seconds.
+const PUT_VARIANT_CLAIMED: &str = concat!(
+    "WITH held AS (
+        UPDATE imgcas_claims SET owner = '', token = 0,
+               expires_at = now() + $15 * interval '1 second', renewed_at = now()
+         WHERE key = $13 AND token = $14 RETURNING 1), ",
+    upsert_variant!("FROM held")
+);
+
+impl PostgresStore {
+    /// Stores a variant row, under a claim when one is given (see [`PUT_VARIANT_CLAIMED`]).
+    async fn write_variant(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: Option<&Claim>,
+    ) -> Result<(), MapError> {
+        let c = VariantColumns::of(key, row)?;
+        let raw: &[u8] = key.hash.as_bytes();
+        let version = key.processor_version as i32;
+        let now = ms(now_ms());
+        let shard = shard_of(&key.hash);
+        let row_params = params![
+            raw,
+            version,
+            key.canonical_spec,
+            c.format,
+            c.width,
+            c.height,
+            c.body_bytes,
+            c.failure,
+            c.message,
+            c.counted_bytes,
+            now,
+            shard
+        ];
+        let written = match claim {
+            None => self.query("put_variant", PUT_VARIANT, row_params).await?,
+            Some(claim) => {
+                let mut all = row_params.to_vec();
+                all.extend_from_slice(params![claim.key, claim.token, TOMBSTONE_SECS]);
+                self.query("put_variant_claimed", PUT_VARIANT_CLAIMED, &all)
+                    .await?
+            }
+        };
+        let (written, listed): (i64, bool) = match written.first() {
+            Some(row) => (
+                row.try_get("written").map_err(store_error)?,
+                row.try_get("listed").map_err(store_error)?,
+            ),
+            None => (0, false),
+        };
+        if written > 0 {
+            self.listed_at_write.insert(key.hash, listed);
+        }
+        match (written, claim) {
+            (0, Some(claim)) => Err(MapError::ClaimLost(format!(
+                "{} changed hands; the result is not stored",
+                claim.key
+            ))),
+            _ => Ok(()),
+        }
+    }
+}

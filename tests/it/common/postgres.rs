@@ -6,6 +6,9 @@
 //! (`runuser`) in a directory that user owns. A watchdog shell stops the server and removes
 //! its directory once the test process is gone, however it ended.
 //!
+//! [`PgServer::start_tls`] starts a server of a test's own that accepts TLS connections only
+//! (`ssl = on`, `pg_hba.conf` of `hostssl` lines), with the certificates the test made.
+//!
 //! `IMGCAS_TEST_MAPS=postgres` makes `spawn_app` and the real binary keep their maps here
 //! (with originals and variant bytes on S3, as a cluster would): the pipeline suites then run
 //! unchanged on PostgreSQL.
@@ -22,9 +25,17 @@ pub fn pipeline_on_postgres() -> bool {
     std::env::var("IMGCAS_TEST_MAPS").is_ok_and(|v| v == "postgres")
 }
 
+/// What writes a TLS-only server's certificates and returns its `pg_hba.conf`
+/// ([`PgServer::start_tls`]).
+type Prepare<'a> = Box<dyn FnOnce(&Path) -> String + 'a>;
+
 pub struct PgServer {
     pub port: u16,
     bin: PathBuf,
+    /// The server's directory (data, socket, log, and `tls/` for a TLS-only server).
+    dir: PathBuf,
+    /// Whether the server accepts TLS connections only (`psql` then asks for TLS).
+    tls: bool,
     /// The watchdog shell: it outlives this process on purpose, to stop the server after it.
     _watchdog: std::process::Child,
 }
@@ -111,7 +122,7 @@ impl PgServer {
     pub fn shared() -> Option<&'static PgServer> {
         static SERVER: OnceLock<Option<PgServer>> = OnceLock::new();
         SERVER
-            .get_or_init(|| server_binaries().map(PgServer::start))
+            .get_or_init(|| server_binaries().map(|bin| PgServer::start(bin, None)))
             .as_ref()
     }
 
@@ -124,10 +135,31 @@ impl PgServer {
         server
     }
 
-    fn start(bin: PathBuf) -> PgServer {
+    /// A server of its own that accepts TLS connections only, or `None` when PostgreSQL is
+    /// not installed. `prepare` is given the directory for its files (removed with the
+    /// server's): it writes the server's certificate `server.crt` and key `server.key` there,
+    /// and `root.crt` when client certificates are to be checked against a CA, and returns
+    /// the `pg_hba.conf` lines (`hostssl` ones, so plain connections are refused; user
+    /// `imgcas` must be trusted for the harness's own statements).
+    pub fn start_tls(prepare: impl FnOnce(&Path) -> String) -> Option<PgServer> {
+        let bin = server_binaries()?;
+        Some(PgServer::start(bin, Some(Box::new(prepare))))
+    }
+
+    /// Where a TLS-only server's certificates are (what `prepare` wrote).
+    pub fn tls_dir(&self) -> PathBuf {
+        self.dir.join("tls")
+    }
+
+    fn start(bin: PathBuf, tls: Option<Prepare<'_>>) -> PgServer {
         let base =
             std::env::temp_dir().join(format!("imgcas-pg-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&base).expect("postgres dir");
+        let tls_dir = base.join("tls");
+        let hba = tls.map(|prepare| {
+            std::fs::create_dir_all(&tls_dir).expect("tls dir");
+            prepare(&tls_dir)
+        });
         give_to_server_user(&base);
         let data = base.join("data");
         let init = as_server_user(&bin.join("initdb"))
@@ -150,6 +182,29 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&init.stderr)
         );
+        if let Some(hba) = &hba {
+            use std::io::Write;
+            use std::os::unix::fs::PermissionsExt;
+            // The server refuses a key others may read.
+            let key = tls_dir.join("server.key");
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+            std::fs::write(data.join("pg_hba.conf"), hba).expect("pg_hba.conf");
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.conf"))
+                .expect("postgresql.conf");
+            let file = |name: &str| tls_dir.join(name).display().to_string();
+            let mut settings = format!(
+                "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                file("server.crt"),
+                file("server.key")
+            );
+            if tls_dir.join("root.crt").exists() {
+                settings.push_str(&format!("ssl_ca_file = '{}'\n", file("root.crt")));
+            }
+            conf.write_all(settings.as_bytes())
+                .expect("postgresql.conf");
+        }
         let port = free_port();
         // The watchdog: the server in the background, stopped (and its files removed) when
         // this test process is gone or the server has died.
@@ -175,6 +230,8 @@ impl PgServer {
         let server = PgServer {
             port,
             bin,
+            dir: base.clone(),
+            tls: hba.is_some(),
             _watchdog: watchdog,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -193,7 +250,11 @@ impl PgServer {
 
     /// Runs one statement with `psql`; its output, or its error text.
     pub fn psql(&self, database: &str, sql: &str) -> Result<String, String> {
-        let out = Command::new(self.bin.join("psql"))
+        let mut psql = Command::new(self.bin.join("psql"));
+        if self.tls {
+            psql.env("PGSSLMODE", "require");
+        }
+        let out = psql
             .args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"])
             .args(["-h", "127.0.0.1", "-U", "imgcas", "-d", database])
             .args(["-p", &self.port.to_string(), "-c", sql])
