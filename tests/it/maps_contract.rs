@@ -967,3 +967,52 @@ async fn redb_grants_every_claim() {
         ClaimOutcome::Won
     );
 }
+
+/// Issue 34: a node whose pool is larger than what the server lets it open (here a database
+/// role limited to 2 connections, a pool of 6) meets `too many connections` (SQLSTATE 53300) and
+/// waits for a connection to come free, asking again, instead of failing the statement:
+/// 40 concurrent reads all answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_waits_for_a_connection_at_the_servers_limit() {
+    use imgcas::maps::postgres::PgOptions;
+    let Some(server) = common::postgres::PgServer::or_skip("postgres_connection_limit") else {
+        return;
+    };
+    // (A superuser, as the harness's own user is, is not held to connection limits.)
+    let url = server
+        .database("connection_limit")
+        .replace("imgcas@", "limited@");
+    for sql in [
+        "DROP ROLE IF EXISTS limited",
+        "CREATE ROLE limited LOGIN CONNECTION LIMIT 2",
+        "ALTER DATABASE connection_limit OWNER TO limited",
+    ] {
+        let _ = server.psql("postgres", sql);
+    }
+    let maps = Arc::new(
+        PostgresMaps::open_with(
+            &url,
+            &PgOptions {
+                pool_size: 6,
+                ..PgOptions::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let mut reads = Vec::new();
+    for i in 0..40u8 {
+        let maps = maps.clone();
+        reads.push(tokio::spawn(async move {
+            maps.variant(&key(ContentHash::of(&[i]), "w=1")).await
+        }));
+    }
+    for read in reads {
+        assert_eq!(read.await.unwrap().unwrap(), None);
+    }
+    let trips = maps.round_trips();
+    assert!(
+        trips.iter().any(|(op, n)| *op == "variant" && *n == 40),
+        "{trips:?}"
+    );
+}
