@@ -46,7 +46,7 @@ CORPUS = lib.ROOT.parent / "shared" / "corpus" / "photos"
 class Postgres:
     """A throwaway PostgreSQL server on a loopback port (as `postgres` when run as root)."""
 
-    def __init__(self, work):
+    def __init__(self, work, max_connections=200):
         bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         if not bins:
             raise SystemExit("needs PostgreSQL's server binaries: apt-get install postgresql")
@@ -61,7 +61,9 @@ class Postgres:
         subprocess.run(self.prefix + [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "imgcas",
                                       "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
                        check=True, stdout=subprocess.DEVNULL)
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        if max_connections:  # None: the server's default (100)
+            opts += f" -c max_connections={max_connections}"
         subprocess.run(self.prefix + [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
                                       str(self.dir / "log"), "-w", "-o", opts, "start"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -70,6 +72,11 @@ class Postgres:
         subprocess.run([str(self.bin / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", "imgcas",
                         "-d", "postgres", "-c", f"CREATE DATABASE {name}"], check=True)
         return f"postgres://imgcas@127.0.0.1:{self.port}/{name}"
+
+    def scalar(self, sql, database="postgres"):
+        out = subprocess.run([str(self.bin / "psql"), "-X", "-q", "-t", "-A", "-h", "127.0.0.1", "-p", str(self.port),
+                              "-U", "imgcas", "-d", database, "-c", sql], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
 
     def stop(self):
         subprocess.run(self.prefix + [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"],

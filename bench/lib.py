@@ -275,9 +275,13 @@ def wrk(url, connections, seconds, threads=2, script=None, headers=()):
     }
 
 
-def metric(base, name, **labels):
-    """Sum of a Prometheus series from /metrics (label values matched exactly)."""
-    text = urllib.request.urlopen(base + "/metrics").read().decode()
+def metric(base, name, token=None, **labels):
+    """Sum of a Prometheus series from /metrics (label values matched exactly); `token`: the
+    admin token, when the server has one."""
+    request = urllib.request.Request(base + "/metrics")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    text = urllib.request.urlopen(request).read().decode()
     total = 0.0
     for line in text.splitlines():
         if not line.startswith(name):

@@ -199,7 +199,11 @@ impl<S: MapStore> Cached<S> {
         match self.store.url_with_original(url).await {
             Ok((entry, original)) => {
                 // The original a URL is served from is read with it (one round trip for
-                // both on a shared store): what the request asks next.
+                // both on a shared store): what the request asks next. (Its ticket can only
+                // be taken after the read, which names the hash. An originals entry changes
+                // only when facts are added — a node holding it without them computes them
+                // once more — or when it is removed, which clears all memory through the
+                // purge generation.)
                 if let (Some(found), Some(info)) = (&entry, original) {
                     self.originals
                         .fill(found.serving(), info, original_ticket(found));
