@@ -10,6 +10,34 @@
 
 use super::*;
 
+const TRY_CLAIM: Statement = Statement {
+    op: "try_claim",
+    sql: "WITH won AS (
+             INSERT INTO imgcas_claims (key, owner, token, expires_at, renewed_at)
+             VALUES ($1, $2, $3, now() + $4 * interval '1 second', now())
+             ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner,
+                 token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
+                 renewed_at = EXCLUDED.renewed_at
+              WHERE imgcas_claims.expires_at < now()
+             RETURNING token)
+          SELECT true AS won, '' AS owner FROM won
+          UNION ALL
+          SELECT false, owner FROM imgcas_claims
+           WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM won)",
+};
+
+const RENEW_CLAIM: Statement = Statement {
+    op: "renew_claim",
+    sql: "UPDATE imgcas_claims SET token = $3,
+                expires_at = now() + $4 * interval '1 second', renewed_at = now()
+          WHERE key = $1 AND token = $2",
+};
+
+const RELEASE_CLAIM: Statement = Statement {
+    op: "release_claim",
+    sql: "DELETE FROM imgcas_claims WHERE key = $1 AND token = $2",
+};
+
 #[async_trait]
 impl Claims for PostgresStore {
     fn shared(&self) -> bool {
@@ -27,22 +55,7 @@ impl Claims for PostgresStore {
         // Insert, or take over an expired claim: one statement, decided on the database's
         // clock, which also names the holder when it is not us.
         let rows = self
-            .query(
-                "try_claim",
-                "WITH won AS (
-                    INSERT INTO imgcas_claims (key, owner, token, expires_at, renewed_at)
-                    VALUES ($1, $2, $3, now() + $4 * interval '1 second', now())
-                    ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner,
-                        token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
-                        renewed_at = EXCLUDED.renewed_at
-                     WHERE imgcas_claims.expires_at < now()
-                    RETURNING token)
-                 SELECT true AS won, '' AS owner FROM won
-                 UNION ALL
-                 SELECT false, owner FROM imgcas_claims
-                  WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM won)",
-                params![key, owner, token, ttl_secs],
-            )
+            .query(&TRY_CLAIM, params![key, owner, token, ttl_secs])
             .await?;
         let Some(row) = rows.first() else {
             return Ok(ClaimOutcome::HeldBy("(released just now)".into()));
@@ -67,10 +80,7 @@ impl Claims for PostgresStore {
         let ttl_secs = ttl.as_secs_f64();
         let renewed = self
             .execute(
-                "renew_claim",
-                "UPDATE imgcas_claims SET token = $3,
-                        expires_at = now() + $4 * interval '1 second', renewed_at = now()
-                  WHERE key = $1 AND token = $2",
+                &RENEW_CLAIM,
                 params![claim.key, claim.token, new_token, ttl_secs],
             )
             .await?;
@@ -78,12 +88,8 @@ impl Claims for PostgresStore {
     }
 
     async fn release_claim(&self, claim: &Claim) -> Result<(), MapError> {
-        self.execute(
-            "release_claim",
-            "DELETE FROM imgcas_claims WHERE key = $1 AND token = $2",
-            params![claim.key, claim.token],
-        )
-        .await
-        .map(|_| ())
+        self.execute(&RELEASE_CLAIM, params![claim.key, claim.token])
+            .await
+            .map(|_| ())
     }
 }

@@ -36,8 +36,8 @@ use tokio_postgres::Config;
 
 use super::super::MapError;
 use crate::config::maps::{password_from_file, words};
+use tls::LessThanAll;
 pub(super) use tls::MakeRustls;
-use tls::{AnyCertificate, ChainOnly};
 
 mod tls;
 
@@ -338,7 +338,7 @@ impl Tls {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (verifier, roots): (Arc<dyn ServerCertVerifier>, String) = match &self.check {
             Check::Nothing => (
-                Arc::new(AnyCertificate::new(provider.clone())),
+                Arc::new(LessThanAll::any_certificate(provider.clone())),
                 String::new(),
             ),
             Check::Chain(roots) | Check::ChainAndName(roots) => {
@@ -350,7 +350,7 @@ impl Tls {
                 .map_err(|e| refused(format!("sslrootcert {}: {e}", roots.describe())))?;
                 let verifier: Arc<dyn ServerCertVerifier> = match self.check {
                     Check::ChainAndName(_) => webpki,
-                    _ => Arc::new(ChainOnly::new(webpki)),
+                    _ => Arc::new(LessThanAll::chain_only(provider.clone(), webpki)),
                 };
                 (verifier, roots.describe())
             }

@@ -2,16 +2,68 @@
 
 use super::*;
 
+const FINGERPRINT: Statement = Statement {
+    op: "fingerprint",
+    sql: "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
+};
+
+const PUT_FINGERPRINT: Statement = Statement {
+    op: "put_fingerprint",
+    sql: "INSERT INTO imgcas_fingerprints
+             (hash, version, phash, block_hash, colour, width, height,
+              band0, band1, band2, band3)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+          ON CONFLICT (hash) DO UPDATE SET version = EXCLUDED.version,
+             phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
+             colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
+             band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
+             band3 = EXCLUDED.band3",
+};
+
+const NEAR: Statement = Statement {
+    op: "near",
+    sql: "SELECT * FROM imgcas_fingerprints
+          WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
+                 OR band3 = ANY($4))
+            AND version = $5
+            AND bit_count((phash # $6)::bit(64)) <= $7",
+};
+
+const UNFINGERPRINTED: Statement = Statement {
+    op: "unfingerprinted",
+    sql: "SELECT o.hash FROM imgcas_originals o
+           LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
+          WHERE f.hash IS NULL AND o.hash > $2
+          ORDER BY o.hash LIMIT $3",
+};
+
+const FINGERPRINTS: Statement = Statement {
+    op: "fingerprints",
+    sql: "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
+};
+
+const ALIAS: Statement = Statement {
+    op: "alias",
+    sql: "SELECT canonical FROM imgcas_aliases WHERE hash = $1",
+};
+
+const PUT_ALIAS: Statement = Statement {
+    op: "put_alias",
+    sql: "INSERT INTO imgcas_aliases (hash, canonical) VALUES ($1, $2)
+          ON CONFLICT (hash) DO UPDATE SET canonical = EXCLUDED.canonical",
+};
+
+const REMOVE_ALIASES: Statement = Statement {
+    op: "remove_aliases",
+    sql: "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
+};
+
 #[async_trait]
 impl Fingerprints for PostgresStore {
     async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
         let raw: &[u8] = hash.as_bytes();
         let rows = self
-            .query(
-                "fingerprint",
-                "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
-                params![raw, (FINGERPRINT_VERSION as i32)],
-            )
+            .query(&FINGERPRINT, params![raw, (FINGERPRINT_VERSION as i32)])
             .await?;
         rows.first().map(fingerprinted).transpose()
     }
@@ -27,16 +79,7 @@ impl Fingerprints for PostgresStore {
         let dim = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let band = |b: usize| fp.map(|f| near::band_of(f.phash, b) as i16);
         self.execute(
-            "put_fingerprint",
-            "INSERT INTO imgcas_fingerprints
-                (hash, version, phash, block_hash, colour, width, height,
-                 band0, band1, band2, band3)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (hash) DO UPDATE SET version = EXCLUDED.version,
-                phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
-                colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
-                band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
-                band3 = EXCLUDED.band3",
+            &PUT_FINGERPRINT,
             params![
                 raw,
                 (FINGERPRINT_VERSION as i32),
@@ -61,12 +104,7 @@ impl Fingerprints for PostgresStore {
         // Candidates by exact band, verified in the database (bit_count of the XOR).
         let rows = self
             .query(
-                "near",
-                "SELECT * FROM imgcas_fingerprints
-                  WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
-                         OR band3 = ANY($4))
-                    AND version = $5
-                    AND bit_count((phash # $6)::bit(64)) <= $7",
+                &NEAR,
                 params![
                     p0,
                     p1,
@@ -100,11 +138,7 @@ impl Fingerprints for PostgresStore {
         let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
         let rows = self
             .query(
-                "unfingerprinted",
-                "SELECT o.hash FROM imgcas_originals o
-                   LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
-                  WHERE f.hash IS NULL AND o.hash > $2
-                  ORDER BY o.hash LIMIT $3",
+                &UNFINGERPRINTED,
                 params![
                     (FINGERPRINT_VERSION as i32),
                     after,
@@ -117,11 +151,7 @@ impl Fingerprints for PostgresStore {
 
     async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
         let rows = self
-            .query(
-                "fingerprints",
-                "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
-                params![(FINGERPRINT_VERSION as i32)],
-            )
+            .query(&FINGERPRINTS, params![(FINGERPRINT_VERSION as i32)])
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -134,13 +164,7 @@ impl Fingerprints for PostgresStore {
 
     async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
         let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query(
-                "alias",
-                "SELECT canonical FROM imgcas_aliases WHERE hash = $1",
-                params![raw],
-            )
-            .await?;
+        let rows = self.query(&ALIAS, params![raw]).await?;
         rows.first()
             .map(|row| hash_of(row, "canonical"))
             .transpose()
@@ -148,23 +172,12 @@ impl Fingerprints for PostgresStore {
 
     async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
         let (own, canonical): (&[u8], &[u8]) = (own.as_bytes(), canonical.as_bytes());
-        self.execute(
-            "put_alias",
-            "INSERT INTO imgcas_aliases (hash, canonical) VALUES ($1, $2)
-             ON CONFLICT (hash) DO UPDATE SET canonical = EXCLUDED.canonical",
-            params![own, canonical],
-        )
-        .await?;
+        self.execute(&PUT_ALIAS, params![own, canonical]).await?;
         Ok(())
     }
 
     async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
         let raw: &[u8] = hash.as_bytes();
-        self.execute(
-            "remove_aliases",
-            "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
-            params![raw],
-        )
-        .await
+        self.execute(&REMOVE_ALIASES, params![raw]).await
     }
 }

@@ -38,7 +38,47 @@ use super::{
     Variants,
 };
 use crate::hash::ContentHash;
-use sql::{params, RoundTrips, Run, Session};
+use sql::{params, Params, RoundTrips, Run, Session, Statement};
+
+// SQL shared by several statements, as macros: statements are constants put together with
+// `concat!` (declared before the files that use them).
+/// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls` (a macro: statements are
+/// constants put together with `concat!`).
+macro_rules! url_row_bytes {
+    () => {
+        "(2 * octet_length(url) + COALESCE(octet_length(etag), 0)
+          + COALESCE(octet_length(last_modified), 0) + 160)::bigint"
+    };
+}
+
+/// A URL entry written (kept, or replacing the one stored), its values in `VALUES (…)`:
+/// `url_key, url, hash, etag, last_modified, checked_at_ms, requested_at_ms, last_used_ms,
+/// canonical`.
+macro_rules! upsert_url {
+    ($values:literal) => {
+        concat!(
+            "INSERT INTO imgcas_urls (url_key, url, hash, etag, last_modified, checked_at_ms,
+                 requested_at_ms, last_used_ms, canonical)
+             VALUES ",
+            $values,
+            " ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash,
+                 etag = EXCLUDED.etag, canonical = EXCLUDED.canonical,
+                 last_modified = EXCLUDED.last_modified, checked_at_ms = EXCLUDED.checked_at_ms,
+                 requested_at_ms = EXCLUDED.requested_at_ms, last_used_ms = EXCLUDED.last_used_ms"
+        )
+    };
+}
+
+/// An originals index row (`$1`–`$10`), kept as it is when the hash has one.
+macro_rules! insert_original {
+    () => {
+        "INSERT INTO imgcas_originals
+             (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts,
+              upright_width, upright_height)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (hash) DO NOTHING"
+    };
+}
 
 mod blocklist;
 mod claims;
@@ -60,9 +100,6 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first pause before asking a server at its connection limit again; doubled each time.
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(10);
-/// [`super::url_row_bytes`] in SQL, over a row of `imgcas_urls`.
-const URL_ROW_BYTES: &str = "(2 * octet_length(url) + COALESCE(octet_length(etag), 0) \
-     + COALESCE(octet_length(last_modified), 0) + 160)::bigint";
 /// Least recently served variants considered per eviction round.
 const EVICTION_BATCH: i64 = 1_000;
 /// URL entries dropped per statement when forgetting (short transactions).
@@ -230,22 +267,14 @@ impl PostgresStore {
     }
 
     /// Runs one statement on a pooled connection (one round trip).
-    async fn execute(
-        &self,
-        op: &'static str,
-        sql: &str,
-        params: sql::Params<'_>,
-    ) -> Result<u64, MapError> {
-        self.session(op).await?.execute(sql, params).await
+    async fn execute(&self, statement: &Statement, params: Params<'_>) -> Result<u64, MapError> {
+        let session = self.session(statement.op).await?;
+        session.execute(statement.sql, params).await
     }
 
-    async fn query(
-        &self,
-        op: &'static str,
-        sql: &str,
-        params: sql::Params<'_>,
-    ) -> Result<Vec<Row>, MapError> {
-        self.session(op).await?.query(sql, params).await
+    async fn query(&self, statement: &Statement, params: Params<'_>) -> Result<Vec<Row>, MapError> {
+        let session = self.session(statement.op).await?;
+        session.query(statement.sql, params).await
     }
 }
 
@@ -436,14 +465,6 @@ pub(super) fn url_key(url: &str) -> Vec<u8> {
     sha2::Sha256::digest(url.as_bytes()).to_vec()
 }
 
-/// A URL entry's row (`$1`–`$9` of [`UPSERT_URL`]).
-const URL_VALUES: &str = "(url_key, url, hash, etag, last_modified, checked_at_ms,
-        requested_at_ms, last_used_ms, canonical)";
-const URL_ON_CONFLICT: &str = "ON CONFLICT (url_key) DO UPDATE SET hash = EXCLUDED.hash,
-        etag = EXCLUDED.etag, canonical = EXCLUDED.canonical,
-        last_modified = EXCLUDED.last_modified, checked_at_ms = EXCLUDED.checked_at_ms,
-        requested_at_ms = EXCLUDED.requested_at_ms, last_used_ms = EXCLUDED.last_used_ms";
-
 /// The values of a URL entry's row that are not the entry's own fields as they are.
 struct UrlColumns {
     key: Vec<u8>,
@@ -486,13 +507,6 @@ impl OriginalColumns {
     }
 }
 
-/// An originals index row (`$1`–`$10`), kept as it is when the hash has one.
-const INSERT_ORIGINAL: &str = "INSERT INTO imgcas_originals
-        (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts,
-         upright_width, upright_height)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-    ON CONFLICT (hash) DO NOTHING";
-
 fn facts_json(facts: Option<&OriginalFacts>) -> Result<Option<String>, MapError> {
     facts
         .map(serde_json::to_string)
@@ -509,6 +523,18 @@ fn key_arrays(keys: &[&VariantKey]) -> (Vec<Vec<u8>>, Vec<i32>, Vec<String>) {
     )
 }
 
+const LISTED_AND_ORIGINAL: Statement = Statement {
+    op: "listed_and_original",
+    sql: "SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed, o.*
+            FROM (SELECT 1) AS one
+            LEFT JOIN imgcas_originals o ON o.hash = $1",
+};
+
+const CHECK: Statement = Statement {
+    op: "check",
+    sql: "SELECT 1",
+};
+
 #[async_trait]
 impl MapStore for PostgresStore {
     fn round_trips(&self) -> Vec<(&'static str, u64)> {
@@ -520,16 +546,7 @@ impl MapStore for PostgresStore {
         hash: &ContentHash,
     ) -> Result<(bool, Option<OriginalInfo>), MapError> {
         let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query(
-                "listed_and_original",
-                "SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed,
-                        o.*
-                   FROM (SELECT 1) AS one
-                   LEFT JOIN imgcas_originals o ON o.hash = $1",
-                params![raw],
-            )
-            .await?;
+        let rows = self.query(&LISTED_AND_ORIGINAL, params![raw]).await?;
         let Some(row) = rows.first() else {
             return Ok((false, None));
         };
@@ -553,6 +570,6 @@ impl MapStore for PostgresStore {
     }
 
     async fn check(&self) -> Result<(), MapError> {
-        self.query("check", "SELECT 1", params![]).await.map(|_| ())
+        self.query(&CHECK, params![]).await.map(|_| ())
     }
 }

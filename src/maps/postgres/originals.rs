@@ -2,17 +2,59 @@
 
 use super::*;
 
+const ADD_ORIGINAL: Statement = Statement {
+    op: "add_original",
+    sql: insert_original!(),
+};
+
+/// One statement: the index row (kept if the hash has one, `$1`–`$10`), the URL's entry
+/// (`$11`–`$18`, its hash `$1`), the claim given up (`$19`, `$20`), and whether the hash is
+/// on the takedown list.
+const RECORD_DOWNLOAD: Statement = Statement {
+    op: "record_download",
+    sql: concat!(
+        "WITH o AS (",
+        insert_original!(),
+        " RETURNING 1),
+              u AS (",
+        upsert_url!("($11, $12, $1, $13, $14, $15, $16, $17, $18)"),
+        "),
+              c AS (DELETE FROM imgcas_claims WHERE key = $19 AND token = $20)
+         SELECT (SELECT count(*) FROM o) AS new,
+                EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed"
+    ),
+};
+
+const ORIGINAL: Statement = Statement {
+    op: "original",
+    sql: "SELECT * FROM imgcas_originals WHERE hash = $1",
+};
+
+const PUT_FACTS: Statement = Statement {
+    op: "put_facts",
+    sql: "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
+};
+
+const REMOVE_ORIGINAL: Statement = Statement {
+    op: "remove_original",
+    sql: "DELETE FROM imgcas_originals WHERE hash = $1",
+};
+
+const REMOVE_FINGERPRINT: Statement = Statement {
+    op: "remove_original",
+    sql: "DELETE FROM imgcas_fingerprints WHERE hash = $1",
+};
+
+const ORIGINAL_HASHES: Statement = Statement {
+    op: "original_hashes",
+    sql: "SELECT hash FROM imgcas_originals",
+};
+
 #[async_trait]
 impl Originals for PostgresStore {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
         let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query(
-                "original",
-                "SELECT * FROM imgcas_originals WHERE hash = $1",
-                params![raw],
-            )
-            .await?;
+        let rows = self.query(&ORIGINAL, params![raw]).await?;
         rows.first().map(original_info).transpose()
     }
 
@@ -25,8 +67,7 @@ impl Originals for PostgresStore {
         let c = OriginalColumns::of(info)?;
         let inserted = self
             .execute(
-                "add_original",
-                INSERT_ORIGINAL,
+                &ADD_ORIGINAL,
                 params![
                     raw,
                     info.format,
@@ -58,16 +99,7 @@ impl Originals for PostgresStore {
         let u = UrlColumns::of(url, entry);
         let rows = self
             .query(
-                "record_download",
-                &format!(
-                    "WITH o AS ({INSERT_ORIGINAL} RETURNING 1),
-                          u AS (INSERT INTO imgcas_urls {URL_VALUES}
-                                VALUES ($11, $12, $1, $13, $14, $15, $16, $17, $18)
-                                {URL_ON_CONFLICT}),
-                          c AS (DELETE FROM imgcas_claims WHERE key = $19 AND token = $20)
-                     SELECT (SELECT count(*) FROM o) AS new,
-                            EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed"
-                ),
+                &RECORD_DOWNLOAD,
                 params![
                     raw,
                     info.format,
@@ -106,40 +138,21 @@ impl Originals for PostgresStore {
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
         let raw: &[u8] = hash.as_bytes();
         let json = facts_json(Some(facts))?;
-        self.execute(
-            "put_facts",
-            "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
-            params![raw, json],
-        )
-        .await
-        .map(|_| ())
+        self.execute(&PUT_FACTS, params![raw, json])
+            .await
+            .map(|_| ())
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
         let raw: &[u8] = hash.as_bytes();
-        self.execute(
-            "remove_original",
-            "DELETE FROM imgcas_originals WHERE hash = $1",
-            params![raw],
-        )
-        .await?;
-        self.execute(
-            "remove_original",
-            "DELETE FROM imgcas_fingerprints WHERE hash = $1",
-            params![raw],
-        )
-        .await
-        .map(|_| ())
+        self.execute(&REMOVE_ORIGINAL, params![raw]).await?;
+        self.execute(&REMOVE_FINGERPRINT, params![raw])
+            .await
+            .map(|_| ())
     }
 
     async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
-        let rows = self
-            .query(
-                "original_hashes",
-                "SELECT hash FROM imgcas_originals",
-                params![],
-            )
-            .await?;
+        let rows = self.query(&ORIGINAL_HASHES, params![]).await?;
         rows.iter().map(|row| hash_of(row, "hash")).collect()
     }
 }

@@ -64,6 +64,12 @@ impl Param for &Vec<u8> {
     const TYPE: Type = Type::BYTEA;
 }
 
+/// A statement the maps send, and the map operation its round trips are counted under.
+pub(super) struct Statement {
+    pub(super) op: &'static str,
+    pub(super) sql: &'static str,
+}
+
 /// A statement's parameters with their types.
 pub(super) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 

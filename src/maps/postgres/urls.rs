@@ -2,16 +2,88 @@
 
 use super::*;
 
+const PUT_URL: Statement = Statement {
+    op: "put_url",
+    sql: upsert_url!("($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+};
+
+const URL_BYTES: Statement = Statement {
+    op: "url_bytes",
+    sql: concat!(
+        "SELECT COALESCE(SUM(",
+        url_row_bytes!(),
+        "), 0)::bigint AS n FROM imgcas_urls"
+    ),
+};
+
+const EVICTION_CANDIDATES: Statement = Statement {
+    op: "evict_urls",
+    sql: concat!(
+        "SELECT url_key, ",
+        url_row_bytes!(),
+        " AS size FROM imgcas_urls ORDER BY last_used_ms, url_key LIMIT $1"
+    ),
+};
+
+const URL: Statement = Statement {
+    op: "url",
+    sql: "SELECT * FROM imgcas_urls WHERE url_key = $1",
+};
+
+const URL_WITH_ORIGINAL: Statement = Statement {
+    op: "url_with_original",
+    sql: "SELECT u.*, o.hash AS o_hash, o.format, o.width, o.height, o.has_alpha,
+                o.bytes, o.first_seen_ms, o.facts, o.upright_width, o.upright_height
+           FROM imgcas_urls u
+           LEFT JOIN imgcas_originals o ON o.hash = CASE
+                WHEN u.canonical IS NOT NULL AND length(u.canonical) = 64
+                     AND substring(u.canonical for 32) = u.hash
+                THEN substring(u.canonical from 33) ELSE u.hash END
+          WHERE u.url_key = $1",
+};
+
+const REMOVE_URL: Statement = Statement {
+    op: "remove_url",
+    sql: "DELETE FROM imgcas_urls WHERE url_key = $1",
+};
+
+const URLS: Statement = Statement {
+    op: "urls",
+    sql: "SELECT * FROM imgcas_urls",
+};
+
+const URLS_OF: Statement = Statement {
+    op: "urls_of",
+    sql: "SELECT * FROM imgcas_urls WHERE hash = $1
+          UNION
+          SELECT * FROM imgcas_urls
+           WHERE canonical IS NOT NULL AND substring(canonical from 33) = $1",
+};
+
+const MARK_URLS_REQUESTED: Statement = Statement {
+    op: "mark_urls_requested",
+    sql: "UPDATE imgcas_urls AS u
+            SET requested_at_ms = s.at,
+                last_used_ms = GREATEST(u.checked_at_ms, s.at)
+           FROM (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS t (url_key, at)) AS s
+          WHERE u.url_key = s.url_key AND u.requested_at_ms < s.at",
+};
+
+const FORGET_URLS: Statement = Statement {
+    op: "forget_urls",
+    sql: "DELETE FROM imgcas_urls WHERE url_key IN (
+          SELECT url_key FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
+};
+
+const EVICT_URLS: Statement = Statement {
+    op: "evict_urls",
+    sql: "DELETE FROM imgcas_urls WHERE url_key = ANY($1)",
+};
+
 #[async_trait]
 impl UrlMap for PostgresStore {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
-        let rows = self
-            .query(
-                "url",
-                "SELECT * FROM imgcas_urls WHERE url_key = $1",
-                params![url_key(url)],
-            )
-            .await?;
+        let rows = self.query(&URL, params![url_key(url)]).await?;
         rows.first().map(url_entry).transpose()
     }
 
@@ -22,18 +94,7 @@ impl UrlMap for PostgresStore {
         // The originals row of the hash served: the canonical half of `canonical` while it
         // belongs to this hash (see `url_entry`), else the hash.
         let rows = self
-            .query(
-                "url_with_original",
-                "SELECT u.*, o.hash AS o_hash, o.format, o.width, o.height, o.has_alpha,
-                        o.bytes, o.first_seen_ms, o.facts, o.upright_width, o.upright_height
-                   FROM imgcas_urls u
-                   LEFT JOIN imgcas_originals o ON o.hash = CASE
-                        WHEN u.canonical IS NOT NULL AND length(u.canonical) = 64
-                             AND substring(u.canonical for 32) = u.hash
-                        THEN substring(u.canonical from 33) ELSE u.hash END
-                  WHERE u.url_key = $1",
-                params![url_key(url)],
-            )
+            .query(&URL_WITH_ORIGINAL, params![url_key(url)])
             .await?;
         let Some(row) = rows.first() else {
             return Ok((None, None));
@@ -51,11 +112,7 @@ impl UrlMap for PostgresStore {
         let hash: &[u8] = entry.hash.as_bytes();
         let c = UrlColumns::of(url, entry);
         self.execute(
-            "put_url",
-            &format!(
-                "INSERT INTO imgcas_urls {URL_VALUES}
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) {URL_ON_CONFLICT}"
-            ),
+            &PUT_URL,
             params![
                 c.key,
                 url,
@@ -73,19 +130,13 @@ impl UrlMap for PostgresStore {
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
-        self.execute(
-            "remove_url",
-            "DELETE FROM imgcas_urls WHERE url_key = $1",
-            params![url_key(url)],
-        )
-        .await
-        .map(|_| ())
+        self.execute(&REMOVE_URL, params![url_key(url)])
+            .await
+            .map(|_| ())
     }
 
     async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
-        let rows = self
-            .query("urls", "SELECT * FROM imgcas_urls", params![])
-            .await?;
+        let rows = self.query(&URLS, params![]).await?;
         rows.iter()
             .map(|row| {
                 let url: String = row.try_get("url").map_err(store_error)?;
@@ -96,16 +147,7 @@ impl UrlMap for PostgresStore {
 
     async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
         let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query(
-                "urls_of",
-                "SELECT * FROM imgcas_urls WHERE hash = $1
-                 UNION
-                 SELECT * FROM imgcas_urls
-                  WHERE canonical IS NOT NULL AND substring(canonical from 33) = $1",
-                params![raw],
-            )
-            .await?;
+        let rows = self.query(&URLS_OF, params![raw]).await?;
         let mut found = Vec::with_capacity(rows.len());
         for row in &rows {
             let entry = url_entry(row)?;
@@ -123,29 +165,16 @@ impl UrlMap for PostgresStore {
         }
         let keys: Vec<Vec<u8>> = requested.iter().map(|(u, _)| url_key(u)).collect();
         let stamps: Vec<i64> = requested.iter().map(|(_, at)| ms(*at)).collect();
-        self.execute(
-            "mark_urls_requested",
-            "UPDATE imgcas_urls AS u
-                SET requested_at_ms = s.at,
-                    last_used_ms = GREATEST(u.checked_at_ms, s.at)
-               FROM (SELECT * FROM unnest($1::bytea[], $2::bigint[]) AS t (url_key, at)) AS s
-              WHERE u.url_key = s.url_key AND u.requested_at_ms < s.at",
-            params![keys, stamps],
-        )
-        .await
-        .map(|_| ())
+        self.execute(&MARK_URLS_REQUESTED, params![keys, stamps])
+            .await
+            .map(|_| ())
     }
 
     async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
         let mut forgotten = 0;
         loop {
             let n = self
-                .execute(
-                    "forget_urls",
-                    "DELETE FROM imgcas_urls WHERE url_key IN (
-                        SELECT url_key FROM imgcas_urls WHERE last_used_ms < $1 LIMIT $2)",
-                    params![ms(unused_since_ms), FORGET_BATCH],
-                )
+                .execute(&FORGET_URLS, params![ms(unused_since_ms), FORGET_BATCH])
                 .await?;
             forgotten += n;
             if n < FORGET_BATCH as u64 {
@@ -155,13 +184,7 @@ impl UrlMap for PostgresStore {
     }
 
     async fn url_bytes(&self) -> Result<u64, MapError> {
-        let rows = self
-            .query(
-                "url_bytes",
-                &format!("SELECT COALESCE(SUM({URL_ROW_BYTES}), 0)::bigint AS n FROM imgcas_urls"),
-                params![],
-            )
-            .await?;
+        let rows = self.query(&URL_BYTES, params![]).await?;
         let n: i64 = rows
             .first()
             .map(|r| r.try_get("n"))
@@ -176,14 +199,7 @@ impl UrlMap for PostgresStore {
         let mut evicted = 0;
         while over > 0 {
             let rows = self
-                .query(
-                    "evict_urls",
-                    &format!(
-                        "SELECT url_key, {URL_ROW_BYTES} AS size FROM imgcas_urls
-                         ORDER BY last_used_ms, url_key LIMIT $1"
-                    ),
-                    params![FORGET_BATCH],
-                )
+                .query(&EVICTION_CANDIDATES, params![FORGET_BATCH])
                 .await?;
             if rows.is_empty() {
                 break;
@@ -197,13 +213,7 @@ impl UrlMap for PostgresStore {
                 keys.push(row.try_get("url_key").map_err(store_error)?);
                 over = over.saturating_sub(size.max(0) as u64);
             }
-            evicted += self
-                .execute(
-                    "evict_urls",
-                    "DELETE FROM imgcas_urls WHERE url_key = ANY($1)",
-                    params![keys],
-                )
-                .await?;
+            evicted += self.execute(&EVICT_URLS, params![keys]).await?;
         }
         Ok(evicted)
     }

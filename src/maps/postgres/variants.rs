@@ -2,6 +2,51 @@
 
 use super::*;
 
+const VARIANT: Statement = Statement {
+    op: "variant",
+    sql: "SELECT format, width, height, body_bytes, failure, message FROM imgcas_variants
+          WHERE hash = $1 AND processor_version = $2 AND spec = $3",
+};
+
+const MARK_VARIANTS_SERVED: Statement = Statement {
+    op: "mark_variants_served",
+    sql: "UPDATE imgcas_variants AS v SET served_at_ms = s.at
+           FROM (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[])
+                   AS t (hash, version, spec, at)) AS s
+          WHERE v.hash = s.hash AND v.processor_version = s.version AND v.spec = s.spec
+            AND v.served_at_ms < s.at",
+};
+
+const VARIANT_BYTES: Statement = Statement {
+    op: "variant_bytes",
+    sql: "SELECT CAST(COALESCE(SUM(bytes), 0) AS bigint) FROM imgcas_variant_bytes",
+};
+
+const EVICT_VARIANTS: Statement = Statement {
+    op: "evict_variants",
+    sql: "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
+          ORDER BY served_at_ms, hash, processor_version, spec LIMIT $1",
+};
+
+const VARIANT_KEYS: Statement = Statement {
+    op: "variant_keys",
+    sql: "SELECT hash, processor_version, spec FROM imgcas_variants",
+};
+
+const VARIANT_TOTALS: Statement = Statement {
+    op: "variant_totals",
+    sql: "SELECT CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 1 ELSE 0 END), 0) AS bigint),
+               CAST(COALESCE(SUM(body_bytes), 0) AS bigint),
+               CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 0 ELSE 1 END), 0) AS bigint)
+          FROM imgcas_variants",
+};
+
+const VARIANTS_OF: Statement = Statement {
+    op: "variants_of",
+    sql: "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
+          WHERE hash = $1",
+};
+
 #[async_trait]
 impl Variants for PostgresStore {
     fn holds_variant_bytes(&self) -> bool {
@@ -12,9 +57,7 @@ impl Variants for PostgresStore {
         let raw: &[u8] = key.hash.as_bytes();
         let rows = self
             .query(
-                "variant",
-                "SELECT format, width, height, body_bytes, failure, message FROM imgcas_variants
-                  WHERE hash = $1 AND processor_version = $2 AND spec = $3",
+                &VARIANT,
                 params![raw, (key.processor_version as i32), key.canonical_spec],
             )
             .await?;
@@ -42,12 +85,7 @@ impl Variants for PostgresStore {
         let (hashes, versions, specs) = key_arrays(&keys);
         let stamps: Vec<i64> = served.iter().map(|(_, at)| ms(*at)).collect();
         self.execute(
-            "mark_variants_served",
-            "UPDATE imgcas_variants AS v SET served_at_ms = s.at
-               FROM (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[])
-                       AS t (hash, version, spec, at)) AS s
-              WHERE v.hash = s.hash AND v.processor_version = s.version AND v.spec = s.spec
-                AND v.served_at_ms < s.at",
+            &MARK_VARIANTS_SERVED,
             params![hashes, versions, specs, stamps],
         )
         .await
@@ -55,13 +93,7 @@ impl Variants for PostgresStore {
     }
 
     async fn variant_bytes(&self) -> Result<u64, MapError> {
-        let rows = self
-            .query(
-                "variant_bytes",
-                "SELECT CAST(COALESCE(SUM(bytes), 0) AS bigint) FROM imgcas_variant_bytes",
-                params![],
-            )
-            .await?;
+        let rows = self.query(&VARIANT_BYTES, params![]).await?;
         let total: i64 = rows.first().map_or(0, |r| r.get(0));
         Ok(unsigned(total))
     }
@@ -74,14 +106,7 @@ impl Variants for PostgresStore {
             if total <= target_bytes {
                 return Ok(evicted);
             }
-            let candidates = self
-                .query(
-                    "evict_variants",
-                    "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
-                      ORDER BY served_at_ms, hash, processor_version, spec LIMIT $1",
-                    params![EVICTION_BATCH],
-                )
-                .await?;
+            let candidates = self.query(&EVICT_VARIANTS, params![EVICTION_BATCH]).await?;
             if candidates.is_empty() {
                 return Ok(evicted);
             }
@@ -104,13 +129,7 @@ impl Variants for PostgresStore {
     }
 
     async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
-        let rows = self
-            .query(
-                "variant_keys",
-                "SELECT hash, processor_version, spec FROM imgcas_variants",
-                params![],
-            )
-            .await?;
+        let rows = self.query(&VARIANT_KEYS, params![]).await?;
         rows.iter().map(variant_key).collect()
     }
 
@@ -123,16 +142,7 @@ impl Variants for PostgresStore {
     }
 
     async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
-        let rows = self
-            .query(
-"variant_totals", 
-                "SELECT CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 1 ELSE 0 END), 0) AS bigint),
-                        CAST(COALESCE(SUM(body_bytes), 0) AS bigint),
-                        CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 0 ELSE 1 END), 0) AS bigint)
-                   FROM imgcas_variants",
-                params![],
-            )
-            .await?;
+        let rows = self.query(&VARIANT_TOTALS, params![]).await?;
         let Some(row) = rows.first() else {
             return Ok(VariantTotals::default());
         };
@@ -145,14 +155,7 @@ impl Variants for PostgresStore {
 
     async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError> {
         let raw: &[u8] = hash.as_bytes();
-        let rows = self
-            .query(
-                "variants_of",
-                "SELECT hash, processor_version, spec, counted_bytes FROM imgcas_variants
-                  WHERE hash = $1",
-                params![raw],
-            )
-            .await?;
+        let rows = self.query(&VARIANTS_OF, params![raw]).await?;
         rows.iter()
             .map(|row| {
                 let counted: i64 = row.try_get("counted_bytes").map_err(store_error)?;
@@ -246,20 +249,26 @@ macro_rules! upsert_variant {
 }
 
 /// A variant written without a claim.
-const PUT_VARIANT: &str = concat!("WITH ", upsert_variant!(""));
+const PUT_VARIANT: Statement = Statement {
+    op: "put_variant",
+    sql: concat!("WITH ", upsert_variant!("")),
+};
 
 /// A variant written under a claim, which the same statement gives up: the claim's row
 /// becomes a tombstone (see `claims.rs`) on the condition that its token is still ours, and
 /// the row is written only if it was (so a node that lost its claim writes nothing over a
 /// newer owner's row). `$13` the claim's key, `$14` its token, `$15` the tombstone's life in
 /// seconds.
-const PUT_VARIANT_CLAIMED: &str = concat!(
-    "WITH held AS (
+const PUT_VARIANT_CLAIMED: Statement = Statement {
+    op: "put_variant_claimed",
+    sql: concat!(
+        "WITH held AS (
         UPDATE imgcas_claims SET owner = '', token = 0,
                expires_at = now() + $15 * interval '1 second', renewed_at = now()
          WHERE key = $13 AND token = $14 RETURNING 1), ",
-    upsert_variant!("FROM held")
-);
+        upsert_variant!("FROM held")
+    ),
+};
 
 impl PostgresStore {
     /// Stores a variant row, under a claim when one is given (see [`PUT_VARIANT_CLAIMED`]).
@@ -289,12 +298,11 @@ impl PostgresStore {
             shard
         ];
         let written = match claim {
-            None => self.query("put_variant", PUT_VARIANT, row_params).await?,
+            None => self.query(&PUT_VARIANT, row_params).await?,
             Some(claim) => {
                 let mut all = row_params.to_vec();
                 all.extend_from_slice(params![claim.key, claim.token, TOMBSTONE_SECS]);
-                self.query("put_variant_claimed", PUT_VARIANT_CLAIMED, &all)
-                    .await?
+                self.query(&PUT_VARIANT_CLAIMED, &all).await?
             }
         };
         let (written, listed): (i64, bool) = match written.first() {

@@ -1,7 +1,7 @@
 //! The rustls glue under tokio-postgres: [`MakeRustls`] and the handshake it makes per
 //! connection, the stream with its `tls-server-end-point` channel binding (the hash SCRAM's
 //! `-PLUS` login binds to), the verifiers of the modes that check less than everything
-//! (`AnyCertificate`, `ChainOnly`), and a refused handshake said in one sentence that names the
+//! (`LessThanAll`), and a refused handshake said in one sentence that names the
 //! problem (unknown issuer, name mismatch, expired). `connect.rs` decides which verifier and
 //! which files; this file knows nothing of connection strings.
 
@@ -167,66 +167,38 @@ fn bare_name(presented: &str) -> &str {
     }
 }
 
-/// No check of the certificate (`prefer` and `require` without a CA, as libpq does); the
-/// handshake's signatures are still checked against the key it carries.
+/// The verifier of the modes that check less than everything: no check of the certificate
+/// (`prefer` and `require` without a CA, as libpq does), or `verify-ca`'s chain up to the
+/// roots, validity included, and no name. Either way the handshake's signatures are still
+/// checked against the key the certificate carries.
 #[derive(Debug)]
-pub(super) struct AnyCertificate(Arc<CryptoProvider>);
+pub(super) struct LessThanAll {
+    provider: Arc<CryptoProvider>,
+    /// `verify-ca`: the chain's checker (which checks the name last, so a name mismatch
+    /// means the chain passed).
+    chain: Option<Arc<WebPkiServerVerifier>>,
+}
 
-impl AnyCertificate {
-    pub(super) fn new(provider: Arc<CryptoProvider>) -> AnyCertificate {
-        AnyCertificate(provider)
+impl LessThanAll {
+    pub(super) fn any_certificate(provider: Arc<CryptoProvider>) -> LessThanAll {
+        LessThanAll {
+            provider,
+            chain: None,
+        }
+    }
+
+    pub(super) fn chain_only(
+        provider: Arc<CryptoProvider>,
+        webpki: Arc<WebPkiServerVerifier>,
+    ) -> LessThanAll {
+        LessThanAll {
+            provider,
+            chain: Some(webpki),
+        }
     }
 }
 
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain up to the roots, validity included, and no name. webpki checks the
-/// chain before the name, so a name mismatch means the chain passed.
-#[derive(Debug)]
-pub(super) struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ChainOnly {
-    pub(super) fn new(webpki: Arc<WebPkiServerVerifier>) -> ChainOnly {
-        ChainOnly(webpki)
-    }
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for LessThanAll {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -235,10 +207,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, name, ocsp, now) {
             Err(TlsError::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -252,7 +224,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -261,11 +234,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
