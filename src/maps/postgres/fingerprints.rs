@@ -7,9 +7,11 @@ const FINGERPRINT: Statement = Statement {
     sql: "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
 };
 
+/// A fingerprint written, and whether its hash is on the takedown list (for the check the
+/// pipeline makes right after, `Takedowns::listed_at_write`).
 const PUT_FINGERPRINT: Statement = Statement {
     op: "put_fingerprint",
-    sql: "INSERT INTO imgcas_fingerprints
+    sql: "WITH up AS (INSERT INTO imgcas_fingerprints
              (hash, version, phash, block_hash, colour, width, height,
               band0, band1, band2, band3)
           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -17,7 +19,8 @@ const PUT_FINGERPRINT: Statement = Statement {
              phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
              colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
              band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
-             band3 = EXCLUDED.band3",
+             band3 = EXCLUDED.band3)
+          SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed",
 };
 
 const NEAR: Statement = Statement {
@@ -78,23 +81,28 @@ impl Fingerprints for PostgresStore {
         let signed = |v: u64| v as i64;
         let dim = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let band = |b: usize| fp.map(|f| near::band_of(f.phash, b) as i16);
-        self.execute(
-            &PUT_FINGERPRINT,
-            params![
-                raw,
-                (FINGERPRINT_VERSION as i32),
-                fp.map(|f| signed(f.phash)),
-                fp.map(|f| signed(f.block_hash)),
-                fp.map(|f| signed(f.colour)),
-                fp.map(|f| dim(f.width)),
-                fp.map(|f| dim(f.height)),
-                band(0),
-                band(1),
-                band(2),
-                band(3)
-            ],
-        )
-        .await?;
+        let rows = self
+            .query(
+                &PUT_FINGERPRINT,
+                params![
+                    raw,
+                    (FINGERPRINT_VERSION as i32),
+                    fp.map(|f| signed(f.phash)),
+                    fp.map(|f| signed(f.block_hash)),
+                    fp.map(|f| signed(f.colour)),
+                    fp.map(|f| dim(f.width)),
+                    fp.map(|f| dim(f.height)),
+                    band(0),
+                    band(1),
+                    band(2),
+                    band(3)
+                ],
+            )
+            .await?;
+        if let Some(row) = rows.first() {
+            let listed: bool = row.try_get("listed").map_err(store_error)?;
+            self.listed_at_write.insert(*hash, listed);
+        }
         Ok(())
     }
 
