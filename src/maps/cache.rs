@@ -458,6 +458,7 @@ store_answers!(Blocklist {
 
 store_answers!(Claims {
     fn try_claim(&self, key: &str, owner: &str, token: i64, ttl: Duration) -> ClaimOutcome;
+    fn try_claim_past_published(&self, key: &str, owner: &str, token: i64, ttl: Duration) -> ClaimOutcome;
     fn renew_claim(&self, claim: &Claim, new_token: i64, ttl: Duration) -> bool;
     fn release_claim(&self, claim: &Claim) -> ();
 }

@@ -664,6 +664,19 @@ pub trait Claims: Send + Sync {
         Ok(ClaimOutcome::Won)
     }
 
+    /// [`Claims::try_claim`], taking over the tombstone a published result left too (a
+    /// store whose writes leave one): for work that must be done again even though a result
+    /// was just published, as a recheck of a URL.
+    async fn try_claim_past_published(
+        &self,
+        key: &str,
+        owner: &str,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, MapError> {
+        self.try_claim(key, owner, token, ttl).await
+    }
+
     /// Extends a claim still held with `claim.token` by `ttl`, under `new_token`. `false`:
     /// the claim was lost (expired and taken, or released), and its owner must stop.
     async fn renew_claim(

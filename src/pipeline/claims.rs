@@ -215,8 +215,11 @@ async fn renew(
 }
 
 impl Pipeline {
-    /// Tries once to claim `key` for this node.
-    pub(super) async fn claim(&self, key: String) -> Result<Turn, Error> {
+    /// Tries once to claim `key` for this node. A grant means no result under this key was
+    /// published in the last seconds (its claim stands as a tombstone for a while), unless
+    /// `past_published` asks to take such a tombstone over: work to be done again however
+    /// fresh the result.
+    pub(super) async fn claim(&self, key: String, past_published: bool) -> Result<Turn, Error> {
         let s = &self.shared;
         if !s.maps.shared() {
             return Ok(Turn::Ours(Lease { shared: None }));
@@ -224,7 +227,13 @@ impl Pipeline {
         let ttl = s.config.cluster.claim_ttl;
         let token = new_token(&s.node_id);
         let sent = Instant::now();
-        match s.maps.try_claim(&key, &s.node_id, token, ttl).await? {
+        let outcome = match past_published {
+            true => s
+                .maps
+                .try_claim_past_published(&key, &s.node_id, token, ttl),
+            false => s.maps.try_claim(&key, &s.node_id, token, ttl),
+        };
+        match outcome.await? {
             ClaimOutcome::HeldBy(owner) => Ok(Turn::Theirs(owner)),
             ClaimOutcome::Won => {
                 let claim = Arc::new(Mutex::new(Claim { key, token }));

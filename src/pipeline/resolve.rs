@@ -208,21 +208,17 @@ impl Pipeline {
         let claim_key = format!("url:{}", ContentHash::of(url.as_str().as_bytes()));
         let mut backoff = Backoff::new();
         let mut lease = loop {
-            match self.claim(claim_key.clone()).await? {
+            // A recheck asks the origin itself however fresh the entry (its caller says
+            // the content may have changed since), so it takes a published result's
+            // tombstone over.
+            match self.claim(claim_key.clone(), recheck).await? {
                 Turn::Ours(lease) => {
-                    if lease.is_shared() {
-                        // One read for two questions: whether the owner before us published
-                        // just before it released (a recheck asks itself: that owner may have
-                        // asked before the news), and the validators as they stand now (a
-                        // node may have refreshed them while this one waited).
-                        let now = s.maps.url_now(url.as_str()).await.map_err(Error::from)?;
-                        if !recheck {
-                            if let Some(done) = self.refreshed(now.clone(), entry.as_ref()) {
-                                lease.release().await;
-                                return Ok(done);
-                            }
-                        }
-                        entry = now;
+                    // A grant without a recheck means nobody published in the last seconds
+                    // (see `maps/postgres/claims.rs`): the entry read before stands. A
+                    // recheck reads the validators as they stand now (a node may have
+                    // refreshed them while this one waited).
+                    if lease.is_shared() && recheck {
+                        entry = s.maps.url_now(url.as_str()).await.map_err(Error::from)?;
                     }
                     break lease;
                 }

@@ -923,6 +923,11 @@ async fn postgres_claims_follow_the_lease_rules() {
         a.try_claim(job, "a", 7, ttl).await.unwrap(),
         ClaimOutcome::HeldBy("(published just now)".into())
     );
+    // Work to be done again however fresh the result (a recheck) takes the tombstone over.
+    assert_eq!(
+        a.try_claim_past_published(job, "a", 8, ttl).await.unwrap(),
+        ClaimOutcome::Won
+    );
 
     // Released: free at once; a release with a stale token releases nothing.
     let download = "url:job";

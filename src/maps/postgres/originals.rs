@@ -8,8 +8,8 @@ const ADD_ORIGINAL: Statement = Statement {
 };
 
 /// One statement: the index row (kept if the hash has one, `$1`–`$10`), the URL's entry
-/// (`$11`–`$18`, its hash `$1`), the claim given up (`$19`, `$20`), and whether the hash is
-/// on the takedown list.
+/// (`$11`–`$18`, its hash `$1`), the claim given up as a tombstone (`$19`, `$20`, its life
+/// `$21`; see `claims.rs`), and whether the hash is on the takedown list.
 const RECORD_DOWNLOAD: Statement = Statement {
     op: "record_download",
     sql: concat!(
@@ -19,7 +19,9 @@ const RECORD_DOWNLOAD: Statement = Statement {
               u AS (",
         upsert_url!("($11, $12, $1, $13, $14, $15, $16, $17, $18)"),
         "),
-              c AS (DELETE FROM imgcas_claims WHERE key = $19 AND token = $20)
+              c AS (UPDATE imgcas_claims SET owner = '', token = 0,
+                           expires_at = now() + $21 * interval '1 second', renewed_at = now()
+                     WHERE key = $19 AND token = $20)
          SELECT (SELECT count(*) FROM o) AS new,
                 EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed"
     ),
@@ -120,7 +122,8 @@ impl Originals for PostgresStore {
                     ms(entry.last_used_ms()),
                     u.canonical,
                     claim.map(|c| c.key.as_str()),
-                    claim.map(|c| c.token)
+                    claim.map(|c| c.token),
+                    TOMBSTONE_SECS
                 ],
             )
             .await?;

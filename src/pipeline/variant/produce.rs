@@ -61,7 +61,7 @@ impl Pipeline {
         let claim_key = format!("variant:{}", hex::encode(key_digest(&key)));
         let mut backoff = Backoff::new();
         let mut lease = loop {
-            match self.claim(claim_key.clone()).await? {
+            match self.claim(claim_key.clone(), false).await? {
                 // A grant means no run published in the last seconds (its claim would stand
                 // as a tombstone, see `maps/postgres/claims.rs`), so the miss that brought us
                 // here still holds: the row is not read again.
