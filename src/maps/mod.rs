@@ -310,6 +310,10 @@ pub enum ClaimOutcome {
     Won,
     /// Another owner holds it, unexpired.
     HeldBy(String),
+    /// A result was published under it a moment ago (the claim stands as a tombstone):
+    /// read that result; if it is gone already, try again past the tombstone
+    /// ([`Claims::try_claim_past_published`]).
+    Published,
 }
 
 /// What [`Variants::evict_variants`] dropped.

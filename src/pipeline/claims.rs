@@ -29,6 +29,9 @@ pub(super) enum Turn {
     Ours(Lease),
     /// Another node does it (named): wait for its result.
     Theirs(String),
+    /// A node published the result a moment ago: read it, and if it is gone already (taken
+    /// down, evicted), claim again past the published mark.
+    Published,
 }
 
 /// The polling schedule of a node waiting for another's result: short at first (most jobs
@@ -235,6 +238,7 @@ impl Pipeline {
         };
         match outcome.await? {
             ClaimOutcome::HeldBy(owner) => Ok(Turn::Theirs(owner)),
+            ClaimOutcome::Published => Ok(Turn::Published),
             ClaimOutcome::Won => {
                 let claim = Arc::new(Mutex::new(Claim { key, token }));
                 let renewed_at = Arc::new(Mutex::new(sent));

@@ -207,11 +207,12 @@ impl Pipeline {
         // (A digest: claim keys are index entries, and URLs can be long.)
         let claim_key = format!("url:{}", ContentHash::of(url.as_str().as_bytes()));
         let mut backoff = Backoff::new();
+        // A recheck asks the origin itself however fresh the entry (its caller says the
+        // content may have changed since), so it takes a published result's tombstone over;
+        // so does a node that finds the published entry gone already.
+        let mut past_published = recheck;
         let mut lease = loop {
-            // A recheck asks the origin itself however fresh the entry (its caller says
-            // the content may have changed since), so it takes a published result's
-            // tombstone over.
-            match self.claim(claim_key.clone(), recheck).await? {
+            match self.claim(claim_key.clone(), past_published).await? {
                 Turn::Ours(lease) => {
                     // A grant without a recheck means nobody published in the last seconds
                     // (see `maps/postgres/claims.rs`): the entry read before stands. A
@@ -223,6 +224,7 @@ impl Pipeline {
                     break lease;
                 }
                 Turn::Theirs(owner) => {
+                    past_published = recheck;
                     tracing::debug!(claim = %claim_key, %owner, "waiting for another node's download");
                     Stats::bump(&s.stats.claim_waits);
                     backoff.wait().await;
@@ -232,6 +234,12 @@ impl Pipeline {
                     if let Some(done) = self.refreshed_elsewhere(&url, entry.as_ref()).await? {
                         return Ok(done);
                     }
+                }
+                Turn::Published => {
+                    if let Some(done) = self.refreshed_elsewhere(&url, entry.as_ref()).await? {
+                        return Ok(done);
+                    }
+                    past_published = true;
                 }
             }
         };

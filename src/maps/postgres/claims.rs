@@ -114,10 +114,9 @@ impl PostgresStore {
             return Ok(ClaimOutcome::Won);
         }
         let holder: String = row.try_get("owner").map_err(store_error)?;
-        Ok(ClaimOutcome::HeldBy(if holder.is_empty() {
-            "(published just now)".into()
-        } else {
-            holder
-        }))
+        Ok(match holder.is_empty() {
+            true => ClaimOutcome::Published,
+            false => ClaimOutcome::HeldBy(holder),
+        })
     }
 }

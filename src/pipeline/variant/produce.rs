@@ -60,19 +60,29 @@ impl Pipeline {
         // for its row (or for its claim to expire).
         let claim_key = format!("variant:{}", hex::encode(key_digest(&key)));
         let mut backoff = Backoff::new();
+        // Past a published result's mark once that result is found gone (evicted, taken
+        // down and lifted) right after it was published.
+        let mut past_published = false;
         let mut lease = loop {
-            match self.claim(claim_key.clone(), false).await? {
+            match self.claim(claim_key.clone(), past_published).await? {
                 // A grant means no run published in the last seconds (its claim would stand
                 // as a tombstone, see `maps/postgres/claims.rs`), so the miss that brought us
                 // here still holds: the row is not read again.
                 Turn::Ours(lease) => break lease,
                 Turn::Theirs(owner) => {
+                    past_published = false;
                     tracing::debug!(claim = %claim_key, %owner, "waiting for another node's run");
                     Stats::bump(&self.shared.stats.claim_waits);
                     backoff.wait().await;
                     if let Some(v) = self.stored_variant(&key).await? {
                         return Ok((v, false));
                     }
+                }
+                Turn::Published => {
+                    if let Some(v) = self.stored_variant(&key).await? {
+                        return Ok((v, false));
+                    }
+                    past_published = true;
                 }
             }
         };
