@@ -31,8 +31,9 @@ use async_trait::async_trait;
 
 use super::{
     BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
-    Fingerprints, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo, Originals, Takedowns,
-    UrlEntry, UrlMap, VariantKey, VariantRow, VariantTotals, Variants,
+    Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
+    Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow, VariantTotals,
+    Variants,
 };
 use crate::hash::ContentHash;
 
@@ -366,10 +367,10 @@ impl<S: MapStore> Originals for Cached<S> {
         entry: &UrlEntry,
         info: &OriginalInfo,
         claim: Option<&Claim>,
-    ) -> Result<bool, MapError> {
+    ) -> Result<Recorded, MapError> {
         let ticket = self.originals.ticket(&entry.hash);
         let recorded = self.store.record_download(url, entry, info, claim).await;
-        if let Ok(true) = recorded {
+        if recorded.as_ref().is_ok_and(|r| r.new_original) {
             // The row is the one just inserted: what the request reads next.
             self.originals.fill(entry.hash, info.clone(), ticket);
         }
@@ -411,7 +412,7 @@ macro_rules! store_answers {
 
 store_answers!(Fingerprints {
     fn fingerprint(&self, hash: &ContentHash) -> Option<Fingerprinted>;
-    fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ();
+    fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ListedAtWrite;
     fn near(&self, phash: u64, radius: u32) -> Vec<NearMatch>;
     fn unfingerprinted(&self, after: Option<ContentHash>, limit: usize) -> Vec<ContentHash>;
     fn fingerprints(&self) -> Vec<(ContentHash, Fingerprint)>;
@@ -430,7 +431,7 @@ store_answers!(Variants {
     fn remove_variants(&self, keys: &[VariantKey]) -> u64;
     fn variants_of(&self, hash: &ContentHash) -> Vec<(VariantKey, u64)>;
     fn variant_totals(&self) -> VariantTotals;
-    fn put_variant_claimed(&self, key: &VariantKey, row: &VariantRow, claim: &Claim) -> ();
+    fn put_variant_claimed(&self, key: &VariantKey, row: &VariantRow, claim: &Claim) -> ListedAtWrite;
 }
     fn holds_variant_bytes(&self) -> bool {
         self.store.holds_variant_bytes()
@@ -444,11 +445,7 @@ store_answers!(Takedowns {
     fn is_taken_down(&self, hash: &ContentHash) -> bool;
     fn purge_generation(&self) -> u64;
     fn bump_purge_generation(&self) -> u64;
-}
-    fn listed_at_write(&self, hash: &ContentHash) -> Option<bool> {
-        self.store.listed_at_write(hash)
-    }
-);
+});
 
 store_answers!(Blocklist {
     fn block(&self, entry: &BlockEntry) -> bool;

@@ -303,6 +303,20 @@ pub struct Claim {
     pub token: i64,
 }
 
+/// What a write saw of the takedown list, for the check the pipeline makes right after it
+/// (content written while being taken down is removed again): `Some(listed)` where the
+/// store read the list in the write's own statement (a shared store does, sparing the check
+/// its round trip), `None` where it did not, and the pipeline asks.
+pub type ListedAtWrite = Option<bool>;
+
+/// What [`Originals::record_download`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The original was new to the index.
+    pub new_original: bool,
+    pub listed: ListedAtWrite,
+}
+
 /// What [`Claims::try_claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
@@ -444,15 +458,16 @@ pub trait Originals: Send + Sync {
 
     /// A download, atomically: the original's index entry (if new) and the URL pointing at
     /// it, giving up the download's `claim` (when one is held) in the same write, so that
-    /// no node sees the claim free before the entry is there. Returns whether the original
-    /// was new to the index.
+    /// no node sees the claim free before the entry is there (a store whose claims are
+    /// shared leaves it as a tombstone for a moment). Returns whether the original was new
+    /// to the index, and what the write saw of the takedown list.
     async fn record_download(
         &self,
         url: &str,
         entry: &UrlEntry,
         info: &OriginalInfo,
         claim: Option<&Claim>,
-    ) -> Result<bool, MapError>;
+    ) -> Result<Recorded, MapError>;
 
     /// Stores an indexed original's facts, replacing any (nothing for an unindexed hash).
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError>;
@@ -475,11 +490,12 @@ pub trait Fingerprints: Send + Sync {
     async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError>;
 
     /// Stores an original's fingerprint, replacing any; searchable when this returns.
+    /// Returns what the write saw of the takedown list.
     async fn put_fingerprint(
         &self,
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
-    ) -> Result<(), MapError>;
+    ) -> Result<ListedAtWrite, MapError>;
 
     /// The originals whose DCT hash is within `radius` bits of `phash`, closest first.
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError>;
@@ -549,15 +565,17 @@ pub trait Variants: Send + Sync {
     async fn variant_totals(&self) -> Result<VariantTotals, MapError>;
 
     /// [`Variants::put_variant`], written only if `claim` is still held with its token, in
-    /// the same transaction ([`MapError::ClaimLost`] otherwise): an owner that lost its
-    /// claim never writes over a newer owner's result.
+    /// the same write ([`MapError::ClaimLost`] otherwise): an owner that lost its claim
+    /// never writes over a newer owner's result. The write gives the claim up (a store whose
+    /// claims are shared leaves it as a tombstone for a moment). Returns what the write saw
+    /// of the takedown list.
     async fn put_variant_claimed(
         &self,
         key: &VariantKey,
         row: &VariantRow,
         _claim: &Claim,
-    ) -> Result<(), MapError> {
-        self.put_variant(key, row).await
+    ) -> Result<ListedAtWrite, MapError> {
+        self.put_variant(key, row).await.map(|()| None)
     }
 }
 
@@ -586,14 +604,6 @@ pub trait Takedowns: Send + Sync {
 
     /// Moves the purge generation forward, durably; returns the new one.
     async fn bump_purge_generation(&self) -> Result<u64, MapError>;
-
-    /// Whether `hash` was listed when this process last wrote an entry of it (a download's
-    /// record, a variant), where that write read the list in its own statement (a shared
-    /// store's writes do, to spare the check after a write its round trip); `None` when no
-    /// such write said. Answered once: it is the check right after that write.
-    fn listed_at_write(&self, _hash: &ContentHash) -> Option<bool> {
-        None
-    }
 }
 
 /// One entry of the moderation blocklist (docs/spec.md, "Blocklist"): bytes refused by

@@ -100,8 +100,8 @@ impl Pipeline {
         computed: Option<Fingerprint>,
     ) -> Result<(), Error> {
         let stored = computed.map_or(Fingerprinted::NotAPicture, Fingerprinted::Picture);
-        self.shared.maps.put_fingerprint(hash, &stored).await?;
-        if self.undo_if_taken_down(hash).await? {
+        let seen = self.shared.maps.put_fingerprint(hash, &stored).await?;
+        if self.undo_if_taken_down(hash, seen).await? {
             return Ok(());
         }
         if let Some(fp) = computed {

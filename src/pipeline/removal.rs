@@ -32,7 +32,7 @@ use url::Url;
 use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, Fingerprinted, MapStore, VariantKey};
+use crate::maps::{now_ms, Fingerprinted, ListedAtWrite, MapStore, VariantKey};
 use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
@@ -304,11 +304,14 @@ impl Pipeline {
     /// Undoes a write of taken-down content that raced its takedown: a writer checks the
     /// list before it stores, and again after; if the hash was listed in between, the
     /// takedown may have run before the write landed, so it runs again. Returns whether the
-    /// hash is listed.
-    pub(super) async fn undo_if_taken_down(&self, hash: &ContentHash) -> Result<bool, Error> {
-        // The write may have read the list itself, in its own statement (see
-        // `Takedowns::listed_at_write`): a takedown that ran later removes what it wrote.
-        let listed = match self.shared.maps.listed_at_write(hash) {
+    /// hash is listed. `seen` is what the write saw of the list, when it read it in its own
+    /// statement ([`ListedAtWrite`]): a takedown that ran later removes what it wrote.
+    pub(super) async fn undo_if_taken_down(
+        &self,
+        hash: &ContentHash,
+        seen: ListedAtWrite,
+    ) -> Result<bool, Error> {
+        let listed = match seen {
             Some(true) => {
                 self.shared.takedowns.set(*hash, true);
                 true

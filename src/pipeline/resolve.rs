@@ -22,7 +22,7 @@ use crate::config::NearDedup;
 use crate::error::Error;
 use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, OriginalInfo, UrlEntry};
+use crate::maps::{now_ms, OriginalInfo, Recorded, UrlEntry};
 use crate::stats::Stats;
 
 /// How a source URL was turned into a hash.
@@ -488,14 +488,18 @@ impl Pipeline {
         }
         // The index, not the blob store's answer, decides "new": a blob a crash left without
         // its index entry is still news to every reader of the maps.
-        let new_original = if publish_url {
+        let recorded = if publish_url {
             s.maps
                 .record_download(url.as_str(), &entry, &info, claim)
                 .await?
         } else {
-            s.maps.add_original(&hash, &info).await?
+            Recorded {
+                new_original: s.maps.add_original(&hash, &info).await?,
+                listed: None,
+            }
         };
-        if self.undo_if_taken_down(&hash).await? {
+        let new_original = recorded.new_original;
+        if self.undo_if_taken_down(&hash, recorded.listed).await? {
             // Taken down while this download stored it: removed again, and refused.
             return Ok((hash, hash, false, false));
         }

@@ -117,7 +117,7 @@ impl Pipeline {
                 return Err(e.into());
             }
         };
-        if self.undo_if_taken_down(&hash).await? {
+        if self.undo_if_taken_down(&hash, None).await? {
             return Err(super::taken_down(&hash));
         }
         if inserted {

@@ -122,12 +122,14 @@ async fn contract(open: impl Fn() -> Opened) {
     let new = maps
         .record_download("http://127.0.0.1/b", &url_entry(b), &info(20), None)
         .await
-        .unwrap();
+        .unwrap()
+        .new_original;
     assert!(new, "b was not indexed");
     let again = maps
         .record_download("http://127.0.0.1/b2", &url_entry(b), &info(21), None)
         .await
-        .unwrap();
+        .unwrap()
+        .new_original;
     assert!(!again, "b is indexed now");
     assert_eq!(maps.original(&b).await.unwrap().unwrap().bytes, 20);
     assert_eq!(

@@ -8,7 +8,7 @@ const FINGERPRINT: Statement = Statement {
 };
 
 /// A fingerprint written, and whether its hash is on the takedown list (for the check the
-/// pipeline makes right after, `Takedowns::listed_at_write`).
+/// pipeline makes right after, [`ListedAtWrite`]).
 const PUT_FINGERPRINT: Statement = Statement {
     op: "put_fingerprint",
     sql: "WITH up AS (INSERT INTO imgcas_fingerprints
@@ -75,7 +75,7 @@ impl Fingerprints for PostgresStore {
         &self,
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
-    ) -> Result<(), MapError> {
+    ) -> Result<ListedAtWrite, MapError> {
         let raw: &[u8] = hash.as_bytes();
         let fp = fingerprint.picture();
         let signed = |v: u64| v as i64;
@@ -99,11 +99,10 @@ impl Fingerprints for PostgresStore {
                 ],
             )
             .await?;
-        if let Some(row) = rows.first() {
-            let listed: bool = row.try_get("listed").map_err(store_error)?;
-            self.listed_at_write.insert(*hash, listed);
+        match rows.first() {
+            Some(row) => Ok(Some(row.try_get("listed").map_err(store_error)?)),
+            None => Ok(None),
         }
-        Ok(())
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {

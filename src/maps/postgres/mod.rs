@@ -33,9 +33,9 @@ use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 use super::cache::Cached;
 use super::{
     near, now_ms, BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
-    Fingerprinted, Fingerprints, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
-    Originals, Takedowns, UrlEntry, UrlMap, VariantBody, VariantKey, VariantRow, VariantTotals,
-    Variants,
+    Fingerprinted, Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts,
+    OriginalInfo, Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantBody, VariantKey,
+    VariantRow, VariantTotals, Variants,
 };
 use crate::hash::ContentHash;
 use sql::{params, Params, RoundTrips, Run, Session, Statement};
@@ -141,9 +141,6 @@ fn refused_for_now(e: &deadpool_postgres::PoolError) -> bool {
 pub struct PostgresStore {
     pool: Pool,
     trips: RoundTrips,
-    /// What the last write of an entry of a hash read of the takedown list
-    /// ([`Takedowns::listed_at_write`]), for the check the pipeline makes right after.
-    listed_at_write: moka::sync::Cache<ContentHash, bool>,
     /// Purge generation reads so far: every [`CLAIMS_SWEPT_EVERY`]th also sweeps claims.
     generation_reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -228,10 +225,6 @@ impl PostgresStore {
         let maps = PostgresStore {
             pool,
             trips: RoundTrips::default(),
-            listed_at_write: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(Duration::from_secs(60))
-                .build(),
             generation_reads: Default::default(),
         };
         let mut session = maps.session("migrate").await?;

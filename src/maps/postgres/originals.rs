@@ -93,7 +93,7 @@ impl Originals for PostgresStore {
         entry: &UrlEntry,
         info: &OriginalInfo,
         claim: Option<&Claim>,
-    ) -> Result<bool, MapError> {
+    ) -> Result<Recorded, MapError> {
         // One statement: the index row (kept if the hash has one), the URL's entry, and
         // the claim given up.
         let raw: &[u8] = entry.hash.as_bytes();
@@ -133,9 +133,10 @@ impl Originals for PostgresStore {
             ));
         };
         let new: i64 = row.try_get("new").map_err(store_error)?;
-        self.listed_at_write
-            .insert(entry.hash, row.try_get("listed").map_err(store_error)?);
-        Ok(new == 1)
+        Ok(Recorded {
+            new_original: new == 1,
+            listed: Some(row.try_get("listed").map_err(store_error)?),
+        })
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {

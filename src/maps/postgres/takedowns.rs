@@ -71,10 +71,6 @@ impl Takedowns for PostgresStore {
         Ok(!rows.is_empty())
     }
 
-    fn listed_at_write(&self, hash: &ContentHash) -> Option<bool> {
-        self.listed_at_write.remove(hash)
-    }
-
     async fn purge_generation(&self) -> Result<u64, MapError> {
         // Batched with this read (a second apart on every node): now and then, claims whose
         // time ran out a while ago (tombstones of published results, claims of dead

@@ -65,7 +65,7 @@ impl Variants for PostgresStore {
     }
 
     async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
-        self.write_variant(key, row, None).await
+        self.write_variant(key, row, None).await.map(|_| ())
     }
 
     async fn put_variant_claimed(
@@ -73,7 +73,7 @@ impl Variants for PostgresStore {
         key: &VariantKey,
         row: &VariantRow,
         claim: &Claim,
-    ) -> Result<(), MapError> {
+    ) -> Result<ListedAtWrite, MapError> {
         self.write_variant(key, row, Some(claim)).await
     }
 
@@ -271,13 +271,14 @@ const PUT_VARIANT_CLAIMED: Statement = Statement {
 };
 
 impl PostgresStore {
-    /// Stores a variant row, under a claim when one is given (see [`PUT_VARIANT_CLAIMED`]).
+    /// Stores a variant row, under a claim when one is given (see [`PUT_VARIANT_CLAIMED`]);
+    /// returns what the write saw of the takedown list.
     async fn write_variant(
         &self,
         key: &VariantKey,
         row: &VariantRow,
         claim: Option<&Claim>,
-    ) -> Result<(), MapError> {
+    ) -> Result<ListedAtWrite, MapError> {
         let c = VariantColumns::of(key, row)?;
         let raw: &[u8] = key.hash.as_bytes();
         let version = key.processor_version as i32;
@@ -312,15 +313,12 @@ impl PostgresStore {
             ),
             None => (0, false),
         };
-        if written > 0 {
-            self.listed_at_write.insert(key.hash, listed);
-        }
         match (written, claim) {
             (0, Some(claim)) => Err(MapError::ClaimLost(format!(
                 "{} changed hands; the result is not stored",
                 claim.key
             ))),
-            _ => Ok(()),
+            _ => Ok(Some(listed)),
         }
     }
 }

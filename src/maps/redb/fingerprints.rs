@@ -189,7 +189,7 @@ impl Fingerprints for RedbStore {
         &self,
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
-    ) -> Result<(), MapError> {
+    ) -> Result<super::super::ListedAtWrite, MapError> {
         let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
         self.db
             .run(move |db| {
@@ -203,7 +203,7 @@ impl Fingerprints for RedbStore {
                 if let Fingerprinted::Picture(fp) = fingerprint {
                     index.insert_new(prefix, fp.phash);
                 }
-                Ok(())
+                Ok(None)
             })
             .await
     }

@@ -99,7 +99,7 @@ impl Originals for RedbStore {
         info: &OriginalInfo,
         // Claims on a file of one process's own are granted without a write.
         _claim: Option<&super::super::Claim>,
-    ) -> Result<bool, MapError> {
+    ) -> Result<super::super::Recorded, MapError> {
         let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
         self.db
             .run(move |db| {
@@ -108,7 +108,11 @@ impl Originals for RedbStore {
                     url_map::put(txn, &url, &entry)?;
                     Ok(new)
                 })
-                .map(|(new, _)| new)
+                .map(|(new_original, _)| super::super::Recorded {
+                    new_original,
+                    // The pipeline reads the list after the write (a read of this file).
+                    listed: None,
+                })
             })
             .await
     }

@@ -106,10 +106,10 @@ impl Pipeline {
             async move {
                 match lease.settle().await {
                     Ok(claim) => match this.store_variant(&key, &row, claim.as_ref()).await {
-                        Ok(()) => {
+                        Ok(seen) => {
                             // The write under the claim gave it up.
                             lease.given_up();
-                            match this.undo_if_taken_down(&key.hash).await {
+                            match this.undo_if_taken_down(&key.hash, seen).await {
                                 Ok(false) => this.variant_stored(&key, &row).await,
                                 Ok(true) => {}
                                 Err(e) => tracing::warn!(error = %e, "takedown list not read"),

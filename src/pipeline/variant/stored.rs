@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 
 use crate::blob::{BlobStore, VariantObject};
 use crate::error::Error;
-use crate::maps::{Claim, MapStore, VariantBody, VariantKey, VariantRow};
+use crate::maps::{Claim, ListedAtWrite, MapStore, VariantBody, VariantKey, VariantRow};
 use crate::pipeline::Pipeline;
 
 /// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
@@ -107,20 +107,23 @@ impl Pipeline {
 
     /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob
     /// store first and the row that names them after (under `claim`, when shared, so a
-    /// node that lost its claim writes nothing over a newer owner's row).
+    /// node that lost its claim writes nothing over a newer owner's row). Returns what the
+    /// write saw of the takedown list.
     pub(super) async fn store_variant(
         &self,
         key: &VariantKey,
         row: &VariantRow,
         claim: Option<&Claim>,
-    ) -> Result<(), Error> {
+    ) -> Result<ListedAtWrite, Error> {
         let s = &self.shared;
         let row = row_for(s.maps.as_ref(), s.blobs.as_ref(), key, row.clone()).await?;
-        match claim {
+        Ok(match claim {
             Some(claim) => s.maps.put_variant_claimed(key, &row, claim).await?,
-            None => s.maps.put_variant(key, &row).await?,
-        }
-        Ok(())
+            None => {
+                s.maps.put_variant(key, &row).await?;
+                None
+            }
+        })
     }
 
     /// Deletes the blob-store bytes of variants whose rows are gone, where the maps keep
