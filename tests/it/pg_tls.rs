@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -58,18 +57,7 @@ fn make_ca(dir: &Path, name: &str, common_name: &str) {
     );
     std::fs::write(dir.join(format!("{name}.cnf")), config).unwrap();
     let key = format!("{name}.key");
-    openssl(
-        dir,
-        &[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            &key,
-        ],
-    );
+    new_key(dir, &key, KeyFormat::Pkcs8);
     let (cnf, crt) = (format!("{name}.cnf"), format!("{name}.crt"));
     openssl(
         dir,
@@ -281,13 +269,9 @@ fn serve(bucket: &S3Target, maps_url: &str, env: &[(&str, String)]) -> Result<No
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("imgcas starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    if let Some(base) = line.trim().strip_prefix("imgcas listening on ") {
+    if let Ok(base) = binary::listening(&mut child) {
         return Ok(Node {
-            base: base.to_string(),
+            base,
             child,
             _dir: dir,
         });

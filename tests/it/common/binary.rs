@@ -52,16 +52,22 @@ pub fn spawn(mut command: Command) -> Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("imgcas starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("imgcas listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
+    let base =
+        listening(&mut child).unwrap_or_else(|line| panic!("unexpected first line: {line:?}"));
     Server { child, base }
+}
+
+/// The base URL a `serve` child (its stdout piped) prints on its first line, or that line
+/// when it is not the "listening" one (empty: it stopped first).
+pub fn listening(child: &mut Child) -> Result<String, String> {
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    match line.trim().strip_prefix("imgcas listening on ") {
+        Some(base) => Ok(base.to_string()),
+        None => Err(line),
+    }
 }
 
 impl Server {

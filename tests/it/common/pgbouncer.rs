@@ -7,9 +7,9 @@
 
 use std::path::Path;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::postgres::{free_port, give_to_server_user, watchdog, PgServer};
+use super::postgres::{free_port, give_to_server_user, wait_until, watchdog, PgServer};
 
 pub struct PgBouncer {
     pub port: u16,
@@ -63,24 +63,17 @@ impl PgBouncer {
         std::fs::write(base.join("pgbouncer.ini"), config).expect("pgbouncer.ini");
         std::fs::write(base.join("users.txt"), "\"imgcas\" \"\"\n").expect("users.txt");
         give_to_server_user(&base);
-        let script = r#"
-            "$1" "$2/pgbouncer.ini" >/dev/null 2>&1 &
-            pooler=$!
-            while [ -d "/proc/$3" ] && kill -0 "$pooler" 2>/dev/null; do sleep 0.5; done
-            kill -INT "$pooler" 2>/dev/null
-            wait "$pooler"
-            rm -rf "$2"
-        "#;
-        let watchdog = watchdog(script, &[bin.as_os_str(), base.as_os_str()]);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "PgBouncer did not start: {}",
-                std::fs::read_to_string(base.join("pgbouncer.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let watchdog = watchdog(
+            r#""$1" "$2/pgbouncer.ini" >/dev/null 2>&1"#,
+            &base,
+            &[bin.as_os_str(), base.as_os_str()],
+        );
+        wait_until(
+            "PgBouncer",
+            &base.join("pgbouncer.log"),
+            Duration::from_secs(20),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
         Some(PgBouncer {
             port,
             _watchdog: watchdog,

@@ -95,19 +95,42 @@ pub(super) fn give_to_server_user(dir: &Path) {
     }
 }
 
-/// A shell running `script` as the server user with `args` and, last, this process's id:
-/// it starts a server in the background and stops it once this process is gone (it
-/// outlives the process on purpose).
-pub(super) fn watchdog(script: &str, args: &[&std::ffi::OsStr]) -> std::process::Child {
+/// A shell, as the server user, that runs the command line `start` (over `args` as `$1`…)
+/// in the background, then stops it (SIGINT) and removes `dir` once this test process is
+/// gone or the server has died: it outlives the process on purpose.
+pub(super) fn watchdog(start: &str, dir: &Path, args: &[&std::ffi::OsStr]) -> std::process::Child {
+    let script = format!(
+        r#"test_process=$1; dir=$2; shift 2
+        {start} &
+        server=$!
+        while [ -d "/proc/$test_process" ] && kill -0 "$server" 2>/dev/null; do sleep 0.5; done
+        kill -INT "$server" 2>/dev/null
+        wait "$server"
+        rm -rf "$dir""#
+    );
     as_server_user(Path::new("/bin/sh"))
-        .args(["-c", script, "sh"])
-        .args(args)
+        .args(["-c", &script, "sh"])
         .arg(std::process::id().to_string())
+        .arg(dir)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("the server's watchdog starts")
+}
+
+/// Waits up to `limit` for `ready`, failing with `what` and the server's `log`.
+pub(super) fn wait_until(what: &str, log: &Path, limit: Duration, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 pub(super) fn free_port() -> u16 {
@@ -206,20 +229,12 @@ impl PgServer {
                 .expect("postgresql.conf");
         }
         let port = free_port();
-        // The watchdog: the server in the background, stopped (and its files removed) when
-        // this test process is gone or the server has died.
-        let script = r#"
-            "$1/postgres" -D "$2" -p "$3" -k "$4" -c listen_addresses=127.0.0.1 \
+        let start = r#""$1/postgres" -D "$2" -p "$3" -k "$4" -c listen_addresses=127.0.0.1 \
                 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-                -c max_connections=300 -c shared_buffers=32MB >"$4/server.log" 2>&1 &
-            server=$!
-            while [ -d "/proc/$5" ] && kill -0 "$server" 2>/dev/null; do sleep 0.5; done
-            kill -INT "$server" 2>/dev/null
-            wait "$server"
-            rm -rf "$4"
-        "#;
+                -c max_connections=300 -c shared_buffers=32MB >"$4/server.log" 2>&1"#;
         let watchdog = watchdog(
-            script,
+            start,
+            &base,
             &[
                 bin.as_os_str(),
                 data.as_os_str(),
@@ -234,18 +249,13 @@ impl PgServer {
             tls: hba.is_some(),
             _watchdog: watchdog,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if server.psql("postgres", "SELECT 1").is_ok() {
-                return server;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "PostgreSQL did not start: {}",
-                std::fs::read_to_string(base.join("server.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(
+            "PostgreSQL",
+            &base.join("server.log"),
+            Duration::from_secs(60),
+            || server.psql("postgres", "SELECT 1").is_ok(),
+        );
+        server
     }
 
     /// Runs one statement with `psql`; its output, or its error text.
