@@ -8,8 +8,10 @@
 //! take the claim over once it expires (its owner died). Before publishing, the owner stops
 //! renewing and proves the claim is still its own: its last renewal, on this node's monotonic
 //! clock, is younger than the time to live less a margin; the variant row is then written on
-//! the condition that the claim's token is unchanged. A lease dropped without being released
-//! (an error, a cancelled request) is released in the background.
+//! the condition that the claim's token is unchanged, by a write that also gives the claim
+//! up ([`Lease::given_up`]: shared maps leave it as a tombstone for a moment, so a node that
+//! just missed the result is refused and reads it, see [`Turn::Published`]). A lease dropped
+//! without being released (an error, a cancelled request) is released in the background.
 //!
 //! On maps no other process shares, every claim is granted at once with no write at all.
 

@@ -2,10 +2,12 @@
 //! of a cluster, so what one node learned (a URL's hash, an upload, a variant) every node
 //! knows.
 //!
-//! What it owns: a pool of connections (deadpool over tokio-postgres), the schema
-//! (`schema.rs`, migrated at open) and the rows' encoding, here; each role of [`MapStore`]
-//! is implemented in a file of its own (`urls.rs`, `originals.rs`, `fingerprints.rs`,
-//! `variants.rs`, `takedowns.rs`, `blocklist.rs`, `claims.rs`). Unlike the embedded file, the rows
+//! What it owns: a pool of connections (deadpool over tokio-postgres; how they connect, TLS
+//! included, is `connect.rs`), the schema (`schema.rs`, migrated at open) and the rows'
+//! encoding, here; how a statement is sent and counted (`sql.rs`: typed, unnamed, one round
+//! trip, nothing a transaction pooler would lose); each role of [`MapStore`] is implemented
+//! in a file of its own (`urls.rs`, `originals.rs`, `fingerprints.rs`, `variants.rs`,
+//! `takedowns.rs`, `blocklist.rs`, `claims.rs`), its statements named constants beside it. Unlike the embedded file, the rows
 //! do not hold variant bytes: those are in the blob store (the bucket all nodes share), and a
 //! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
 //! before it returns, so [`MapStore::flush`] has nothing to do.
@@ -17,9 +19,12 @@
 //! `verify --repair` and a takedown drop one; a takedown moves the purge generation, on
 //! which every node drops its memory ([`MapStore::drop_memory`]).
 //!
-//! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed in the
-//! transaction that changes a variant, so the budget check is a sixteen-row read however many
+//! The variants' byte total is kept in [`schema::BYTE_SHARDS`] counter rows, changed by the
+//! statement that changes a variant, so the budget check is a sixteen-row read however many
 //! variants there are.
+//!
+//! A request waits on few statements: each write that ends a job also gives its claim up
+//! and reads the takedown list ([`super::ListedAtWrite`]), in one statement.
 
 use std::time::Duration;
 
