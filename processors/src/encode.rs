@@ -12,7 +12,10 @@ use crate::spec::{OutputFormat, ResolvedSpec};
 /// Measured on `bench/peers.py`'s photos fed the reference resize (q65, 512 px): speed 8
 /// 29 ms an image, speed 7 39 ms for 11 % fewer bytes on the large set at 0.08 dB more
 /// (equal on the small photos), speed 6 73 ms for another 0.4 dB at 2 % more bytes. Speed
-/// 7 keeps AVIF ahead of every peer's req/s; 6 would fall behind thumbor's.
+/// 7 keeps AVIF ahead of every peer's req/s; 6 would fall behind thumbor's. The image stays
+/// 8-bit with libavif's SSIM tuning: 10-bit scores 0.2 dB more at 1 % more bytes but takes a
+/// third longer, and PSNR tuning trades SSIM for PSNR (docs/performance.md, "Against the
+/// peers", has every setting measured).
 const AVIF_SPEED: u8 = 7;
 
 /// Largest side libwebp accepts.
