@@ -7,10 +7,11 @@
 //! encoding, here; how a statement is sent and counted (`sql.rs`: typed, unnamed, one round
 //! trip, nothing a transaction pooler would lose); each role of [`MapStore`] is implemented
 //! in a file of its own (`urls.rs`, `originals.rs`, `fingerprints.rs`, `variants.rs`,
-//! `takedowns.rs`, `blocklist.rs`, `claims.rs`), its statements named constants beside it. Unlike the embedded file, the rows
-//! do not hold variant bytes: those are in the blob store (the bucket all nodes share), and a
-//! row says only how long they are ([`VariantBody::InBlobStore`]). Every write is committed
-//! before it returns, so [`MapStore::flush`] has nothing to do.
+//! `takedowns.rs`, `blocklist.rs`, `claims.rs`), its statements named constants beside it.
+//! Unlike the embedded file, the rows do not hold variant bytes: those are in the blob store
+//! (the bucket all nodes share), and a row says only how long they are
+//! ([`VariantBody::InBlobStore`]). Every write is committed before it returns, so
+//! [`MapStore::flush`] has nothing to do.
 //!
 //! This store keeps no memory of its rows: [`Cached`] wears it as a shared store (URL
 //! entries remembered for a second, the last one seen answered through an outage).

@@ -306,19 +306,21 @@ impl PostgresStore {
                 self.query(&PUT_VARIANT_CLAIMED, &all).await?
             }
         };
-        let (written, listed): (i64, bool) = match written.first() {
+        let (written, listed): (i64, ListedAtWrite) = match written.first() {
             Some(row) => (
                 row.try_get("written").map_err(store_error)?,
-                row.try_get("listed").map_err(store_error)?,
+                Some(row.try_get("listed").map_err(store_error)?),
             ),
-            None => (0, false),
+            None => (0, None),
         };
         match (written, claim) {
             (0, Some(claim)) => Err(MapError::ClaimLost(format!(
                 "{} changed hands; the result is not stored",
                 claim.key
             ))),
-            _ => Ok(Some(listed)),
+            // Nothing written: nothing to check after it.
+            (0, None) => Ok(None),
+            _ => Ok(listed),
         }
     }
 }

@@ -5,7 +5,7 @@
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::super::near::{prefix_of, NearIndex};
-use super::super::{Fingerprint, Fingerprinted, MapError};
+use super::super::{Fingerprint, Fingerprinted, ListedAtWrite, MapError};
 use crate::hash::ContentHash;
 
 const FINGERPRINTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fingerprints");
@@ -189,7 +189,7 @@ impl Fingerprints for RedbStore {
         &self,
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
-    ) -> Result<super::super::ListedAtWrite, MapError> {
+    ) -> Result<ListedAtWrite, MapError> {
         let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
         self.db
             .run(move |db| {

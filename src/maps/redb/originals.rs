@@ -2,7 +2,7 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::super::{MapError, OriginalFacts, OriginalInfo};
+use super::super::{Claim, MapError, OriginalFacts, OriginalInfo, Recorded};
 use crate::hash::ContentHash;
 
 pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
@@ -98,8 +98,8 @@ impl Originals for RedbStore {
         entry: &UrlEntry,
         info: &OriginalInfo,
         // Claims on a file of one process's own are granted without a write.
-        _claim: Option<&super::super::Claim>,
-    ) -> Result<super::super::Recorded, MapError> {
+        _claim: Option<&Claim>,
+    ) -> Result<Recorded, MapError> {
         let (url, entry, info) = (url.to_string(), entry.clone(), info.clone());
         self.db
             .run(move |db| {
@@ -108,7 +108,7 @@ impl Originals for RedbStore {
                     url_map::put(txn, &url, &entry)?;
                     Ok(new)
                 })
-                .map(|(new_original, _)| super::super::Recorded {
+                .map(|(new_original, _)| Recorded {
                     new_original,
                     // The pipeline reads the list after the write (a read of this file).
                     listed: None,
