@@ -61,11 +61,15 @@ class Postgres:
         subprocess.run(self.prefix + [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "imgcas",
                                       "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
                        check=True, stdout=subprocess.DEVNULL)
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self.opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
         if max_connections:  # None: the server's default (100)
-            opts += f" -c max_connections={max_connections}"
+            self.opts += f" -c max_connections={max_connections}"
+        self.start()
+
+    def start(self):
+        """Starts the server (again, after `stop`: the soak's outages)."""
         subprocess.run(self.prefix + [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
-                                      str(self.dir / "log"), "-w", "-o", opts, "start"],
+                                      str(self.dir / "log"), "-w", "-o", self.opts, "start"],
                        check=True, stdout=subprocess.DEVNULL)
 
     def database(self, name):

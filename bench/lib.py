@@ -337,3 +337,29 @@ def chart(name, title, groups, series, ylabel, notes="", figsize=(8, 4.5)):
 
 def tempdir(prefix):
     return Path(tempfile.mkdtemp(prefix=f"imgcas-bench-{prefix}-"))
+
+
+def tiny_png(n):
+    """A distinct 16×16 PNG for number `n` (uploads of new originals)."""
+    import struct
+    import zlib
+
+    raw = b"".join(b"\x00" + bytes(((n >> (8 * (i % 4))) + i * 7 + y) & 255 for i in range(48))
+                   for y in range(16))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def rss_mb(pid):
+    """A process's resident memory in MB (None once it is gone)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None

@@ -94,11 +94,22 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let follower = spawn_purge_follower(pipeline.clone());
     let task = tokio::spawn(async move {
         serve(listener, front, &server, rx).await;
+        // Requests had their time (`server.shutdown_timeout`): what still runs is stopped at
+        // its next check, and background work gets a moment more, then is abandoned.
+        pipeline.stop_runs();
         follower.abort();
         flusher.abort();
         backfill.abort();
         let _ = backfill.await;
-        pipeline.settle().await;
+        if tokio::time::timeout(SETTLE_WITHIN, pipeline.settle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "background work (facts, fingerprints) abandoned at shutdown; the backfill \
+                 computes it at the next start"
+            );
+        }
         if let Err(e) = pipeline.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
@@ -110,6 +121,9 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         task: Some(task),
     })
 }
+
+/// How long shutdown waits for background work once requests are done.
+const SETTLE_WITHIN: Duration = Duration::from_secs(2);
 
 /// Accepts connections until `stop` fires, then lets requests in flight finish for up to
 /// `shutdown_timeout`.

@@ -46,6 +46,12 @@ pub enum Error {
     /// A route guarded by the admin token was called without it.
     #[error("{0}")]
     Unauthorized(String),
+    /// A token was presented that matches, but lacks the scope the route needs.
+    #[error("{message}")]
+    InsufficientScope {
+        scope: &'static str,
+        message: String,
+    },
     /// A route that removes stored data was called with no admin token configured: such
     /// routes are never open.
     #[error("{0}")]
@@ -118,6 +124,7 @@ impl Error {
             Error::PresetRequired(_) => "preset_required",
             Error::Unauthorized(_) => "unauthorized",
             Error::AdminDisabled(_) => "admin_disabled",
+            Error::InsufficientScope { .. } => "insufficient_scope",
             Error::TooSlow(_) => "request_timeout",
             Error::BatchTooLarge(_) => "batch_too_large",
             Error::TakenDown(_) => "taken_down",
@@ -140,6 +147,13 @@ impl From<SpecError> for Error {
 
 impl From<ProcessError> for Error {
     fn from(e: ProcessError) -> Self {
+        // A run told to stop (its deadline, a shutdown) is capacity's answer, never cached.
+        if let ProcessError::Stopped(why) = &e {
+            return Error::Overloaded {
+                message: format!("the processing run was stopped: {why}"),
+                retry_after_secs: 1,
+            };
+        }
         match e.kind() {
             Some(kind) => Error::Process {
                 kind,

@@ -53,11 +53,12 @@ enum Command {
         #[arg(long)]
         accept: Option<String>,
     },
-    /// Count what is stored: URLs, originals, variants, cached errors (run while the server
-    /// is stopped).
+    /// Count what is stored: URLs, originals, variants, cached errors (on the embedded maps,
+    /// run while the server is stopped; on PostgreSQL, while nodes serve).
     Stats,
-    /// Check that every map entry points at a stored blob whose SHA-256 matches (run while
-    /// the server is stopped). Exit 1 when something dangles and was not repaired.
+    /// Check that every map entry points at a stored blob whose SHA-256 matches (on the
+    /// embedded maps, run while the server is stopped; on PostgreSQL, while nodes serve).
+    /// Exit 1 when something dangles and was not repaired.
     Verify {
         /// Drop dangling entries (and corrupt blobs) so they are downloaded afresh.
         #[arg(long)]
@@ -287,7 +288,12 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             };
             let config = configure(config_path, &flags)?;
             let runtime = runtime(&mut tokio::runtime::Builder::new_multi_thread())?;
-            runtime.block_on(serve(config))
+            let served = runtime.block_on(serve(config));
+            // A run the shutdown told to stop may be inside one codec call still: it is
+            // abandoned with the process rather than waited for (dropping the runtime would
+            // wait for every blocking thread, however long).
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            served
         }
         Command::Ingest(options) => {
             let flags = Flags {

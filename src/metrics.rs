@@ -140,6 +140,18 @@ fn describe() {
         "imgcas_origin_failure_hits_total",
         "Requests answered from the negative cache of origin failures"
     );
+    describe_counter!(
+        "imgcas_background_dropped_total",
+        "Facts and fingerprints not queued after a request (limits.background_queue full)"
+    );
+    describe_counter!(
+        "imgcas_runs_stopped_total",
+        "Processing runs stopped past their deadline (their request answered 422 or 503)"
+    );
+    describe_counter!(
+        "imgcas_stale_for_maps_total",
+        "Stale URL entries served because the maps could not be asked to revalidate them"
+    );
     describe_gauge!(
         "imgcas_flights",
         "Downloads (kind=download) and processing runs (kind=process) under way"
@@ -241,6 +253,9 @@ impl Metrics {
                 ("imgcas_hot_cache_hits_total", s.hot_hits),
                 ("imgcas_variant_map_reads_total", s.variant_map_reads),
                 ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
+                ("imgcas_stale_for_maps_total", s.stale_for_maps),
+                ("imgcas_runs_stopped_total", s.runs_stopped),
+                ("imgcas_background_dropped_total", s.background_dropped),
                 ("imgcas_variants_evicted_total", s.variants_evicted),
                 ("imgcas_urls_forgotten_total", s.urls_forgotten),
                 ("imgcas_urls_evicted_total", s.urls_evicted),

@@ -1,7 +1,7 @@
 //! One way to make an S3 client, for everything that speaks S3: the blob store's bucket and
 //! the private buckets sources are read from (`fetch/bucket.rs`). Rustls on ring, a behaviour
 //! version, checksums only where required (S3-compatible stores do not all know the newer
-//! ones), retries with backoff, and bounded connect and attempt times. Credentials come from
+//! ones), retries with backoff, and bounded connect, first-byte and operation times. Credentials come from
 //! the standard AWS provider chain, or from the configuration for a source bucket that has its
 //! own.
 
@@ -21,6 +21,20 @@ pub struct Endpoint<'a> {
     pub force_path_style: bool,
     /// An access key id and its secret; `None`: the provider chain's.
     pub keys: Option<(&'a str, &'a str)>,
+    /// How long a connection, an answer's first byte and a whole operation may take.
+    pub timeouts: Timeouts,
+}
+
+/// The bounds of every operation on a bucket (`storage.s3.*_timeout`): a bucket that accepts
+/// connections and never answers must cost a request a few seconds and a 503, not its whole
+/// time limit (audit #3: 39 s in a 40 s pause, `/readyz` too).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    /// The whole operation, retries included. A `GetObject`'s body, read after the SDK's
+    /// operation returns, is bounded by the caller with it too.
+    pub operation: Duration,
 }
 
 /// A client for `endpoint`.
@@ -49,8 +63,10 @@ pub async fn client(endpoint: Endpoint<'_>) -> Client {
         )
         .timeout_config(
             TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .operation_attempt_timeout(Duration::from_secs(30))
+                .connect_timeout(endpoint.timeouts.connect)
+                .read_timeout(endpoint.timeouts.first_byte)
+                .operation_attempt_timeout(endpoint.timeouts.operation)
+                .operation_timeout(endpoint.timeouts.operation)
                 .build(),
         )
         .build();

@@ -23,6 +23,14 @@ pub struct Stats {
     pub hot_hits: AtomicU64,
     /// Requests answered from the negative cache of origin failures (no origin traffic).
     pub origin_failure_hits: AtomicU64,
+    /// Stale URL entries served because the maps could not be asked to revalidate them
+    /// (a shared store down): the entry held is served, as for an origin failure.
+    pub stale_for_maps: AtomicU64,
+    /// Processing runs stopped past their deadline (`pipeline/deadline.rs`).
+    pub runs_stopped: AtomicU64,
+    /// Facts and fingerprints not queued after a request: `limits.background_queue` was
+    /// full (computed later, when needed or by the backfill).
+    pub background_dropped: AtomicU64,
     /// Variants dropped to keep within `limits.variants_max_bytes`.
     pub variants_evicted: AtomicU64,
     /// URL entries dropped after `fetch.forget_after` without a request.
@@ -77,6 +85,9 @@ impl Stats {
             variant_map_reads: Self::get(&self.variant_map_reads),
             hot_hits: Self::get(&self.hot_hits),
             origin_failure_hits: Self::get(&self.origin_failure_hits),
+            stale_for_maps: Self::get(&self.stale_for_maps),
+            runs_stopped: Self::get(&self.runs_stopped),
+            background_dropped: Self::get(&self.background_dropped),
             variants_evicted: Self::get(&self.variants_evicted),
             urls_forgotten: Self::get(&self.urls_forgotten),
             urls_evicted: Self::get(&self.urls_evicted),
@@ -106,6 +117,9 @@ pub struct StatsSnapshot {
     pub variant_map_reads: u64,
     pub hot_hits: u64,
     pub origin_failure_hits: u64,
+    pub stale_for_maps: u64,
+    pub runs_stopped: u64,
+    pub background_dropped: u64,
     pub variants_evicted: u64,
     pub urls_forgotten: u64,
     pub urls_evicted: u64,

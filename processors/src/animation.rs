@@ -86,6 +86,7 @@ pub(crate) fn process(
     let mut kept = Default::default();
     // No more frames than the headers showed: the limits were checked on those.
     while made < header.frames {
+        decodes.check()?;
         let frame = match crate::error::guarded(name, || Ok(frames.next()))? {
             None => break,
             Some(Ok(frame)) => frame,
@@ -128,6 +129,7 @@ pub(crate) fn process(
         ));
     };
     let (width, height) = writer.size();
+    decodes.check()?;
     let bytes = writer.finish()?;
     Ok(Some(Processed {
         bytes,

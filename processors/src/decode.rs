@@ -176,6 +176,12 @@ impl<'a> Source<'a> {
         })
     }
 
+    /// The work of drawing it at `size` beyond its pixels (a vector source's; 0 for a
+    /// raster).
+    pub fn drawing_work(&self, size: (u32, u32)) -> u64 {
+        self.decoder.drawing_work(size)
+    }
+
     /// A vector source drawn at `size` (see [`crate::vector_size`]); a raster source decodes
     /// at full size.
     pub fn render(&self, limits: &Limits, size: (u32, u32)) -> Result<DynamicImage, ProcessError> {

@@ -52,6 +52,10 @@ pub enum ProcessError {
     /// A fault of ours (an encoder refusing valid pixels): not cached.
     #[error("{0}")]
     Internal(String),
+    /// The run was told to stop ([`crate::Decodes::check`]): its deadline passed, or the
+    /// service is shutting down. Says nothing of the input: never cached.
+    #[error("the run was stopped: {0}")]
+    Stopped(String),
 }
 
 /// Panics of third-party decoders caught by [`guarded`], by format.
@@ -164,7 +168,7 @@ impl ProcessError {
             }
             ProcessError::SourceTooSmall { .. } => Some(ProcessFailure::SourceTooSmall),
             ProcessError::TooCostly { .. } => Some(ProcessFailure::TooCostly),
-            ProcessError::Internal(_) => None,
+            ProcessError::Internal(_) | ProcessError::Stopped(_) => None,
         }
     }
 }

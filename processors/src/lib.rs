@@ -133,6 +133,14 @@ pub trait Decodes {
     /// One frame of an animation was decoded (animations are decoded frame by frame and
     /// never shared: they are told here so that they can be counted).
     fn frame_decoded(&self) {}
+
+    /// Whether the run may go on: [`ProcessError::Stopped`] once its caller wants it to stop
+    /// (a deadline passed, a shutdown). Asked between the stages of a run (decode, shaping,
+    /// encode), between an animation's frames and a mezzanine's steps: a step already under
+    /// way (one codec call) finishes first.
+    fn check(&self) -> Result<(), ProcessError> {
+        Ok(())
+    }
 }
 
 /// No sharing: every run decodes.
@@ -248,7 +256,15 @@ fn run(
         Opened::Original(source) => Some(source.info.format),
         Opened::Mezzanine(_) => Some(SourceFormat::Jpeg),
     };
-    check_cost(cost(format, input_size, spec), limits)?;
+    let drawing_work = match &opened {
+        Opened::Original(source) => source.drawing_work(input_size),
+        Opened::Mezzanine(_) => 0,
+    };
+    check_cost(
+        cost(format, input_size, spec).saturating_add(drawing_work),
+        limits,
+    )?;
+    decodes.check()?;
     // How much smaller than the original the input is (1 for the original itself).
     let shrunk = f64::from(uw.max(uh)) / f64::from(input_size.0.max(input_size.1).max(1));
     let reduction = plan.reduction(rotated) / shrunk;
@@ -280,6 +296,7 @@ fn run(
             decode::offer_small(source, denominator, &decoded, decodes);
         }
     }
+    decodes.check()?;
     let image = shape::shape(
         decoded,
         spec,
@@ -289,6 +306,7 @@ fn run(
         &mut Default::default(),
     )?;
     let (width, height) = (image.width(), image.height());
+    decodes.check()?;
     let bytes = encode::encode(image, spec)?;
     Ok(Processed {
         bytes,
@@ -390,6 +408,23 @@ fn output_passes(spec: &ResolvedSpec) -> u64 {
         OutputFormat::Gif => 50,
     };
     encoder + spec.shape.filter_passes()
+}
+
+/// The work of drawing a vector source for `spec`, beyond the pixels [`cost`] counts for it
+/// (text laid out, paths, gradients, layers, filters: see `formats/svg.rs`), read from its
+/// bytes; 0 for a raster source. The service adds it to a run's cost before admission, so a
+/// drawing is charged, or refused as `too_costly`, at the size it will be drawn.
+pub fn drawing_cost(
+    bytes: &[u8],
+    spec: &ResolvedSpec,
+    limits: &Limits,
+) -> Result<u64, ProcessError> {
+    let source = decode::open(bytes, limits)?;
+    if !source.info.format.is_vector() {
+        return Ok(0);
+    }
+    let size = vector_size(source.upright_size(), spec);
+    Ok(source.drawing_work(size))
 }
 
 /// Refuses a run whose [`cost`] is over `limits.max_cost`.

@@ -137,8 +137,10 @@ pub fn build(
         source.decode(limits, denominator)
     })?;
     crate::decode::offer_small(&source, denominator, &decoded, decodes);
+    decodes.check()?;
     let rgb = ops::reduce_box(&decoded, size);
     drop(decoded);
+    decodes.check()?;
     let (top, bottom) = encode_stripes(&rgb)?;
     let mut framed = Vec::with_capacity(FRAME + top.len() + bottom.len());
     framed.extend_from_slice(MAGIC);

@@ -54,6 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use book::{TenantReading, Totals};
+pub use niced::give_memory_back;
 pub use slots::Slot;
 use slots::{Slots, Want};
 
@@ -74,6 +75,9 @@ const LEAD: Duration = Duration::from_millis(250);
 pub const BULK_TARGET_FACTOR: u32 = 4;
 /// How long background work pauses once pressure is seen.
 const PAUSE: Duration = Duration::from_secs(1);
+/// How long an image request's refusal for its estimated wait counts as pressure (unless an
+/// interactive run would start at once before then).
+const REFUSALS_STAND_FOR: Duration = Duration::from_secs(2);
 /// The tenant of work no token or source host names (requests by hash, facts, probes).
 pub const NOBODY: &str = "-";
 
@@ -170,6 +174,10 @@ struct State {
     secs_per_pixel: f64,
     /// Per tier (background shares bulk's).
     codel: [CoDel; 2],
+    /// When an image request was last refused for the wait it would have had (its run's
+    /// cost known, the queue ahead of it too long): interactive demand is over capacity, so
+    /// batches are shed until an interactive run would start at once again.
+    interactive_refused_at: Option<Instant>,
     latency: pressure::Latency,
     book: book::Book,
 }
@@ -265,6 +273,7 @@ impl Admission {
                 waiting: 0,
                 secs_per_pixel: PRIOR_SECS_PER_PIXEL,
                 codel: Default::default(),
+                interactive_refused_at: None,
                 latency: Default::default(),
                 book: Default::default(),
             }),
@@ -289,8 +298,14 @@ impl Admission {
         if self.cpu.would_start(Tier::Interactive, now) {
             // An interactive run would start at once: whatever queue stood has drained.
             state.codel[0].clear();
+            state.interactive_refused_at = None;
         }
-        let pressure = state.codel[0].shedding || state.latency.slow(now);
+        // Image requests refused for their estimated wait (a drawing charged what it costs
+        // is refused at once, where its cost once hid in a queue until it stood).
+        let refused = state
+            .interactive_refused_at
+            .is_some_and(|at| now.saturating_duration_since(at) < REFUSALS_STAND_FOR);
+        let pressure = state.codel[0].shedding || refused || state.latency.slow(now);
         if pressure {
             self.cpu.pause_background(now + PAUSE);
         }
@@ -359,6 +374,9 @@ impl Admission {
                 return refuse(&mut state, "standing_queue", retry_after);
             }
             if wait > self.target_of(tier) {
+                if tier == Tier::Interactive {
+                    state.interactive_refused_at = Some(now);
+                }
                 return refuse(&mut state, "estimated_wait", retry_after);
             }
         }
@@ -670,6 +688,26 @@ mod tests {
         drop(held);
         assert_eq!(a.load(), (0, 0));
         assert_eq!(a.cpu.free(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_image_request_refused_for_its_wait_sheds_batches_until_the_slot_frees() {
+        let a = Admission::new(1, Duration::from_millis(50));
+        let bulk = Asker::new(Tier::Bulk, "merchant");
+        // A run charged seconds holds the only slot.
+        let mut heavy = a.admit(200_000_000, &web()).unwrap();
+        let running = heavy.start().await.unwrap();
+        assert_eq!(
+            a.admit(MIN_COST, &web()).err().unwrap().reason,
+            "estimated_wait"
+        );
+        assert_eq!(
+            a.admit_batch(&bulk).err().unwrap().reason,
+            "shed_for_interactive"
+        );
+        // Once an image request would start at once, batches are admitted again.
+        drop((running, heavy));
+        assert!(a.admit_batch(&bulk).is_ok());
     }
 
     #[tokio::test]

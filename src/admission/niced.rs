@@ -105,6 +105,22 @@ fn lower_this_thread() {
     }
 }
 
+/// Hands the memory the allocator holds free back to the system, after a large run: glibc
+/// keeps what a thread freed in that thread's arena, and a node that made a 12 MP source
+/// into a 3000-pixel AVIF kept 42–111 MB more for good (audit #3). A few milliseconds on
+/// the blocking pool; a no-op where the allocator is not glibc's.
+#[allow(unsafe_code)]
+pub fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes no pointer and only releases pages the allocator holds
+        // free; its answer (whether any were released) is not needed.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,8 @@ enum PutAnswer {
 pub struct S3BlobStore {
     client: Client,
     bucket: String,
+    /// `storage.s3.timeout`, for what the SDK's own bound leaves out (a body's reading).
+    operation_timeout: std::time::Duration,
 }
 
 /// Why a request failed, in the store's terms.
@@ -102,43 +104,100 @@ impl S3BlobStore {
             region: &config.region,
             force_path_style: config.force_path_style,
             keys: None,
+            timeouts: crate::s3::Timeouts {
+                connect: config.connect_timeout,
+                first_byte: config.first_byte_timeout,
+                operation: config.timeout,
+            },
         })
         .await;
-        let store = S3BlobStore { client, bucket };
+        let store = S3BlobStore {
+            client,
+            bucket,
+            operation_timeout: config.timeout,
+        };
         store.check().await?;
         Ok(store)
     }
 
     /// An object's bytes, `None` when there is no such object.
+    /// The whole of it, body included, within `storage.s3.timeout`: the SDK's operation
+    /// timeout ends when the answer's head arrives, and a body that stalls would hold the
+    /// request for as long as the bucket is silent.
     async fn get_key(&self, key: &str) -> Result<Option<Bytes>, BlobError> {
-        let got = self
+        let whole = async {
+            let got = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await;
+            let object = match got {
+                Ok(o) => o,
+                Err(e) if status(&e) == Some(404) => return Ok(None),
+                Err(e) => return Err(failure("GET", &e)),
+            };
+            let body = object
+                .body
+                .collect()
+                .await
+                .map_err(|e| BlobError::Unavailable(format!("S3 GET body failed: {e}")))?;
+            Ok(Some(body.into_bytes()))
+        };
+        self.within("GET", whole).await
+    }
+
+    /// One operation on the bucket, bounded by `storage.s3.timeout` whatever the SDK does
+    /// (its operation timeout did not bound a PUT to a silent bucket: 14.5 s where 8 were
+    /// set, each attempt waiting out its first-byte timeout in turn; and a `GetObject`'s body
+    /// is read after the operation returns). Its own result, or `Unavailable` past the bound.
+    async fn sent<T>(
+        &self,
+        what: &str,
+        op: impl std::future::Future<Output = T>,
+    ) -> Result<T, BlobError> {
+        tokio::time::timeout(self.operation_timeout, op)
+            .await
+            .map_err(|_| {
+                BlobError::Unavailable(format!(
+                    "S3 {what} took longer than storage.s3.timeout ({:?})",
+                    self.operation_timeout
+                ))
+            })
+    }
+
+    /// [`S3BlobStore::sent`] for an operation whose result is the store's already.
+    async fn within<T>(
+        &self,
+        what: &str,
+        op: impl std::future::Future<Output = Result<T, BlobError>>,
+    ) -> Result<T, BlobError> {
+        self.sent(what, op).await?
+    }
+
+    /// Gives a multipart upload up (its parts are the store's to drop), within the bound.
+    async fn abort_parts(&self, key: &str, upload_id: &str) {
+        let abort = self
             .client
-            .get_object()
+            .abort_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
-            .send()
-            .await;
-        let object = match got {
-            Ok(o) => o,
-            Err(e) if status(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(failure("GET", &e)),
-        };
-        let body = object
-            .body
-            .collect()
-            .await
-            .map_err(|e| BlobError::Unavailable(format!("S3 GET body failed: {e}")))?;
-        Ok(Some(body.into_bytes()))
+            .upload_id(upload_id)
+            .send();
+        let _ = self.sent("multipart abort", abort).await;
     }
 
     /// Deletes an object (S3 answers success for a missing one too).
     async fn delete_key(&self, key: &str) -> Result<(), BlobError> {
-        self.client
+        let deleted = self
+            .client
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
-            .send()
-            .await
+            .send();
+        self.sent("DELETE", deleted)
+            .await?
             .map_err(|e| failure("DELETE", &e))?;
         Ok(())
     }
@@ -150,9 +209,8 @@ impl S3BlobStore {
             .head_object()
             .bucket(&self.bucket)
             .key(key)
-            .send()
-            .await;
-        match head {
+            .send();
+        match self.sent("HEAD", head).await? {
             Ok(h) => Ok(Some(
                 h.content_length()
                     .and_then(|n| u64::try_from(n).ok())
@@ -189,7 +247,7 @@ impl S3BlobStore {
         if conditional {
             put = put.if_none_match("*");
         }
-        match put.send().await {
+        match self.sent("PUT", put.send()).await? {
             Ok(_) => Ok(PutAnswer::Created),
             Err(e) if status(&e) == Some(412) => Ok(PutAnswer::Exists),
             Err(e) if status(&e) == Some(409) => Ok(PutAnswer::Conflict),
@@ -208,8 +266,10 @@ impl S3BlobStore {
             .key(key)
             .content_type(content_type(&bytes))
             .metadata("imgcas-size", bytes.len().to_string())
-            .send()
-            .await
+            .send();
+        let created = self
+            .sent("multipart start", created)
+            .await?
             .map_err(|e| failure("multipart start", &e))?;
         let upload_id = created
             .upload_id()
@@ -227,8 +287,14 @@ impl S3BlobStore {
                 .upload_id(&upload_id)
                 .part_number(number)
                 .body(ByteStream::from(bytes.slice_ref(chunk)))
-                .send()
-                .await;
+                .send();
+            let sent = match self.sent("multipart part", sent).await {
+                Ok(sent) => sent,
+                Err(timed_out) => {
+                    self.abort_parts(key, &upload_id).await;
+                    return Err(timed_out);
+                }
+            };
             match sent {
                 Ok(part) => parts.push(
                     CompletedPart::builder()
@@ -237,14 +303,7 @@ impl S3BlobStore {
                         .build(),
                 ),
                 Err(e) => {
-                    let _ = self
-                        .client
-                        .abort_multipart_upload()
-                        .bucket(&self.bucket)
-                        .key(key)
-                        .upload_id(&upload_id)
-                        .send()
-                        .await;
+                    self.abort_parts(key, &upload_id).await;
                     return Err(failure("multipart part", &e));
                 }
             }
@@ -260,9 +319,8 @@ impl S3BlobStore {
                     .set_parts(Some(parts))
                     .build(),
             )
-            .send()
-            .await;
-        match completed {
+            .send();
+        match self.sent("multipart completion", completed).await? {
             Ok(_) => Ok(()),
             // Some S3-compatible servers (moto) answer 200 with a body the SDK cannot parse:
             // the object itself, whole, is what counts.
@@ -377,7 +435,8 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn check(&self) -> Result<(), BlobError> {
-        match self.client.head_bucket().bucket(&self.bucket).send().await {
+        let head = self.client.head_bucket().bucket(&self.bucket).send();
+        match self.sent("HEAD bucket", head).await? {
             Ok(_) => Ok(()),
             Err(e) => Err(match status(&e) {
                 Some(404) => {
@@ -412,9 +471,8 @@ impl BlobStore for S3BlobStore {
             .head_object()
             .bucket(&self.bucket)
             .key(key_for(hash))
-            .send()
-            .await;
-        match head {
+            .send();
+        match self.sent("HEAD", head).await? {
             Ok(h) => Ok(Some(h.last_modified().map_or(0, epoch_ms))),
             Err(e) if status(&e) == Some(404) => Ok(None),
             Err(e) => Err(failure("HEAD", &e)),

@@ -71,7 +71,7 @@ pub async fn copy(config: Config, to: &str) -> Result<CopyReport, Error> {
     let from_backend = config
         .maps_backend()
         .map_err(|e| unavailable("maps.url", e.to_string()))?;
-    let options = imgcas::maps::postgres::PgOptions::of(&config.maps);
+    let options = imgcas::maps::OpenOptions::of(&config.maps);
     let from = open_backend(&from_backend, &config.data_dir, &options)
         .await
         .map_err(|e| unavailable("the maps to copy", e.to_string()))?;

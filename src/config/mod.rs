@@ -17,6 +17,7 @@ pub mod moderation;
 mod peers;
 mod presets;
 mod sources;
+pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 use presets::{check_preset, check_watermark};
@@ -97,6 +98,9 @@ pub struct MapsConfig {
     /// A file holding the PostgreSQL password, used when the URL names none
     /// (`IMGCAS_MAPS_PASSWORD_FILE`).
     pub password_file: Option<PathBuf>,
+    /// Bytes of the embedded maps' page cache (`IMGCAS_MAPS_CACHE_BYTES`; unset: 64 MiB).
+    /// redb's own default, 1 GiB, filled as the file grew and never shrank.
+    pub cache_bytes: Option<usize>,
 }
 
 /// What the maintenance commands spare.
@@ -199,6 +203,17 @@ pub struct S3Config {
     pub endpoint: Option<String>,
     pub region: String,
     pub force_path_style: bool,
+    /// How long a connection to the bucket may take to open (`IMGCAS_S3_CONNECT_TIMEOUT`).
+    #[serde(deserialize_with = "de_duration")]
+    pub connect_timeout: Duration,
+    /// How long an attempt may wait for the first byte of an answer once its request is sent
+    /// (`IMGCAS_S3_FIRST_BYTE_TIMEOUT`): a bucket that accepts connections and never answers.
+    #[serde(deserialize_with = "de_duration")]
+    pub first_byte_timeout: Duration,
+    /// How long one bucket operation may take in all, its retries and its body included
+    /// (`IMGCAS_S3_TIMEOUT`): past it the request answers 503 `storage_unavailable`.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -259,6 +274,11 @@ pub struct LimitsConfig {
     /// decode of one original (a `srcset` burst, a mezzanine's build) share it
     /// (`IMGCAS_DECODE_CACHE_BYTES`; 0 turns the sharing off).
     pub decode_cache_bytes: u64,
+    /// Extension: work left to run after a request (an original's facts and fingerprint)
+    /// waiting at once at most (`IMGCAS_BACKGROUND_QUEUE`); beyond it such work is left to
+    /// the request that needs it or to the next start's backfill, so a bulk migration of
+    /// millions of originals holds no task per original.
+    pub background_queue: usize,
     /// Extension: large originals get a mezzanine, a derivative a power of two smaller that
     /// most outputs are made from (`IMGCAS_MEZZANINE`, default on). Which outputs use it
     /// follows from the spec and the source's header alone; turning it off changes the bytes
@@ -323,9 +343,11 @@ pub struct SecurityConfig {
     pub only_presets: bool,
     /// When set, uploads, ingest and `/metrics` need `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
-    /// Named tokens (`[security.tokens]`, `merchant-a = "<token>"`): each opens what the
-    /// admin token opens, and names its requests' tenant in admission.
-    pub tokens: BTreeMap<String, String>,
+    /// Named tokens (`[security.tokens]`, `merchant-a = "<token>"` or
+    /// `moderator = { token = "<token>", scopes = ["moderate"] }`): each opens what its scopes
+    /// allow (`upload,ingest` unless it names them), and names its requests' tenant in
+    /// admission.
+    pub tokens: BTreeMap<String, tokens::NamedToken>,
 }
 
 impl SecurityConfig {
@@ -382,6 +404,9 @@ impl Default for S3Config {
             endpoint: None,
             region: "us-east-1".into(),
             force_path_style: false,
+            connect_timeout: Duration::from_secs(2),
+            first_byte_timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(8),
         }
     }
 }
@@ -425,6 +450,7 @@ impl Default for LimitsConfig {
             variants_max_bytes: 10 << 30,
             urls_max_bytes: 1 << 30,
             decode_cache_bytes: 256 << 20,
+            background_queue: 1024,
             mezzanine: true,
             max_url_bytes: 8 << 10,
             max_cost: 1_000_000_000,
@@ -607,13 +633,23 @@ impl Config {
                 "server timeouts must be above 0",
             ));
         }
+        let s3 = &self.storage.s3;
+        if [s3.connect_timeout, s3.first_byte_timeout, s3.timeout]
+            .iter()
+            .any(Duration::is_zero)
+        {
+            return Err(bad(
+                "storage.s3.timeout",
+                "the bucket's timeouts must be above 0",
+            ));
+        }
         if self.server.max_connections == 0 || self.server.max_concurrent_uploads == 0 {
             return Err(bad(
                 "server.max_connections",
                 "connection and upload limits must be above 0",
             ));
         }
-        moderation::check_tokens(&self.security.tokens, self.security.admin_token.as_deref())
+        tokens::check(&self.security.tokens, self.security.admin_token.as_deref())
             .map_err(|(key, why)| bad(&key, why))?;
         self.moderation
             .check()
@@ -835,6 +871,11 @@ mod tests {
             ("IMGCAS_REQUEST_TIMEOUT", ("90", "90s")),
             ("IMGCAS_MAX_CONNECTIONS", ("500", "500")),
             ("IMGCAS_SHUTDOWN_TIMEOUT", (r#""5s""#, "5s")),
+            ("IMGCAS_BACKGROUND_QUEUE", ("64", "64")),
+            ("IMGCAS_MAPS_CACHE_BYTES", ("1048576", "1048576")),
+            ("IMGCAS_S3_CONNECT_TIMEOUT", (r#""1s""#, "1s")),
+            ("IMGCAS_S3_FIRST_BYTE_TIMEOUT", (r#""3s""#, "3s")),
+            ("IMGCAS_S3_TIMEOUT", (r#""6s""#, "6")),
             ("IMGCAS_MAX_CONCURRENT_UPLOADS", ("4", "4")),
             ("IMGCAS_MIN_UPLOAD_RATE", ("1024", "1024")),
             (
@@ -844,8 +885,8 @@ mod tests {
             (
                 "IMGCAS_TOKENS",
                 (
-                    r#"{ merchant-a = "aaaaaaaaaaaaaaaa1", merchant-b = "bbbbbbbbbbbbbbbb2" }"#,
-                    "merchant-a=aaaaaaaaaaaaaaaa1; merchant-b=bbbbbbbbbbbbbbbb2",
+                    r#"{ merchant-a = "aaaaaaaaaaaaaaaa1", merchant-b = "bbbbbbbbbbbbbbbb2", moderator = { token = "cccccccccccccccc3", scopes = ["moderate", "metrics"] } }"#,
+                    "merchant-a=aaaaaaaaaaaaaaaa1; merchant-b=bbbbbbbbbbbbbbbb2; moderator=cccccccccccccccc3&scopes=moderate,metrics",
                 ),
             ),
             (

@@ -92,30 +92,3 @@ pub fn on_error(v: &str) -> Result<OnError, String> {
         _ => Err("must be `open` or `closed`".into()),
     }
 }
-
-/// Checks the tokens: the admin token and the named ones (`[security.tokens]`) of 16 bytes
-/// or more, plain names, no token given twice. (key, why) of the first that is not.
-pub fn check_tokens(
-    tokens: &std::collections::BTreeMap<String, String>,
-    admin_token: Option<&str>,
-) -> Result<(), (String, String)> {
-    const SHORT: &str = "must be at least 16 bytes (e.g. `openssl rand -hex 32`)";
-    if admin_token.is_some_and(|t| t.len() < 16) {
-        return Err(("security.admin_token".into(), SHORT.into()));
-    }
-    let mut seen: Vec<&str> = admin_token.into_iter().collect();
-    for (name, token) in tokens {
-        let key = format!("security.tokens.{name}");
-        if !imgcas_processors::spec::is_plain_name(name) || name == "-" || name == "other" {
-            return Err((key, "a token's name is letters, digits, `-` and `_`".into()));
-        }
-        if token.len() < 16 {
-            return Err((key, SHORT.into()));
-        }
-        if seen.contains(&token.as_str()) {
-            return Err((key, "the same token is given twice".into()));
-        }
-        seen.push(token);
-    }
-    Ok(())
-}

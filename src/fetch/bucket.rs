@@ -61,13 +61,20 @@ impl Buckets {
                     .and_then(|s| s.force_path_style)
                     .unwrap_or(self.s3.force_path_style),
                 keys,
+                timeouts: crate::s3::Timeouts {
+                    connect: self.s3.connect_timeout,
+                    first_byte: self.s3.first_byte_timeout,
+                    operation: self.s3.timeout,
+                },
             })
         })
         .await
     }
 
-    /// Refuses an `s3://` URL whose bucket is not listed, before any traffic.
+    /// Refuses an `s3://` URL whose bucket is not listed, or whose key is not a plain path,
+    /// before any traffic.
     pub fn check(&self, url: &Url) -> Result<(), FetchError> {
+        super::client::check_object_key(url)?;
         let bucket = url.host_str().unwrap_or("");
         match self.allowed.iter().any(|b| b == bucket) {
             true => Ok(()),

@@ -35,6 +35,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::PresetRequired(_) => (StatusCode::FORBIDDEN, MINUTE),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, NO_STORE),
         Error::AdminDisabled(_) => (StatusCode::FORBIDDEN, NO_STORE),
+        Error::InsufficientScope { .. } => (StatusCode::FORBIDDEN, NO_STORE),
         Error::TooSlow(_) => (StatusCode::REQUEST_TIMEOUT, NO_STORE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, MINUTE),
         // Lifting a takedown must take effect on the next request, downstream too.
@@ -110,6 +111,14 @@ impl IntoResponse for Error {
         );
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        // RFC 6750's answer to a token that is good but may not do this.
+        if let Error::InsufficientScope { scope, .. } = &self {
+            if let Ok(value) = HeaderValue::from_str(&format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{scope}\""
+            )) {
+                headers.insert(header::WWW_AUTHENTICATE, value);
+            }
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             let after = match self {

@@ -15,6 +15,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 
 use crate::admission::{Asker, Tier};
+use crate::config::tokens::{Scope, Scopes};
 use crate::config::{preset_parts, Config};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -52,9 +53,10 @@ struct Parts {
     fallbacks: Fallbacks,
     /// What the peers' URL dialects need of the configuration (`dialects/`).
     dialect: dialects::Dialect,
-    /// The tokens that open the admin routes, by name (the admin token's is `admin`), as
-    /// SHA-256 digests; none: the admin routes are open.
-    tokens: Vec<(String, [u8; 32])>,
+    /// The tokens that open the guarded routes, by name (the admin token's is `admin`), as
+    /// SHA-256 digests with what each may do; none: the routes are open (those that remove
+    /// stored data aside).
+    tokens: Vec<(String, [u8; 32], Scopes)>,
     /// Uploads receiving their bodies now (`server.max_concurrent_uploads`).
     upload_slots: Arc<tokio::sync::Semaphore>,
     metrics: Metrics,
@@ -86,13 +88,13 @@ impl Service {
                     .security
                     .admin_token
                     .iter()
-                    .map(|t| ("admin".to_string(), digest(t)))
+                    .map(|t| ("admin".to_string(), digest(t), Scopes::ADMIN))
                     .chain(
                         config
                             .security
                             .tokens
                             .iter()
-                            .map(|(name, t)| (name.clone(), digest(t))),
+                            .map(|(name, t)| (name.clone(), digest(&t.token), t.scopes)),
                     )
                     .collect(),
                 upload_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -178,8 +180,9 @@ impl Service {
         self.parts.config.security.only_presets
     }
 
-    /// For routes that remove stored data: they need an admin token configured (403
-    /// `admin_disabled` without one, rather than open to all) and presented.
+    /// For routes that remove stored data or read other tenants' (takedowns, the blocklist,
+    /// forgetting URLs): they need a token configured (403 `admin_disabled` without one,
+    /// rather than open to all) and presented, with the `moderate` scope (or `admin`).
     fn check_removal(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
         if self.parts.tokens.is_empty() {
             return Err(Error::AdminDisabled(
@@ -187,20 +190,32 @@ impl Service {
                     .into(),
             ));
         }
-        self.check_admin(headers)
+        self.check_scope(headers, Scope::Moderate)
     }
 
     /// With an admin token (or named tokens) configured, the request must carry
-    /// `Authorization: Bearer <token>` with one of them.
-    fn check_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), Error> {
+    /// `Authorization: Bearer <token>` with one of them whose scopes allow `needed`: 401
+    /// without a matching token, 403 `insufficient_scope` naming the scope with one that
+    /// may not.
+    fn check_scope(&self, headers: &axum::http::HeaderMap, needed: Scope) -> Result<(), Error> {
         if self.parts.tokens.is_empty() {
             return Ok(());
         }
-        self.token_name(headers).map(|_| ())
+        let (name, scopes) = self.presented(headers)?;
+        match scopes.allow(needed) {
+            true => Ok(()),
+            false => Err(Error::InsufficientScope {
+                scope: needed.name(),
+                message: format!(
+                    "this route needs the `{needed}` scope; the token `{name}` has {}",
+                    scopes.names()
+                ),
+            }),
+        }
     }
 
-    /// The name of the token the request presents (`admin` for the admin token).
-    fn token_name(&self, headers: &axum::http::HeaderMap) -> Result<&str, Error> {
+    /// The name and scopes of the token the request presents (`admin` for the admin token).
+    fn presented(&self, headers: &axum::http::HeaderMap) -> Result<(&str, Scopes), Error> {
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -216,9 +231,9 @@ impl Service {
         let presented = digest(token);
         // Every token is compared, so the time taken does not say which one matched.
         let mut matched = None;
-        for (name, expected) in &self.parts.tokens {
+        for (name, expected, scopes) in &self.parts.tokens {
             if same_bytes(&presented, expected) {
-                matched = Some(name.as_str());
+                matched = Some((name.as_str(), *scopes));
             }
         }
         matched.ok_or_else(|| Error::Unauthorized("the admin token does not match".into()))
@@ -233,8 +248,8 @@ impl Service {
             .and_then(|v| v.to_str().ok())
             .and_then(Tier::parse)
             .map_or(default.tier, |asked| asked.max(default.tier));
-        let tenant = match self.token_name(headers) {
-            Ok(name) => name.into(),
+        let tenant = match self.presented(headers) {
+            Ok((name, _)) => name.into(),
             Err(_) => default.tenant,
         };
         Asker { tier, tenant }
@@ -256,9 +271,14 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && difference == 0
 }
 
-/// Refuses a request to an admin route without the admin token (before its body is read).
-async fn require_admin(State(service): State<Service>, request: Request, next: Next) -> Response {
-    match service.check_admin(request.headers()) {
+/// Refuses a request to a guarded route without a token whose scopes allow `needed` (before
+/// its body is read).
+async fn require_scope(
+    State((service, needed)): State<(Service, Scope)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match service.check_scope(request.headers(), needed) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }
@@ -269,20 +289,26 @@ pub fn router(service: Service) -> Router {
     let body_limit = usize::try_from(service.config().fetch.max_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(64 << 10);
-    let guarded = || middleware::from_fn_with_state(service.clone(), require_admin);
+    let guarded =
+        |needed: Scope| middleware::from_fn_with_state((service.clone(), needed), require_scope);
     let timed = || middleware::from_fn_with_state(service.clone(), limit_time);
-    // Routes that write or reveal the whole store: the admin token guards them when set.
+    // Routes that write or reveal the whole store: a token with their scope guards them
+    // when tokens are set. A takedown by URL checks `moderate` itself (`admin::removal`).
     let admin = Router::new()
         .route(
             "/v1/originals",
-            post(originals::upload).delete(admin::take_down_url),
+            post(originals::upload)
+                .route_layer(guarded(Scope::Upload))
+                .delete(admin::take_down_url),
         )
-        .route("/metrics", get(ops::metrics))
-        .route_layer(guarded());
+        .route(
+            "/metrics",
+            get(ops::metrics).route_layer(guarded(Scope::Metrics)),
+        );
     // Ingest batches may take minutes: no request timeout.
     let ingest = Router::new()
         .route("/v1/ingest", post(ingest::ingest))
-        .route_layer(guarded());
+        .route_layer(guarded(Scope::Ingest));
     // The peers' URL dialects, each under its prefix.
     let dialects = dialects::PREFIXES
         .iter()

@@ -1,5 +1,7 @@
 //! Operational endpoints: liveness, readiness, `/metrics`, and the JSON 404 for unknown paths.
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,11 +14,19 @@ pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// 200 only when the maps and the blob store both answer.
+/// How long readiness waits for the stores: a load balancer's probe wants an answer, and a
+/// store that accepts connections and never answers must read as not ready, not as a hang.
+const READY_WITHIN: Duration = Duration::from_millis(1500);
+
+/// 200 only when the maps and the blob store both answer, within [`READY_WITHIN`].
 pub async fn readyz(State(service): State<Service>) -> Response {
-    match service.pipeline().check().await {
-        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
-        Err(e) => e.into_response(),
+    match tokio::time::timeout(READY_WITHIN, service.pipeline().check()).await {
+        Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(_) => Error::StorageUnavailable(format!(
+            "the stores did not answer the readiness probe within {READY_WITHIN:?}"
+        ))
+        .into_response(),
     }
 }
 

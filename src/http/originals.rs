@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use imgcas_processors::SourceFormat;
 
 use super::{etag_matches, Service};
+use crate::config::tokens::Scope;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
@@ -326,7 +327,7 @@ pub async fn similar(
     Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = service.check_admin(&headers) {
+    if let Err(e) = service.check_scope(&headers, Scope::Moderate) {
         return e.into_response();
     }
     let answer = async {

@@ -8,8 +8,9 @@
 //!   (a hop to redb's blocking pool costs more than the read: a fifth of the hit path's
 //!   throughput, measured);
 //! - **a shared store** (PostgreSQL) is remembered for [`URL_FRESH_FOR`], since another node
-//!   may change an entry; and the last URL entry seen is kept apart, answered only while the
-//!   store does not answer, so an outage costs hot hits nothing.
+//!   may change an entry; and the last URL entry and originals entry seen are kept apart
+//!   (bounded), answered only while the store does not answer, so an outage costs hot hits
+//!   nothing, by hash or by URL.
 //!
 //! Originals entries are remembered in both (content-addressed, they change only when facts
 //! are added or a removal drops them); the purge generation drops everything
@@ -39,6 +40,9 @@ use crate::hash::ContentHash;
 
 /// Originals entries kept in memory.
 const RECENT_ORIGINALS: u64 = 100_000;
+
+/// Originals entries a shared store's outage is answered with, at most.
+const LAST_SEEN_ORIGINALS: u64 = 20_000;
 
 /// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes
 /// long, so these caches are bounded by what they hold, not by how many entries (issue 28:
@@ -167,6 +171,10 @@ pub struct Cached<S> {
     /// Shared stores only: the URL entries last read or written, answered while the store
     /// does not answer.
     last_seen_urls: Option<moka::sync::Cache<String, UrlEntry>>,
+    /// Shared stores only: the originals entries last read, answered while the store does
+    /// not answer (a write of facts forgets an entry in `originals`, and the next request
+    /// of a URL served through an outage needs it: audit #3).
+    last_seen_originals: Option<moka::sync::Cache<ContentHash, OriginalInfo>>,
 }
 
 impl<S: Clone> Clone for Cached<S> {
@@ -176,6 +184,7 @@ impl<S: Clone> Clone for Cached<S> {
             originals: self.originals.clone(),
             urls: self.urls.clone(),
             last_seen_urls: self.last_seen_urls.clone(),
+            last_seen_originals: self.last_seen_originals.clone(),
         }
     }
 }
@@ -188,6 +197,7 @@ impl<S: MapStore> Cached<S> {
             originals: Coherent::new(moka::sync::Cache::new(RECENT_ORIGINALS)),
             urls: Coherent::new(url_entry_cache(shared.then_some(URL_FRESH_FOR))),
             last_seen_urls: shared.then(|| url_entry_cache(None)),
+            last_seen_originals: shared.then(|| moka::sync::Cache::new(LAST_SEEN_ORIGINALS)),
             store,
         }
     }
@@ -206,6 +216,7 @@ impl<S: MapStore> Cached<S> {
                 // once more — or when it is removed, which clears all memory through the
                 // purge generation.)
                 if let (Some(found), Some(info)) = (&entry, original) {
+                    self.saw_original(&found.serving(), &info);
                     self.originals
                         .fill(found.serving(), info, original_ticket(found));
                 }
@@ -227,6 +238,13 @@ impl<S: MapStore> Cached<S> {
                 }
                 None => Err(e),
             },
+        }
+    }
+
+    /// Keeps the originals entry a shared store's outage is answered with.
+    fn saw_original(&self, hash: &ContentHash, info: &OriginalInfo) {
+        if let Some(seen) = &self.last_seen_originals {
+            seen.insert(*hash, info.clone());
         }
     }
 
@@ -345,9 +363,21 @@ impl<S: MapStore> Originals for Cached<S> {
             return Ok(Some(info));
         }
         let ticket = self.originals.ticket(hash);
-        let info = self.store.original(hash).await?;
+        let info = match self.store.original(hash).await {
+            Ok(info) => info,
+            Err(e) => {
+                return match self.last_seen_originals.as_ref().and_then(|s| s.get(hash)) {
+                    Some(info) => {
+                        tracing::debug!(%hash, error = %e, "maps unavailable; original as last seen");
+                        Ok(Some(info))
+                    }
+                    None => Err(e),
+                }
+            }
+        };
         if let Some(info) = &info {
             self.originals.fill(*hash, info.clone(), ticket);
+            self.saw_original(hash, info);
         }
         Ok(info)
     }
@@ -372,6 +402,7 @@ impl<S: MapStore> Originals for Cached<S> {
         let recorded = self.store.record_download(url, entry, info, claim).await;
         if recorded.as_ref().is_ok_and(|r| r.new_original) {
             // The row is the one just inserted: what the request reads next.
+            self.saw_original(&entry.hash, info);
             self.originals.fill(entry.hash, info.clone(), ticket);
         }
         self.urls.changed(url);
@@ -388,6 +419,9 @@ impl<S: MapStore> Originals for Cached<S> {
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
         let removed = self.store.remove_original(hash).await;
         self.originals.changed(hash);
+        if let Some(seen) = &self.last_seen_originals {
+            seen.invalidate(hash);
+        }
         removed
     }
 
@@ -470,6 +504,9 @@ impl<S: MapStore> MapStore for Cached<S> {
         // Originals are content-addressed, but a takedown removes them, and another node's
         // removal must not be answered from here; URL entries it removed likewise.
         self.originals.clear();
+        if let Some(seen) = &self.last_seen_originals {
+            seen.invalidate_all();
+        }
         self.urls_dropped();
         self.store.drop_memory();
     }
@@ -488,6 +525,7 @@ impl<S: MapStore> MapStore for Cached<S> {
         let ticket = self.originals.ticket(hash);
         let (listed, info) = self.store.listed_and_original(hash).await?;
         if let Some(info) = &info {
+            self.saw_original(hash, info);
             self.originals.fill(*hash, info.clone(), ticket);
         }
         Ok((listed, info))

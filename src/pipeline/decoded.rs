@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 
 use imgcas_processors::{pixels_size, DynamicImage, InputKind, Pixels, ProcessError};
 
+use super::deadline::Stop;
 use crate::hash::ContentHash;
 use crate::stats::Stats;
 
@@ -219,6 +220,7 @@ impl DecodeCache {
             cache: self,
             hash,
             stats,
+            stop: None,
         }
     }
 }
@@ -227,6 +229,18 @@ pub(super) struct RunDecodes<'a> {
     cache: &'a DecodeCache,
     hash: ContentHash,
     stats: &'a Stats,
+    /// What tells the run to stop (its deadline, a shutdown), when it has a bound.
+    stop: Option<Stop>,
+}
+
+impl RunDecodes<'_> {
+    /// The same hook, for a run that stops when `stop` says so.
+    pub(super) fn stopping(self, stop: Stop) -> Self {
+        RunDecodes {
+            stop: Some(stop),
+            ..self
+        }
+    }
 }
 
 impl RunDecodes<'_> {
@@ -245,6 +259,10 @@ impl RunDecodes<'_> {
 }
 
 impl imgcas_processors::Decodes for RunDecodes<'_> {
+    fn check(&self) -> Result<(), ProcessError> {
+        self.stop.as_ref().map_or(Ok(()), Stop::check)
+    }
+
     fn decoded(
         &self,
         from: InputKind,

@@ -47,8 +47,7 @@ impl Pipeline {
                 return Ok(kept.picture.clone());
             }
         }
-        let _slot = self.fingerprint_slot(Tier::Background).await;
-        let bytes = self.original_bytes(hash).await?;
+        let (bytes, _slot) = self.read_then_slot(hash).await?;
         let limits = self.limits();
         // Counted apart from the processing runs (`processing_runs`): this happens once per
         // original, off the request path. Its decode counts among `decodes_original`.
@@ -94,7 +93,7 @@ impl Pipeline {
     pub(super) fn facts_in_background(&self, hash: ContentHash) {
         let this = self.clone();
         let interest = self.shared.decodes.interest_in_small(hash);
-        self.in_background(async move {
+        self.in_background_if_room(async move {
             interest.offered().await;
             if let Err(e) = this.facts_of(&hash).await {
                 tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");

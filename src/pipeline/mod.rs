@@ -48,6 +48,7 @@ use crate::stats::{Stats, StatsSnapshot};
 mod blocklist;
 mod claims;
 mod copy;
+mod deadline;
 mod decoded;
 mod facts;
 mod maintenance;
@@ -124,6 +125,11 @@ struct Shared {
     /// One fingerprint computation per original at a time.
     fingerprint_flights:
         SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
+    /// Raised at shutdown: every run stops at its next check (`deadline.rs`).
+    shutdown: Arc<std::sync::atomic::AtomicBool>,
+    /// Background reads of originals ahead of their CPU slot (`near.rs`'s
+    /// `read_then_slot`): as many as the slots.
+    background_reads: tokio::sync::Semaphore,
 }
 
 /// Why the pipeline could not open.
@@ -203,6 +209,10 @@ impl Pipeline {
                 node_id: config.cluster.node_id(),
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
+                shutdown: Arc::default(),
+                background_reads: tokio::sync::Semaphore::new(
+                    config.limits.process_concurrency.max(1),
+                ),
                 facts_flights: SingleFlight::default(),
                 takedowns,
                 blocked,
@@ -284,16 +294,43 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs `work` after the current request, tracked for [`Pipeline::settle`].
-    fn in_background(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+    /// The work left running after requests, its finished tasks reaped (so the set stays
+    /// as small as the work in flight).
+    fn background_tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
         let mut tasks = self
             .shared
             .background
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        // Reap the finished ones, so the set stays as small as the work in flight.
         while tasks.try_join_next().is_some() {}
+        tasks
+    }
+
+    /// Runs `work` after the current request, tracked for [`Pipeline::settle`].
+    fn in_background(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.background_tasks().spawn(work);
+    }
+
+    /// [`Pipeline::in_background`] for work that may be left undone (an original's facts
+    /// and fingerprint: computed when a request needs them, or by the next start's
+    /// backfill): run only while fewer than `limits.background_queue` wait, so that a flood
+    /// of new originals holds a bounded number of tasks (audit #3: 100,000 uploads grew a
+    /// node by 430 MB, queued background work among it).
+    fn in_background_if_room(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.background_tasks();
+        if tasks.len() >= self.shared.config.limits.background_queue {
+            Stats::bump(&self.shared.stats.background_dropped);
+            return;
+        }
         tasks.spawn(work);
+    }
+
+    /// Tells every run under way to stop at its next check, and every later one at its
+    /// first (at shutdown, once requests in flight had their time).
+    pub fn stop_runs(&self) {
+        self.shared
+            .shutdown
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits for the work requests left running (at shutdown, before the last flush).

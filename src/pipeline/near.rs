@@ -60,6 +60,20 @@ impl Pipeline {
         self.shared.admission.side_work(tier).await
     }
 
+    /// An original's bytes, then a background CPU slot for what is computed from them: the
+    /// read comes first so that a store that does not answer holds a read, not a core
+    /// (audit #3: facts waiting on a silent bucket with their slots held kept a request's
+    /// probe waiting 4 s for a slot). Few reads run ahead of their slot at once
+    /// (`background_reads`, as many as slots), so waiting work still holds hashes, not
+    /// images.
+    pub(super) async fn read_then_slot(&self, hash: &ContentHash) -> Result<(Bytes, Slot), Error> {
+        let reading = self.shared.background_reads.acquire().await;
+        let bytes = self.original_bytes(hash).await?;
+        let slot = self.fingerprint_slot(Tier::Background).await;
+        drop(reading);
+        Ok((bytes, slot))
+    }
+
     /// Computes the fingerprint of bytes (a request's on the blocking pool, background work
     /// on the niced threads); `None`: no picture. The caller holds a slot.
     async fn fingerprint_bytes(
@@ -156,8 +170,7 @@ impl Pipeline {
         if let Some(known) = self.shared.maps.fingerprint(hash).await? {
             return Ok(known.picture().copied());
         }
-        let _slot = self.fingerprint_slot(Tier::Background).await;
-        let bytes = self.original_bytes(hash).await?;
+        let (bytes, _slot) = self.read_then_slot(hash).await?;
         let computed = self
             .fingerprint_bytes(hash, bytes, Tier::Background)
             .await?;

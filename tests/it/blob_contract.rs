@@ -21,6 +21,7 @@ fn s3_config(target: &S3Target) -> S3Config {
         endpoint: Some(target.endpoint.clone()),
         region: "us-east-1".into(),
         force_path_style: true,
+        ..S3Config::default()
     }
 }
 

@@ -493,6 +493,82 @@ async fn a_node_rides_out_a_database_outage() {
     node.terminate();
 }
 
+/// Audit #3, finding 6: with a short `revalidate_after`, a URL's entry older than it sent a
+/// node to claim the revalidation in the maps, and with PostgreSQL down that claim failed:
+/// 503 `storage_unavailable` for variants the node held (775 of 875 in the soak). A
+/// revalidation that cannot claim now serves the entry it has, as an origin failure does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn held_variants_are_served_by_url_through_a_database_outage_under_short_revalidation() {
+    let Some(pg) = PgServer::or_skip("cluster") else {
+        return;
+    };
+    pg.database("cluster_outage_short");
+    let relay = common::relay::Relay::start(([127, 0, 0, 1], pg.port).into()).await;
+    let maps_url = format!("postgres://imgcas@{}/cluster_outage_short", relay.addr);
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = binary::start_with(
+        dir.path(),
+        Some(&bucket),
+        &[
+            ("IMGCAS_MAPS_URL", maps_url),
+            ("IMGCAS_REVALIDATE_AFTER", "1s".into()),
+        ],
+    );
+    let client = client();
+    let get = |path: String| {
+        let (client, base) = (client.clone(), node.base.clone());
+        async move { client.get(format!("{base}{path}")).send().await.unwrap() }
+    };
+    let image = |name: &str, w: u32| {
+        let mut url = reqwest::Url::parse("http://x/v1/image").unwrap();
+        url.query_pairs_mut().append_pair("url", &origin.url(name));
+        format!("/v1/image?{}&w={w}", url.query().unwrap())
+    };
+    origin.put("/hot.jpg", jpeg(120, 80, 1));
+    origin.put("/cold.jpg", jpeg(120, 80, 2));
+    for w in [40, 60] {
+        assert_eq!(get(image("/hot.jpg", w)).await.status(), 200);
+    }
+
+    relay.cut();
+    // Past `revalidate_after`: every request for the hot URL wants a revalidation.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    for round in 0..10 {
+        for w in [40, 60] {
+            let r = get(image("/hot.jpg", w)).await;
+            assert_eq!(
+                r.status(),
+                200,
+                "round {round}, w={w}: a held variant by URL"
+            );
+        }
+    }
+    let r = get(image("/cold.jpg", 40)).await;
+    assert_eq!(r.status(), 503, "nothing held: the maps are needed");
+    assert_eq!(json(r).await["error"]["code"], "storage_unavailable");
+
+    relay.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get("/readyz".into()).await.status() != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the node never became ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = metrics_text(&client, &node.base).await;
+    let stale: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("imgcas_stale_for_maps_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(stale >= 1.0, "counted: {stale}");
+    assert_eq!(get(image("/cold.jpg", 40)).await.status(), 200);
+    node.terminate();
+}
+
 /// Requests a node answered on the image routes (from its /metrics text).
 async fn image_requests(client: &reqwest::Client, base: &str) -> u64 {
     let text = metrics_text(client, base).await;

@@ -137,3 +137,30 @@ async fn every_format_of_the_corpus_gets_placeholders() {
         assert!(has_placeholders(&info), "{format}: {info}");
     }
 }
+
+/// Audit #3, finding 8: every new original queued its facts and fingerprint as a task of its
+/// own, and 100,000 uploads grew a node by hundreds of megabytes. Past
+/// `limits.background_queue` waiting tasks, that work is left undone and counted; facts are
+/// then computed when asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn background_work_past_its_bound_is_left_to_when_it_is_needed() {
+    let app = spawn_app_with(|c| c.limits.background_queue = 1).await;
+    let mut hashes = Vec::new();
+    // Eight at a time (within the server's upload slots), so several wait behind the first.
+    for batch in 0..3u8 {
+        let uploads: Vec<_> = (0..8u8)
+            .map(|i| app.upload(png(300, 200, batch * 8 + i)))
+            .collect();
+        for upload in futures_util::future::join_all(uploads).await {
+            assert_eq!(upload.status(), 201);
+            hashes.push(json(upload).await["hash"].as_str().unwrap().to_string());
+        }
+    }
+    let dropped = metric_value(&app.metrics().await, "imgcas_background_dropped_total", &[]);
+    assert!(dropped >= 1.0, "some background work was left: {dropped}");
+    for hash in &hashes {
+        let info = json(app.get(&format!("/v1/originals/{hash}/info")).await).await;
+        assert!(has_placeholders(&info), "{hash}: {info}");
+    }
+    app.stop().await;
+}

@@ -185,3 +185,24 @@ async fn verify_and_gc_on_the_filesystem_store() {
 async fn verify_and_gc_on_s3() {
     tampered_data_dir_is_found_and_repaired(Some(S3Target::on(InProcessS3::start()).await)).await;
 }
+
+/// Audit #3, finding 9: `verify --help` said to stop the server while docs/operations.md said
+/// PostgreSQL maps are checked while nodes serve. Both say the one true thing now.
+#[test]
+fn the_help_and_the_operations_guide_say_when_to_run_verify_alike() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    assert!(docs.contains("the maps on PostgreSQL, run them while the nodes serve"));
+    for command in ["verify", "stats", "gc"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imgcas"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("server is stopped; on PostgreSQL, while nodes serve"),
+            "{command}: {help}"
+        );
+    }
+}

@@ -207,3 +207,46 @@ async fn hostile_svgs_never_make_a_request_and_are_never_served_as_svg() {
         "refused"
     );
 }
+
+/// Audit #3, findings 1 and 2: 400 KB of text drawn at 50 pixels took 53 CPU s and made a
+/// normal request answer 503 meanwhile; a gradient of 90,000 stops took 13.5 s a variant.
+/// Drawings are costed before any pixel is drawn, charged at the drawn size, and these are
+/// refused 422 `too_costly` at once, with no run, while an ordinary request is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() {
+    let origin = Origin::start().await;
+    origin.put("/text.svg", testdata("svg/hostile/text-400k.svg"));
+    origin.put(
+        "/gradient.svg",
+        testdata("svg/hostile/gradient-24k-stops.svg"),
+    );
+    origin.put("/masks.svg", testdata("svg/hostile/masks-3000.svg"));
+    origin.put("/photo.jpg", jpeg(640, 480, 4));
+    let app = spawn_app().await;
+    for (path, query) in [
+        ("/text.svg", "w=50&format=png"),
+        ("/text.svg", "w=1000&format=png"),
+        ("/gradient.svg", "w=1000&format=png"),
+        ("/gradient.svg", "w=600&format=webp"),
+        ("/masks.svg", "w=1000&format=png"),
+    ] {
+        let (source, photo_url) = (origin.url(path), origin.url("/photo.jpg"));
+        let width = format!("w={}", 100 + path.len());
+        let started = std::time::Instant::now();
+        let (refused, photo) = tokio::join!(
+            app.image_by_url(&source, query),
+            app.image_by_url(&photo_url, &width),
+        );
+        let took = started.elapsed();
+        assert_eq!(refused.status(), 422, "{path} {query}");
+        assert_eq!(json(refused).await["error"]["code"], "too_costly");
+        assert_eq!(photo.status(), 200, "served beside {path} {query}");
+        assert!(took.as_secs_f64() < 2.0, "{path} {query}: {took:?}");
+    }
+    // Three widths of the photo; no drawing ran.
+    assert_eq!(app.processing_runs(), 3, "only the photo ran");
+    // Uploaded, the text is refused as it is read, before anything is stored.
+    let upload = app.upload(testdata("svg/hostile/text-400k.svg")).await;
+    assert_eq!(upload.status(), 422);
+    assert_eq!(json(upload).await["error"]["code"], "too_costly");
+}

@@ -183,3 +183,50 @@ async fn a_bucket_with_its_own_endpoint_and_keys_is_read_with_them() {
     );
     assert_ne!(r.status(), 200);
 }
+
+/// Audit #3, finding 4: a key whose decoded segments include `..` reached the endpoint as
+/// `GET /<bucket>/../<other bucket>/…`, and the allow-list had checked only the bucket. Now a
+/// key with an empty, `.` or `..` segment is refused 400 before any traffic; dots inside a
+/// name are a key like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_with_dot_segments_is_refused_before_any_traffic() {
+    let target = S3Target::new().await;
+    let photo = jpeg(64, 48, 5);
+    put(&target, "secret/other/s.jpg", photo.clone()).await;
+    put(&target, "v1..2/.hidden..jpg", photo).await;
+    let app = app_reading(&target).await;
+    let bucket = &target.bucket;
+    for key in [
+        "..%2Fsecret%2Fother%2Fs.jpg",
+        "x%2F..%2F..%2Fsecret%2Fother%2Fs.jpg",
+        "x%2F..%2Fsecret%2Fother%2Fs.jpg",
+        ".%2Fsecret%2Fother%2Fs.jpg",
+        "secret%2F.%2Fother%2Fs.jpg",
+        "secret%2F%2Fother%2Fs.jpg",
+        "secret/other/s.jpg%2F",
+        "%2E%2E%2Fsecret/other/s.jpg",
+    ] {
+        let answer = app
+            .image_by_url(&format!("s3://{bucket}/{key}"), "w=10")
+            .await;
+        assert_eq!(answer.status(), 400, "{key}");
+        let body = json(answer).await;
+        assert_eq!(body["error"]["code"], "invalid_option", "{key}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("segment")),
+            "{key}: {body}"
+        );
+    }
+    assert_eq!(app.stored_blobs().await.len(), 0, "nothing was read");
+    let plain = app
+        .image_by_url(&format!("s3://{bucket}/secret/other/s.jpg"), "w=10")
+        .await;
+    assert_eq!(plain.status(), 200);
+    let dotted = app
+        .image_by_url(&format!("s3://{bucket}/v1..2/.hidden..jpg"), "w=10")
+        .await;
+    assert_eq!(dotted.status(), 200, "dots inside a segment are a name");
+    app.stop().await;
+}

@@ -163,6 +163,12 @@ pub(crate) trait Decoder: Send + Sync {
     fn shrink_denominator(&self, _reduction: f64, _coarse_ok: bool) -> u32 {
         1
     }
+    /// The work of drawing a vector source at `size` (and of laying its text out again as
+    /// it is opened), in the pixel-equivalents of `crate::cost`, beyond the drawn pixels
+    /// that `cost` counts; 0 for a raster, whose decode `cost` counts by its size.
+    fn drawing_work(&self, _size: (u32, u32)) -> u64 {
+        0
+    }
 }
 
 /// What a decode is asked for: the source's bytes, the limits, the scale (1/denominator),

@@ -12,10 +12,12 @@
 //! (loaded once). usvg runs no script and has no `<foreignObject>` content; SVG is never an
 //! output format, so what a document carries never reaches a browser.
 //!
-//! Filters are costed before drawing: a filter's work grows with its region's pixels at the
-//! drawn size and, for `feMorphology`, with its radius, not with the output's pixels (a
-//! 2.5 KB document of 60 dilated rectangles took 47 s of one core at 400×400). The drawing is
-//! refused as `too_costly` when its filters' work ([`filter_work`]) is over `limits.max_cost`.
+//! Everything that draws is costed before drawing, as admission needs: text by its
+//! characters before usvg lays it out ([`layout_work`]: 400 KB of one `<text>` took 53 s), then on the converted tree at the drawn size ([`drawing_work`]): paths by segments
+//! and covered pixels, gradients by stops, patterns, masks, clip paths, layers and filters
+//! (a filter's work grows with its region's pixels and, for `feMorphology`, with its
+//! radius: 60 dilated rectangles in 2.5 KB took 47 s). A drawing over `limits.max_cost` is
+//! refused as `too_costly` before any pixel is drawn.
 //!
 //! The declared size is the picture's own size (the `w`/`h` a request leaves out); one over
 //! the pixel limit is taken at the largest size within it, as the declaration is nominal.
@@ -54,9 +56,9 @@ impl Format for Svg {
     }
 
     fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
-        let tree = parse(bytes)?;
+        let (tree, layout) = parse(bytes, limits)?;
         let (width, height) = own_size(&tree, limits);
-        Ok(Header::plain(width, height, true, Drawing { tree }))
+        Ok(Header::plain(width, height, true, Drawing { tree, layout }))
     }
 
     fn is_vector(&self) -> bool {
@@ -102,8 +104,11 @@ fn root_is_svg(bytes: &[u8]) -> bool {
     }
 }
 
-/// The document, bounded (see the module's doc), converted by usvg.
-fn parse(bytes: &[u8]) -> Result<usvg::Tree, ProcessError> {
+/// The document, bounded (see the module's doc), converted by usvg. Its text is costed
+/// before usvg lays it out ([`TEXT_LAYOUT_UNITS`] a character), and refused as too costly
+/// over `limits.max_cost`: the layout itself is the dear part, and it runs at every opening
+/// of the bytes (a probe at download included), before any size is asked.
+fn parse(bytes: &[u8], limits: &Limits) -> Result<(usvg::Tree, u64), ProcessError> {
     let text = std::str::from_utf8(bytes).map_err(|_| undecodable("the document is not UTF-8"))?;
     if memchr::memmem::find(bytes, b"<!ENTITY").is_some() {
         return Err(undecodable("entity declarations are not accepted"));
@@ -121,8 +126,10 @@ fn parse(bytes: &[u8]) -> Result<usvg::Tree, ProcessError> {
         other => undecodable(other),
     })?;
     check_depth(&document)?;
-    Expansion::new(&document).check()?;
-    usvg::Tree::from_xmltree(&document, &options()).map_err(undecodable)
+    let layout = Expansion::new(&document).check()?;
+    crate::check_cost(layout, limits)?;
+    let tree = usvg::Tree::from_xmltree(&document, &options()).map_err(undecodable)?;
+    Ok((tree, layout))
 }
 
 /// Refuses nesting deeper than [`MAX_DEPTH`], in one pass in document order (a parent comes
@@ -148,9 +155,29 @@ fn check_depth(document: &roxmltree::Document) -> Result<(), ProcessError> {
 struct Expansion<'d, 'input> {
     root: roxmltree::Node<'d, 'input>,
     by_id: HashMap<&'d str, roxmltree::Node<'d, 'input>>,
-    /// Counted elements (by node id); `None` while being counted (a reference loop, which
-    /// usvg cuts: counted as nothing).
-    counted: HashMap<roxmltree::NodeId, Option<u64>>,
+    /// Counted elements and characters of text (by node id, and whether it stands inside
+    /// a text: its characters count only there); `None` while being counted (a reference
+    /// loop, which usvg cuts: counted as nothing).
+    counted: HashMap<(roxmltree::NodeId, bool), Option<Counted>>,
+}
+
+/// What an element amounts to once its references are followed.
+#[derive(Clone, Copy, Default)]
+struct Counted {
+    elements: u64,
+    /// Characters usvg lays out as text: those inside `<text>`, and what a `<tref>` copies.
+    chars: u64,
+    /// The work of laying its texts out ([`layout_work`] of each `<text>`'s characters).
+    layout: u64,
+}
+
+/// The work of laying out one `<text>` of `chars` characters, in the units of
+/// [`drawing_work`]. usvg's layout is quadratic in a text's length (each cluster looks its
+/// character up from the text's start): measured on usvg 0.49 here, 1,000 characters took
+/// 4 ms, 20,000 took 0.7 s (1.65 ns × chars²), 90,000 took 11–13 s. Charged at about twice
+/// that, so that a text is refused before it is laid out, never after.
+pub(crate) fn layout_work(chars: u64) -> u64 {
+    (chars.saturating_mul(chars) / 4).saturating_add(chars.saturating_mul(300))
 }
 
 impl<'d, 'input> Expansion<'d, 'input> {
@@ -166,40 +193,81 @@ impl<'d, 'input> Expansion<'d, 'input> {
         }
     }
 
-    fn check(mut self) -> Result<(), ProcessError> {
-        self.count(self.root, 0).map(|_| ())
+    /// Refuses a document over [`MAX_EXPANDED`] elements; else the work of laying out its
+    /// texts, every copy counted.
+    fn check(mut self) -> Result<u64, ProcessError> {
+        self.count(self.root, 0, false).map(|c| c.layout)
     }
 
+    /// `in_text`: the node is inside a `<text>` (its character data is laid out).
     fn count(
         &mut self,
         node: roxmltree::Node<'d, 'input>,
         hops: usize,
-    ) -> Result<u64, ProcessError> {
+        in_text: bool,
+    ) -> Result<Counted, ProcessError> {
         // Tree depth is checked already; references add hops (a chain of `use`s).
         if hops > 4 * MAX_DEPTH {
             return Err(undecodable("references chain too deep"));
         }
-        match self.counted.get(&node.id()) {
+        let name = node.tag_name().name();
+        let in_text = in_text || name == "text";
+        let key = (node.id(), in_text);
+        match self.counted.get(&key) {
             Some(Some(n)) => return Ok(*n),
-            Some(None) => return Ok(0),
+            Some(None) => return Ok(Counted::default()),
             None => {}
         }
-        self.counted.insert(node.id(), None);
-        let mut total: u64 = 1;
+        self.counted.insert(key, None);
+        let mut total = Counted {
+            elements: 1,
+            chars: 0,
+            layout: 0,
+        };
+        if in_text {
+            let own: usize = node
+                .children()
+                .filter(|c| c.is_text())
+                .map(|c| c.text().map_or(0, |t| t.chars().count()))
+                .sum();
+            total.chars = own as u64;
+        }
         let targets: Vec<roxmltree::Node<'d, 'input>> = node
             .attributes()
             .flat_map(|a| references(a.value()))
             .filter_map(|id| self.by_id.get(id).copied())
             .collect();
-        for next in node.children().filter(|c| c.is_element()).chain(targets) {
-            total = total.saturating_add(self.count(next, hops + 1)?);
-            if total > MAX_EXPANDED {
+        // A `tref` copies its target's character data into the text.
+        if name == "tref" && in_text {
+            for target in &targets {
+                let copied: usize = target
+                    .descendants()
+                    .filter(|d| d.is_text())
+                    .map(|d| d.text().map_or(0, |t| t.chars().count()))
+                    .sum();
+                total.chars = total.chars.saturating_add(copied as u64);
+            }
+        }
+        let children = node.children().filter(|c| c.is_element());
+        for next in children
+            .map(|c| (c, in_text))
+            .chain(targets.into_iter().map(|t| (t, false)))
+        {
+            let counted = self.count(next.0, hops + 1, next.1)?;
+            total.elements = total.elements.saturating_add(counted.elements);
+            total.chars = total.chars.saturating_add(counted.chars);
+            total.layout = total.layout.saturating_add(counted.layout);
+            if total.elements > MAX_EXPANDED {
                 return Err(undecodable(format!(
                     "more than {MAX_EXPANDED} elements once its references are followed"
                 )));
             }
         }
-        self.counted.insert(node.id(), Some(total));
+        // A text is laid out as a whole: its characters, nested spans' included.
+        if name == "text" {
+            total.layout = total.layout.saturating_add(layout_work(total.chars));
+        }
+        self.counted.insert(key, Some(total));
         Ok(total)
     }
 }
@@ -298,6 +366,16 @@ fn own_size(tree: &usvg::Tree, limits: &Limits) -> (u32, u32) {
 /// A converted document, drawn at any size.
 struct Drawing {
     tree: usvg::Tree,
+    /// The work its conversion took laying text out ([`layout_work`]): paid again by every
+    /// run, which opens the document anew.
+    layout: u64,
+}
+
+impl Drawing {
+    fn scale_to(&self, (width, height): (u32, u32)) -> Transform {
+        let size = self.tree.size();
+        Transform::from_scale(width as f32 / size.width(), height as f32 / size.height())
+    }
 }
 
 impl Decoder for Drawing {
@@ -314,10 +392,8 @@ impl Decoder for Drawing {
                 at.limits.max_pixels,
             ));
         }
-        let size = self.tree.size();
-        let scale =
-            Transform::from_scale(width as f32 / size.width(), height as f32 / size.height());
-        crate::check_cost(filter_work(&self.tree, scale), at.limits)?;
+        let scale = self.scale_to((width, height));
+        crate::check_cost(drawing_work(&self.tree, scale), at.limits)?;
         let mut pixmap =
             Pixmap::new(width, height).ok_or_else(|| undecodable("an empty drawing size"))?;
         resvg::render(&self.tree, scale, &mut pixmap.as_mut());
@@ -333,32 +409,239 @@ impl Decoder for Drawing {
             .ok_or_else(|| undecodable("the drawing's pixels do not fill its size"))?;
         Ok(Decoded::pixels(DynamicImage::ImageRgba8(image)))
     }
+
+    fn drawing_work(&self, size: (u32, u32)) -> u64 {
+        drawing_work(&self.tree, self.scale_to(size)).saturating_add(self.layout)
+    }
 }
 
-/// The work of a drawing's filters at `scale`, in the pixel-equivalents of
-/// `crate::cost`: per filtered group and per primitive, its filter region's pixels at the
-/// drawn size times the primitive's passes over them. A morphology's passes grow with its
-/// radius in drawn pixels (resvg's minimum and maximum run along each axis); a blur is three
-/// box passes each way; the others a few passes. Calibrated on resvg 0.49 here: a 30-unit
-/// dilation over 600×600 drawn pixels took 0.8 s, about 5·10^7 of these units.
-fn filter_work(tree: &usvg::Tree, scale: Transform) -> u64 {
-    use usvg::filter::Kind;
-    let mut work: u64 = 0;
-    let mut groups = vec![tree.root()];
-    while let Some(group) = groups.pop() {
+/// The work of drawing a document at `scale`, in the pixel-equivalents of `crate::cost`
+/// (calibrated on resvg 0.49 here: about 6·10^7 units a second of one core), counted on the
+/// converted tree (every `<use>` already a copy) before any pixel is drawn:
+/// - a path: its segments (more when stroked, and per dash), and the pixels its box covers
+///   at the drawn size; a gradient paint adds a share per stop for each of those pixels
+///   (tiny-skia walks the stops for every pixel: 90,000 stops over 1000×1000 took 13.5 s),
+///   a pattern its tile and its content;
+/// - a group drawn on a layer of its own (opacity, a clip path, a mask, a filter, a blend):
+///   the layer's pixels a few times over, the clip path's and mask's canvases and contents,
+///   and each filter primitive's passes over its region (a morphology's grow with its
+///   radius: 60 dilated rectangles in 2.5 KB took 47 s);
+/// - text, through the outlines it was converted to; an embedded raster, its own pixels
+///   (decoded at each drawing) and those it covers.
+///
+/// Shared contents (a clip path, mask or pattern used many times) are walked once and
+/// charged at each use, so counting stays linear in the document.
+pub(crate) fn drawing_work(tree: &usvg::Tree, scale: Transform) -> u64 {
+    let size = tree.size();
+    let canvas =
+        f64::from(size.width() * scale.sx).abs() * f64::from(size.height() * scale.sy).abs();
+    let mut work = Work {
+        scale,
+        canvas: canvas.max(1.0),
+        shared: HashMap::new(),
+        embedded: HashMap::new(),
+    };
+    let total = work.group(tree.root(), 0);
+    total.min(u64::MAX as f64) as u64
+}
+
+/// Fixed work of any node drawn (its setup, transform, bounds).
+const NODE_UNITS: f64 = 20.0;
+/// A segment of a filled path: edges built and walked.
+const SEGMENT_UNITS: f64 = 4.0;
+/// A segment (or a dash) of a stroked path: the stroker's outline of it, then filled.
+const STROKE_SEGMENT_UNITS: f64 = 16.0;
+/// Dash-and-gap pairs a path past which tiny-skia does not dash it.
+const MAX_DASH_PAIRS: f64 = 1_000_000.0;
+/// A row an edge spans at the drawn size (anti-aliased: several samples a row).
+const ROW_UNITS: f64 = 2.5;
+/// How many gradient stops cost one more pass over a painted pixel (measured: 30,000 stops
+/// over 1000×1000 pixels took 13.9 s, about a pass per 35 stops; charged a little more).
+const STOPS_PER_PASS: f64 = 20.0;
+/// How deep shared contents may nest inside each other before the count stops descending
+/// (usvg itself cuts reference loops; this bounds the walk whatever the tree).
+const MAX_SHARED_DEPTH: usize = 64;
+
+struct Work {
+    scale: Transform,
+    /// The drawn canvas's pixels.
+    canvas: f64,
+    /// The work of shared groups (clip paths, masks, patterns, filter images) by address,
+    /// walked once.
+    shared: HashMap<*const usvg::Group, f64>,
+    /// Embedded rasters' own pixels, by address of their bytes.
+    embedded: HashMap<*const u8, f64>,
+}
+
+impl Work {
+    /// Pixels of a box in user units under `transform` at the drawn scale, at most the
+    /// canvas's.
+    fn pixels(&self, rect: Option<usvg::Rect>, transform: Transform) -> f64 {
+        let Some(rect) = rect else { return 0.0 };
+        let t = self.scale.pre_concat(transform);
+        let area = f64::from(rect.width()) * f64::from(rect.height());
+        let det = f64::from((t.sx * t.sy - t.kx * t.ky).abs());
+        (area * det).min(self.canvas).max(0.0)
+    }
+
+    /// How much one user unit is in drawn pixels under `transform` (its mean scale).
+    fn unit(&self, transform: Transform) -> f64 {
+        let t = self.scale.pre_concat(transform);
+        f64::from((t.sx * t.sy - t.kx * t.ky).abs())
+            .sqrt()
+            .max(1e-6)
+    }
+
+    fn group(&mut self, group: &usvg::Group, depth: usize) -> f64 {
+        let mut total = NODE_UNITS;
+        if group.should_isolate() {
+            let layer = self.pixels(
+                Some(group.abs_layer_bounding_box().to_rect()),
+                Transform::identity(),
+            );
+            // Allocated and cleared, drawn into, composited back.
+            total += 3.0 * layer;
+        }
+        if let Some(clip) = group.clip_path() {
+            total += 2.0 * self.canvas + self.clip(clip, depth);
+        }
+        if let Some(mask) = group.mask() {
+            total += 3.0 * self.canvas + self.mask(mask, depth);
+        }
+        total += self.filters(group, depth);
         for child in group.children() {
-            if let usvg::Node::Group(g) = child {
-                groups.push(g);
+            total += match child {
+                usvg::Node::Group(g) => self.group(g, depth),
+                usvg::Node::Path(p) => self.path(p, depth),
+                usvg::Node::Image(i) => self.image(i),
+                usvg::Node::Text(t) => NODE_UNITS + self.group(t.flattened(), depth),
+            };
+        }
+        total
+    }
+
+    /// A group shared by reference, walked once and charged at each use.
+    fn shared(&mut self, group: &usvg::Group, depth: usize) -> f64 {
+        let key = group as *const usvg::Group;
+        if let Some(known) = self.shared.get(&key) {
+            return *known;
+        }
+        if depth >= MAX_SHARED_DEPTH {
+            return self.canvas;
+        }
+        // Counted as nothing while being walked: a loop adds nothing more.
+        self.shared.insert(key, 0.0);
+        let work = self.group(group, depth + 1);
+        self.shared.insert(key, work);
+        work
+    }
+
+    fn clip(&mut self, clip: &usvg::ClipPath, depth: usize) -> f64 {
+        let mut work = self.shared(clip.root(), depth);
+        if let Some(inner) = clip.clip_path() {
+            work += 2.0 * self.canvas + self.clip(inner, depth + 1).min(self.canvas * 1e6);
+        }
+        work
+    }
+
+    fn mask(&mut self, mask: &usvg::Mask, depth: usize) -> f64 {
+        let mut work = self.shared(mask.root(), depth);
+        if let (Some(inner), true) = (mask.mask(), depth < MAX_SHARED_DEPTH) {
+            work += 3.0 * self.canvas + self.mask(inner, depth + 1);
+        }
+        work
+    }
+
+    fn path(&mut self, path: &usvg::Path, depth: usize) -> f64 {
+        let segments = path.data().segments().count() as f64;
+        // The rasterizer steps every edge down every row it spans: a zigzag of long edges
+        // costs far more than its box says.
+        let rows = edge_rows(path.data(), self.scale.pre_concat(path.abs_transform()));
+        let mut total = NODE_UNITS;
+        if let Some(fill) = path.fill() {
+            let covered = self.pixels(Some(path.data().bounds()), path.abs_transform());
+            total += segments * SEGMENT_UNITS
+                + rows * ROW_UNITS
+                + self.paint(fill.paint(), covered, depth);
+        }
+        if let Some(stroke) = path.stroke() {
+            let covered = self.pixels(Some(path.abs_stroke_bounding_box()), Transform::identity());
+            let dashes = stroke.dasharray().map_or(0.0, |pattern| {
+                let period: f64 = pattern.iter().map(|d| f64::from(d.abs())).sum();
+                let length = polyline_length(path.data());
+                // tiny-skia gives dashing up past a million dash-and-gap pairs a path (the
+                // stroke is then drawn whole).
+                let pairs = match period > 0.0 {
+                    true => length / period * (pattern.len() / 2) as f64,
+                    false => 0.0,
+                };
+                match pairs > MAX_DASH_PAIRS {
+                    true => 0.0,
+                    false => 2.0 * pairs,
+                }
+            });
+            // The outline has two sides, each as long as the path.
+            total += (segments + dashes) * STROKE_SEGMENT_UNITS
+                + 2.0 * rows * ROW_UNITS
+                + self.paint(stroke.paint(), covered, depth);
+        }
+        total
+    }
+
+    /// Painting `covered` pixels with `paint`.
+    fn paint(&mut self, paint: &usvg::Paint, covered: f64, depth: usize) -> f64 {
+        match paint {
+            usvg::Paint::Color(_) => covered,
+            usvg::Paint::LinearGradient(g) => {
+                covered * (1.0 + g.stops().len() as f64 / STOPS_PER_PASS)
+            }
+            usvg::Paint::RadialGradient(g) => {
+                covered * (2.0 + g.stops().len() as f64 / STOPS_PER_PASS)
+            }
+            usvg::Paint::Pattern(p) => {
+                let tile = self.pixels(Some(p.rect().to_rect()), p.transform());
+                2.0 * covered + 2.0 * tile + self.shared(p.root(), depth)
             }
         }
-        if group.filters().is_empty() {
-            continue;
-        }
-        let transform = scale.pre_concat(group.abs_transform());
-        // How much one user unit is in drawn pixels (the transform's mean scale).
-        let unit = f64::from((transform.sx * transform.sy - transform.kx * transform.ky).abs())
-            .sqrt()
-            .max(1e-6);
+    }
+
+    fn image(&mut self, image: &usvg::Image) -> f64 {
+        let covered = self.pixels(Some(image.abs_bounding_box()), Transform::identity());
+        let own = match image.kind() {
+            ImageKind::PNG(data)
+            | ImageKind::JPEG(data)
+            | ImageKind::GIF(data)
+            | ImageKind::WEBP(data) => {
+                let key = data.as_ptr();
+                match self.embedded.get(&key) {
+                    Some(pixels) => *pixels,
+                    None => {
+                        let pixels = crate::decode::probe(
+                            data,
+                            &Limits {
+                                max_pixels: MAX_EMBEDDED_PIXELS,
+                                ..Limits::default()
+                            },
+                        )
+                        .map_or(MAX_EMBEDDED_PIXELS as f64, |i| {
+                            f64::from(i.width) * f64::from(i.height)
+                        });
+                        self.embedded.insert(key, pixels);
+                        pixels
+                    }
+                }
+            }
+            ImageKind::SVG(tree) => self.group(tree.root(), MAX_SHARED_DEPTH),
+        };
+        NODE_UNITS + 2.0 * own + 2.0 * covered
+    }
+
+    /// Each filter primitive's passes over its region at the drawn size (see
+    /// [`drawing_work`]), and the contents of `feImage`s.
+    fn filters(&mut self, group: &usvg::Group, depth: usize) -> f64 {
+        use usvg::filter::Kind;
+        let unit = self.unit(group.abs_transform());
+        let mut work = 0.0;
         for filter in group.filters() {
             let region = filter.rect();
             let pixels = f64::from(region.width()) * f64::from(region.height()) * unit * unit;
@@ -374,13 +657,34 @@ fn filter_work(tree: &usvg::Tree, scale: Transform) -> u64 {
                     }
                     Kind::DiffuseLighting(_) | Kind::SpecularLighting(_) => 20.0,
                     Kind::Turbulence(t) => 10.0 * f64::from(t.num_octaves().max(1)),
+                    Kind::Image(image) => 2.0 + self.shared(image.root(), depth) / pixels.max(1.0),
                     _ => 2.0,
                 };
-                work = work.saturating_add((pixels * passes).min(u64::MAX as f64) as u64);
+                work += pixels * passes;
             }
         }
+        work
     }
-    work
+}
+
+/// The rows a path's edges span at the drawn size, summed (curves by their control
+/// polygons, which span at least as many).
+fn edge_rows(path: &resvg::tiny_skia::Path, transform: Transform) -> f64 {
+    let mut points = path.points().to_vec();
+    transform.map_points(&mut points);
+    points
+        .windows(2)
+        .map(|w| f64::from((w[1].y - w[0].y).abs()) + 1.0)
+        .sum()
+}
+
+/// A path's length along its points (curves by their control polygons, which is longer:
+/// conservative for dashes).
+fn polyline_length(path: &resvg::tiny_skia::Path) -> f64 {
+    path.points()
+        .windows(2)
+        .map(|w| f64::from(w[0].distance(w[1])))
+        .sum()
 }
 
 #[cfg(test)]
@@ -425,22 +729,23 @@ mod tests {
     fn filters_are_costed_before_drawing() {
         let limits = Limits::default();
         let one = Transform::identity();
-        let work = |shapes| filter_work(&parse(&dilated(shapes)).unwrap(), one);
+        let work = |shapes| drawing_work(&parse(&dilated(shapes), &limits).unwrap().0, one);
         // Sixty dilated shapes (47 s of drawing here) are over the limit; three (2.4 s) are
         // not, and the work grows with the drawn size.
         assert!(work(60) > limits.max_cost, "{}", work(60));
         assert!(work(3) < limits.max_cost, "{}", work(3));
-        let doubled = filter_work(
-            &parse(&dilated(3)).unwrap(),
+        let doubled = drawing_work(
+            &parse(&dilated(3), &limits).unwrap().0,
             Transform::from_scale(2.0, 2.0),
         );
         assert!(doubled > 4 * work(3), "{doubled} vs {}", work(3));
         // A logo's drop shadow is nothing.
         let shadow = br##"<svg xmlns="http://www.w3.org/2000/svg" width="120" height="40"><filter id="s"><feDropShadow dx="1" dy="1" stdDeviation="1"/></filter><text x="4" y="30" filter="url(#s)">Logo</text></svg>"##;
-        assert!(filter_work(&parse(shadow).unwrap(), one) < 1_000_000);
+        assert!(drawing_work(&parse(shadow, &limits).unwrap().0, one) < 1_000_000);
         // Refused as too costly, before any pixel is drawn.
         let drawing = Drawing {
-            tree: parse(&dilated(60)).unwrap(),
+            tree: parse(&dilated(60), &limits).unwrap().0,
+            layout: 0,
         };
         let bytes = dilated(60);
         let at = DecodeAt {

@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
 use crate::pipeline::claims::{Backoff, Turn};
+use crate::pipeline::deadline::{self, Bound, Stop};
 use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
@@ -42,6 +43,10 @@ impl Job {
         }
     }
 }
+
+/// Runs of at least this cost (pixel-equivalents: a 12 MP decode is about this) give the
+/// memory their buffers took back to the system when they end.
+const GIVE_BACK_AFTER: u64 = 12_000_000;
 
 impl Pipeline {
     /// Makes one job's row and stores it (an image, or the permanent error). Returns the
@@ -195,6 +200,34 @@ impl Pipeline {
             }
             Job::Mezzanine { hash, info, .. } => (*hash, None, None, mezzanine::build_cost(info)),
         };
+        // A drawing's work is in its content, not its size: read from its bytes and charged
+        // at the size it will be drawn, or refused, before admission (audit #3: 400 KB of
+        // text drawn at 50 px was charged as a 50 px output and took 53 s).
+        let (read, cost) = match &job {
+            Job::Variant(t, _) if t.source_format.is_some_and(SourceFormat::is_vector) => {
+                let bytes = match read {
+                    Some(bytes) => bytes,
+                    None => self.original_bytes(&hash).await?,
+                };
+                let (spec, drawn) = (t.spec.clone(), bytes.clone());
+                // Bytes that do not open fail the same way in the run, which keeps the
+                // failure like any other; a drawing over the limit is refused here.
+                let work = super::super::blocking(move || {
+                    match processors::drawing_cost(&drawn, &spec, &limits) {
+                        Ok(work) => Ok(work),
+                        Err(e) if e.kind() == Some(processors::ProcessFailure::TooCostly) => {
+                            Err(Error::from(e))
+                        }
+                        Err(_) => Ok(0),
+                    }
+                })
+                .await?;
+                let cost = cost.saturating_add(work);
+                processors::check_cost(cost, &limits)?;
+                (Some(bytes), cost)
+            }
+            _ => (read, cost),
+        };
         let asker = match &job {
             Job::Variant(_, asker) | Job::Mezzanine { asker, .. } => asker,
         };
@@ -225,26 +258,40 @@ impl Pipeline {
         let tier = match &job {
             Job::Variant(_, asker) | Job::Mezzanine { asker, .. } => asker.tier,
         };
+        // Bounded by what it was charged (`deadline.rs`): past it, told to stop and answered.
+        let stop = Stop::under(&s.shutdown);
+        let bound = Bound::of(
+            cost,
+            s.admission.secs_per_pixel(),
+            s.config.server.request_timeout,
+        );
+        let run_stop = stop.clone();
         // A batch's run gives its core up to a request's (`admission/niced.rs`).
-        let result = s
-            .admission
-            .run_as(tier, move || {
-                let _permit = running.permit;
-                let decodes = this.shared.decodes.of(hash, &this.shared.stats);
-                match &job {
-                    Job::Variant(t, _) => {
-                        let input = match from_mezzanine {
-                            true => processors::Input::Mezzanine(&bytes),
-                            false => processors::Input::Original(&bytes),
-                        };
-                        let spec = spec.as_ref().unwrap_or(&t.spec);
-                        processors::process_input(input, spec, &limits, &decodes)
-                    }
-                    Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
+        let run = s.admission.run_as(tier, move || {
+            // The slot is the thread's: held until the run really ends, deadline or not.
+            let _permit = running.permit;
+            let decodes = this
+                .shared
+                .decodes
+                .of(hash, &this.shared.stats)
+                .stopping(run_stop);
+            match &job {
+                Job::Variant(t, _) => {
+                    let input = match from_mezzanine {
+                        true => processors::Input::Mezzanine(&bytes),
+                        false => processors::Input::Original(&bytes),
+                    };
+                    let spec = spec.as_ref().unwrap_or(&t.spec);
+                    processors::process_input(input, spec, &limits, &decodes)
                 }
-            })
-            .await
-            .map_err(|m| Error::Internal(format!("processing task failed: {m}")))?;
+                Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
+            }
+        });
+        let result = deadline::bounded(&stop, bound, &s.stats, run).await?;
+        if cost >= GIVE_BACK_AFTER {
+            // What the run's buffers took, back to the system (`give_memory_back`).
+            tokio::task::spawn_blocking(crate::admission::give_memory_back);
+        }
         let ran = started.elapsed();
         ticket.record(ran);
         drop(ticket);
