@@ -48,6 +48,33 @@ CLIENTS = 8
 NODES = 3
 
 
+class Cluster:
+    """NODES nodes on one PostgreSQL database and one bucket, each on its own port and data
+    dir, started again on the same ones after a kill."""
+
+    def __init__(self, procs, binary, work, maps_url, bucket_env):
+        self.procs, self.binary, self.work = procs, binary, work
+        self.env = dict(bucket_env, IMGCAS_MAPS_URL=maps_url, IMGCAS_REVALIDATE_AFTER="5s",
+                        IMGCAS_CLAIM_TTL="3s")
+        self.nodes = [None] * NODES
+        self.ports = [lib.free_port() for _ in range(NODES)]
+        for i in range(NODES):
+            self.start(i)
+
+    def start(self, i):
+        data = Path(self.work) / f"node{i}"
+        data.mkdir(exist_ok=True)
+        env = dict(os.environ, IMGCAS_LISTEN=f"127.0.0.1:{self.ports[i]}", IMGCAS_DATA_DIR=str(data),
+                   IMGCAS_LOG="warn", IMGCAS_ALLOW_PRIVATE_NETWORKS="true", **self.env)
+        log = open(Path(self.work) / f"node{i}.log", "ab")
+        self.nodes[i] = self.procs.start([str(self.binary), "serve"], env=env,
+                                         stdout=subprocess.DEVNULL, stderr=log)
+        lib.wait_http(self.base(i) + "/healthz", timeout=60)
+
+    def base(self, i):
+        return f"http://127.0.0.1:{self.ports[i]}"
+
+
 def main():
     lib.need("runuser")
     binary = lib.build()
@@ -212,7 +239,7 @@ def main():
             inside_faults=by_status(inside),
             slowest_answer_during_s3_pause_s=round(max(during_s3), 2) if during_s3 else None,
             uploads_wrong=wrong, uploads_missing=missing,
-            processing_runs=runs, distinct_pairs=len(asked), downloads=downloads,
+            processing_runs=runs, distinct_url_spec_pairs=len(asked), downloads=downloads,
             rss_mb={i: dict(start=first[i], peak=peak[i], end=end_rss[i], idle=idle_rss[i]) for i in range(NODES)},
             verify_exit=verify.returncode, verify_tail=verify.stdout.strip().splitlines()[-1:] if verify.stdout else [],
         )
