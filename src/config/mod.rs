@@ -17,12 +17,14 @@ pub mod moderation;
 mod peers;
 mod presets;
 mod sources;
+mod storage;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 use presets::{check_preset, check_watermark};
 pub use presets::{option_pairs, preset_parts, NamedFallback, PRESET_FALLBACK};
 pub use sources::SourceBucket;
+pub use storage::{S3Config, StorageBackend, StorageConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -70,20 +72,6 @@ pub struct Config {
     /// in a request draws that stored original over the output (see
     /// [`imgcas_processors::Placement`] for the settings).
     pub watermarks: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StorageBackend {
-    Fs,
-    S3,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StorageConfig {
-    pub backend: StorageBackend,
-    pub s3: S3Config,
 }
 
 /// Where the three maps live (Debug hides the password: `maps.rs`).
@@ -194,26 +182,6 @@ impl ClusterConfig {
             .unwrap_or_else(|| "imgcas".into());
         format!("{host}-{}", std::process::id())
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct S3Config {
-    pub bucket: Option<String>,
-    pub endpoint: Option<String>,
-    pub region: String,
-    pub force_path_style: bool,
-    /// How long a connection to the bucket may take to open (`IMGCAS_S3_CONNECT_TIMEOUT`).
-    #[serde(deserialize_with = "de_duration")]
-    pub connect_timeout: Duration,
-    /// How long an attempt may wait for the first byte of an answer once its request is sent
-    /// (`IMGCAS_S3_FIRST_BYTE_TIMEOUT`): a bucket that accepts connections and never answers.
-    #[serde(deserialize_with = "de_duration")]
-    pub first_byte_timeout: Duration,
-    /// How long one bucket operation may take in all, its retries and its body included
-    /// (`IMGCAS_S3_TIMEOUT`): past it the request answers 503 `storage_unavailable`.
-    #[serde(deserialize_with = "de_duration")]
-    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -384,29 +352,6 @@ impl Default for Config {
             thumbor: ThumborConfig::default(),
             presets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
-        }
-    }
-}
-
-impl Default for StorageConfig {
-    fn default() -> Self {
-        StorageConfig {
-            backend: StorageBackend::Fs,
-            s3: S3Config::default(),
-        }
-    }
-}
-
-impl Default for S3Config {
-    fn default() -> Self {
-        S3Config {
-            bucket: None,
-            endpoint: None,
-            region: "us-east-1".into(),
-            force_path_style: false,
-            connect_timeout: Duration::from_secs(2),
-            first_byte_timeout: Duration::from_secs(5),
-            timeout: Duration::from_secs(8),
         }
     }
 }

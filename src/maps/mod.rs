@@ -27,7 +27,6 @@
 //! to a budget, least recently used first. Use is recorded coarsely by the caller (batched, at most once per key
 //! per interval), never as a write per hit.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -37,15 +36,18 @@ use serde::{Deserialize, Serialize};
 pub use imgcas_processors::Fingerprint;
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
-use crate::config::{Config, MapsBackend};
 use crate::hash::ContentHash;
 
+mod blocklist;
 pub mod cache;
 pub mod near;
+mod open;
 pub mod postgres;
 pub mod redb;
 
+pub use self::blocklist::{BlockEntry, Blocklist};
 pub use self::cache::Cached;
+pub use self::open::{open, open_backend, OpenOptions};
 pub use self::postgres::{PostgresMaps, PostgresStore};
 pub use self::redb::{RedbMaps, RedbStore};
 
@@ -606,53 +608,6 @@ pub trait Takedowns: Send + Sync {
     async fn bump_purge_generation(&self) -> Result<u64, MapError>;
 }
 
-/// One entry of the moderation blocklist (docs/spec.md, "Blocklist"): bytes refused by
-/// their SHA-256, pictures by their fingerprint within a radius, or both. Also the shape
-/// `GET /v1/blocklist` and `imgcas blocklist export` write (one JSON object per entry), and
-/// the JSON `POST /v1/blocklist` reads (its `sha256`, `fingerprint`, `radius` and `note`).
-///
-/// - `id`: the SHA-256 in hex when it has one, else `fp-` and its fingerprint.
-/// - `fingerprint`: 16 hex digits (the DCT hash alone) or 64 (the whole fingerprint, as the
-///   near index keeps it: its other hashes guard the match as reporting does).
-/// - `radius`: the largest Hamming distance of the DCT hash that matches (with a
-///   fingerprint; when listing, none takes `moderation.blocklist_radius`).
-/// - `matched`: set on entries imgcas listed itself: the entry whose fingerprint these bytes
-///   matched (refused on the way in, or taken down when that entry was listed), or
-///   `validation` for bytes the validation service refused. Lifting that entry lifts them.
-/// - `took_down`: listing it took a stored original down (lifting it lifts that takedown).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BlockEntry {
-    pub id: String,
-    // What is absent is left out of the JSON: an exported line says only what it lists.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub radius: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub matched: Option<String>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub took_down: bool,
-    pub listed_ms: u64,
-}
-
-/// The moderation blocklist, shared by every node like the takedown list.
-#[async_trait]
-pub trait Blocklist: Send + Sync {
-    /// Lists `entry` durably, replacing one of the same id; returns whether it is new.
-    async fn block(&self, entry: &BlockEntry) -> Result<bool, MapError>;
-
-    /// Takes entry `id` off the list, durably; returns whether it was listed.
-    async fn unblock(&self, id: &str) -> Result<bool, MapError>;
-
-    /// Every entry.
-    async fn blocklist(&self) -> Result<Vec<BlockEntry>, MapError>;
-}
-
 /// Claims on work across the processes that share the maps.
 #[async_trait]
 pub trait Claims: Send + Sync {
@@ -706,54 +661,6 @@ pub trait Claims: Send + Sync {
     async fn release_claim(&self, _claim: &Claim) -> Result<(), MapError> {
         Ok(())
     }
-}
-
-/// The maps the configuration names: PostgreSQL at `maps.url` when set, else the embedded
-/// redb file under `data_dir`.
-pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
-    let backend = config
-        .maps_backend()
-        .map_err(|e| MapError::Store(e.to_string()))?;
-    open_backend(&backend, &config.data_dir, &OpenOptions::of(&config.maps)).await
-}
-
-/// How a backend is opened: PostgreSQL's connection options, and the embedded file's page
-/// cache (`maps.cache_bytes`).
-#[derive(Debug, Clone, Default)]
-pub struct OpenOptions {
-    pub postgres: postgres::PgOptions,
-    pub embedded_cache_bytes: Option<usize>,
-}
-
-impl OpenOptions {
-    /// The options the configuration's `maps` section gives.
-    pub fn of(maps: &crate::config::MapsConfig) -> OpenOptions {
-        OpenOptions {
-            postgres: postgres::PgOptions::of(maps),
-            embedded_cache_bytes: maps.cache_bytes,
-        }
-    }
-}
-
-/// Opens the maps `backend` names (embedded ones under `data_dir` unless it names a
-/// directory): the one place a backend becomes a store, for the service and the commands.
-/// PostgreSQL is reached as `options` say (its password file, the pool's size), and the
-/// embedded file opened with the page cache they give.
-pub async fn open_backend(
-    backend: &MapsBackend,
-    data_dir: &std::path::Path,
-    options: &OpenOptions,
-) -> Result<Arc<dyn MapStore>, MapError> {
-    let cache = options.embedded_cache_bytes;
-    Ok(match backend {
-        MapsBackend::Postgres(url) => {
-            Arc::new(PostgresMaps::open_with(url, &options.postgres).await?)
-        }
-        MapsBackend::Embedded => {
-            Arc::new(RedbMaps::open_with(data_dir.to_path_buf(), cache).await?)
-        }
-        MapsBackend::EmbeddedAt(dir) => Arc::new(RedbMaps::open_with(dir.clone(), cache).await?),
-    })
 }
 
 #[cfg(test)]
