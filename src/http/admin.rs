@@ -1,7 +1,8 @@
 //! Routes that remove stored data: `DELETE /v1/urls?url=<url>`, `DELETE /v1/originals/<hash>`
 //! (a takedown) and `DELETE /v1/takedowns/<hash>` (lifting it), with `GET /v1/takedowns`
-//! listing what is taken down. They are never open: with no admin token configured they
-//! answer 403 `admin_disabled`, and with one they need it (`Service::check_removal`).
+//! listing what is taken down. They are never open: with no token configured they answer
+//! 403 `admin_disabled`, and with tokens they need one with the `moderate` scope, the admin
+//! token's included (`Service::check_removal`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
