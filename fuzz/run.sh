@@ -33,6 +33,14 @@ case "$target" in
     grep -rhoE "[a-z_]+=[^&\"' ]+(&[a-z_]+=[^&\"' ]+)*" "$repo/tests" "$repo/docs" | sort -u | head -2000 |
       while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
     ;;
+  svg)
+    # Drawings only (the hostile corpus among them), and any more a run is given in
+    # FUZZ_EXTRA_SEEDS (a folder, e.g. a renderer's own test suite: seeds, never committed).
+    for dir in "$repo/../shared/corpus" "$repo/testdata" ${FUZZ_EXTRA_SEEDS:-}; do
+      [ -d "$dir" ] && find "$dir" -type f -size -2M \( -name '*.svg' -o -name '*.svgz' \) \
+        -exec sh -c 'for f; do cp "$f" "$0/$(sha1sum "$f" | cut -c1-16).svg"; done' "$seeds" {} + || true
+    done
+    ;;
   *)
     for dir in "$repo/../shared/corpus" "$repo/testdata"; do
       [ -d "$dir" ] && find "$dir" -type f -size -2M -exec cp -t "$seeds" {} + 2>/dev/null || true
@@ -46,11 +54,13 @@ mkdir -p "$artifacts"
 log="$here/artifacts/$target.log"
 # Built first, so that the run's minutes are fuzzing, not compiling.
 cargo fuzz build --sanitizer none --release "$target" >/dev/null 2>&1 || true
+dict=()
+[ -f "$here/$target.dict" ] && dict=(-dict="$here/$target.dict")
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)
 cargo fuzz run --sanitizer none --release "$target" "$seeds" -- \
   -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
-  -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|NEW)|ERROR|SUMMARY" | tail -20 || true
+  -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|NEW)|ERROR|SUMMARY" | tail -20 || true
 
 finds=0
 mkdir -p "$repo/testdata/fuzz/$target"

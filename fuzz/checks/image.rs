@@ -70,3 +70,19 @@ pub fn decode(data: &[u8]) -> String {
         .resolve_frames(None, false, frames, None);
     outcome(imgcas_processors::process(data, &animated, &limits()))
 }
+
+/// `svg`: a drawing costed and drawn at two sizes, as the service does (the cost first, then
+/// the run, which checks it again): an input over the cost limit is refused before it is
+/// drawn, so a hang here is a drawing the costing under-charges.
+pub fn svg(data: &[u8]) -> String {
+    let mut answer = String::new();
+    for (w, format) in [("48", OutputFormat::Png), ("400", OutputFormat::Webp)] {
+        let spec =
+            Spec::from_pairs([("w", w)])
+                .expect("a valid spec")
+                .resolve(Some(format), false, None);
+        let _ = imgcas_processors::drawing_cost(data, &spec, &limits());
+        answer = outcome(imgcas_processors::process(data, &spec, &limits()));
+    }
+    answer
+}

@@ -20,6 +20,7 @@ fn every_kept_input_gives_its_recorded_answer() {
         ("facts", checks::facts),
         ("fingerprint", checks::fingerprint),
         ("decode", checks::decode),
+        ("svg", checks::svg),
     ] {
         total += replay(&kept, target, check);
     }
