@@ -19,7 +19,6 @@ Env: PHASE (seconds per run, default 15).
 import os
 import statistics
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -56,25 +55,12 @@ def psnr(pyvips, reference, output_bytes):
     return 10 * math.log10(255 * 255 / mse) if mse > 0 else float("inf")
 
 
-def start_thumbor(procs, work, port):
-    conf = work / "thumbor.conf"
-    conf.write_text(
-        "LOADER = 'thumbor.loaders.http_loader'\n"
-        "ALLOWED_SOURCES = ['127.0.0.1']\n"
-        f"FILE_STORAGE_ROOT_PATH = '{work / 'thumbor-storage'}'\n"
-        "RESULT_STORAGE = None\n"
-        "QUALITY = 80\n"
-        "ENGINE = 'thumbor.engines.pil'\n"
-    )
-    thumbor = shutil.which("thumbor") or os.path.join(os.path.dirname(sys.executable), "thumbor")
-    procs.start(
-        [thumbor, "-i", "127.0.0.1", "-p", str(port), "-c", str(conf), "-l", "error", "--processes", str(CORES)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    lib.wait_http(base + "/healthcheck", timeout=60)
-    return base
+def start_thumbor(procs, work, port=None):
+    return lib.start_thumbor(procs, work, [
+        f"FILE_STORAGE_ROOT_PATH = '{work / 'thumbor-storage'}'",
+        "RESULT_STORAGE = None",
+        "QUALITY = 80",
+    ], processes=CORES, port=port)
 
 
 def pyvips_run(pyvips, source, seconds):
@@ -122,7 +108,7 @@ def main():
             origin.set("/" + path.name, path.read_bytes())
         with lib.Procs() as procs:
             imgcas, _ = lib.start_imgcas(procs, binary, work / "data")
-            thumbor = start_thumbor(procs, work, lib.free_port())
+            thumbor = start_thumbor(procs, work)
             for label, path in photos.items():
                 source_url = origin.base + "/" + path.name
                 quoted = urllib.parse.quote(source_url, safe="")

@@ -32,7 +32,10 @@ def need(*tools):
 
 
 def build():
-    """The release binary (built if needed)."""
+    """The release binary (built if needed), or the one IMGCAS_BIN names (a build kept aside,
+    so that a long run measures one commit while the tree moves on)."""
+    if os.environ.get("IMGCAS_BIN"):
+        return Path(os.environ["IMGCAS_BIN"])
     subprocess.run(["cargo", "build", "--release", "-q", "--bin", "imgcas"], cwd=ROOT, check=True)
     return ROOT / "target" / "release" / "imgcas"
 
@@ -112,6 +115,28 @@ def start_imgcas(procs, binary, data_dir, log_file=None, **env):
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/healthz")
     return base, p
+
+
+def start_thumbor(procs, work, settings, processes=1, port=None):
+    """thumbor (PyPI, PIL engine) on a free loopback port, loading sources over HTTP from
+    127.0.0.1 only, with `settings` (thumbor.conf lines) added, on `port` if given; returns its
+    base URL."""
+    conf = work / "thumbor.conf"
+    conf.write_text(
+        "LOADER = 'thumbor.loaders.http_loader'\n"
+        "ALLOWED_SOURCES = ['127.0.0.1']\n"
+        "ENGINE = 'thumbor.engines.pil'\n" + "".join(f"{line}\n" for line in settings)
+    )
+    thumbor = shutil.which("thumbor") or os.path.join(os.path.dirname(sys.executable), "thumbor")
+    port = port or free_port()
+    procs.start(
+        [thumbor, "-i", "127.0.0.1", "-p", str(port), "-c", str(conf), "-l", "error", "--processes", str(processes)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/healthcheck", timeout=60)
+    return base
 
 
 def nginx_binary():

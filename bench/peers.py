@@ -224,26 +224,13 @@ def quality(pyvips, base, make_path, files, run):
 
 
 def start_thumbor(procs, work):
-    conf = work / "thumbor.conf"
-    conf.write_text(
-        "LOADER = 'thumbor.loaders.http_loader'\n"
-        "ALLOWED_SOURCES = ['127.0.0.1']\n"
-        "STORAGE = 'thumbor.storages.no_storage'\n"
-        "RESULT_STORAGE = None\n"
-        "PROGRESSIVE_JPEG = True\n"
-        "PILLOW_RESAMPLING_FILTER = 'LANCZOS'\n"
-        "AVIF_SPEED = 8\n"
-        "ENGINE = 'thumbor.engines.pil'\n"
-    )
-    thumbor = shutil.which("thumbor") or os.path.join(os.path.dirname(sys.executable), "thumbor")
-    port = lib.free_port()
-    procs.start(
-        [thumbor, "-i", "127.0.0.1", "-p", str(port), "-c", str(conf), "-l", "error", "--processes", str(os.cpu_count() or 2)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    lib.wait_http(base + "/healthcheck", timeout=60)
-    return base
+    return lib.start_thumbor(procs, work, [
+        "STORAGE = 'thumbor.storages.no_storage'",
+        "RESULT_STORAGE = None",
+        "PROGRESSIVE_JPEG = True",
+        "PILLOW_RESAMPLING_FILTER = 'LANCZOS'",
+        "AVIF_SPEED = 8",
+    ], processes=os.cpu_count() or 2)
 
 
 def start_ipx(procs, binary):

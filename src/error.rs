@@ -1,4 +1,4 @@
-//! The service's one error type, and the error code (docs/spec.md) each error carries.
+//! The service's one error type, and the error code (docs/api.md) each error carries.
 //!
 //! Lower layers keep their own enums (`FetchError`, `MapError`, `BlobError`, the processors'
 //! `ProcessError`); they convert into [`Error`] here. The code ([`Error::code`]) belongs to the
@@ -107,7 +107,7 @@ impl Error {
         }
     }
 
-    /// docs/spec.md's `code` string (the `error.code` of every error body, the prefix of
+    /// docs/api.md's `code` string (the `error.code` of every error body, the prefix of
     /// `imgcas process`'s error line).
     pub fn code(&self) -> &'static str {
         match self {

@@ -8,7 +8,7 @@
 //!    pipeline is built of: `coalesce` (single flight), `admission` (processing by cost),
 //!    `signing`, `stats`.
 //! 3. `hot` (recent variants), `negative` (origin failures), `metrics` (the recorder and
-//!    page), `error` (the service's error and its code in docs/spec.md).
+//!    page), `error` (the service's error and its code in docs/api.md).
 //! 4. `wire`: the JSON answers the server writes and its own client reads.
 //! 5. `pipeline`: the decision flow and the one owner of the maps, blobs, fetcher and caches.
 //! 6. `ingest`: batches of URLs and warm specs, through the pipeline.

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{BlockEntry, OriginalInfo};
 
-/// docs/spec.md's error body: `{"error": {"code", "message"}}`.
+/// docs/api.md's error body: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorAnswer {
     pub error: ErrorBody,
@@ -56,7 +56,7 @@ impl OriginalAnswer {
     }
 }
 
-/// `POST /v1/originals`, per file (docs/spec.md "Upload answer").
+/// `POST /v1/originals`, per file (docs/api.md "Upload answer").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadAnswer {
     #[serde(flatten)]

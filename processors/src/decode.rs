@@ -8,7 +8,7 @@ use image::metadata::Orientation;
 use image::DynamicImage;
 
 use crate::error::ProcessError;
-use crate::formats::{sniff, DecodeAt, Decoder, SourceFormat};
+use crate::formats::{open_header, DecodeAt, Decoder, SourceFormat};
 pub use crate::limits::Limits;
 
 /// What the header of a source says, read without decoding pixels.
@@ -33,45 +33,12 @@ pub struct Source<'a> {
     decoder: Box<dyn Decoder + 'a>,
 }
 
-fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessError> {
-    if width == 0 || height == 0 {
-        return Err(ProcessError::Undecodable(format!(
-            "the header declares an empty {width}x{height} image"
-        )));
-    }
-    if u64::from(width) * u64::from(height) > limits.max_pixels {
-        return Err(ProcessError::too_many_pixels(
-            width,
-            height,
-            limits.max_pixels,
-        ));
-    }
-    Ok(())
-}
-
-/// Reads a source's headers and checks them against the limits. Third-party header readers
-/// run here and in [`Source::decode`], both under [`crate::error::guarded`]: a panic in one
-/// is the file's `undecodable`.
+/// Reads a source's headers and checks them against the limits (in
+/// [`crate::formats::open_header`]). Third-party header readers run there and in
+/// [`Source::decode`], both under [`crate::error::guarded`]: a panic in one is the file's
+/// `undecodable`.
 pub fn open<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Source<'a>, ProcessError> {
-    let format = sniff(bytes).ok_or_else(|| {
-        ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
-    })?;
-    if !format.can_decode() {
-        return Err(ProcessError::UnsupportedFormat(format!(
-            "{} sources are not supported",
-            format.name()
-        )));
-    }
-    crate::error::guarded(format.name(), || open_headers(bytes, format, limits))
-}
-
-fn open_headers<'a>(
-    bytes: &'a [u8],
-    format: SourceFormat,
-    limits: &Limits,
-) -> Result<Source<'a>, ProcessError> {
-    let header = format.room().open(bytes, limits)?;
-    check_pixels(header.width, header.height, limits)?;
+    let (format, header) = open_header(bytes, limits)?;
     Ok(Source {
         bytes,
         info: SourceInfo {

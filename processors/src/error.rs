@@ -98,7 +98,7 @@ impl ProcessError {
 }
 
 /// The kind of a permanent processing failure: what the service caches per variant and turns
-/// into docs/spec.md's error code. Its byte ([`ProcessFailure::to_byte`]) is part of stored variants,
+/// into docs/api.md's error code. Its byte ([`ProcessFailure::to_byte`]) is part of stored variants,
 /// so the numbers never change; a new kind takes a new number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProcessFailure {
@@ -119,7 +119,7 @@ impl ProcessFailure {
         ProcessFailure::TooCostly,
     ];
 
-    /// docs/spec.md's error code for this kind.
+    /// docs/api.md's error code for this kind.
     pub fn code(self) -> &'static str {
         match self {
             ProcessFailure::UnsupportedFormat => "unsupported_format",

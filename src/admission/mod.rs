@@ -12,7 +12,7 @@
 //!
 //! Hits never come here: only runs that must process take a ticket.
 //!
-//! **Tiers** (docs/spec.md, "Admission tiers"): who waits for the work decides how it is
+//! **Tiers** (docs/api.md, "Admission tiers and tenants"): who waits for the work decides how it is
 //! treated. [`Tier::Interactive`] is a request for an image; [`Tier::Bulk`] is a batch's
 //! (ingest and its warm specs, warm requests that say `X-Imgcas-Tier: bulk`);
 //! [`Tier::Background`] is what nobody waits for (an original's facts and fingerprint,

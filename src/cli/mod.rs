@@ -41,7 +41,7 @@ pub fn server_client(
         .map_err(|e| format!("cannot build an HTTP client: {e}"))
 }
 
-/// The error a server answered, or one naming its status when the body is not docs/spec.md's.
+/// The error a server answered, or one naming its status when the body is not docs/api.md's.
 pub fn server_error(status: reqwest::StatusCode, body: &[u8]) -> ErrorBody {
     serde_json::from_slice::<ErrorAnswer>(body)
         .map(|a| a.error)

@@ -1,6 +1,6 @@
 //! `imgcas process <input> --spec '<options>' -o <output>`: the server's processing path on a
 //! file. Exit 0 with the output written; on a processing error, exit 1 and one line on stderr,
-//! `<code>: <message>` with docs/spec.md's error code.
+//! `<code>: <message>` with docs/api.md's error code.
 
 use std::path::Path;
 

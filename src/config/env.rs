@@ -118,7 +118,7 @@ macro_rules! setting {
     };
 }
 
-/// Every `IMGCAS_*` setting, docs/spec.md's names exactly (no name is derived from a key).
+/// Every `IMGCAS_*` setting, docs/configuration.md's names exactly (no name is derived from a key).
 #[rustfmt::skip]
 pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("listen", "IMGCAS_LISTEN", listen, address),

@@ -1,7 +1,8 @@
 //! Configuration: defaults < TOML file (`--config`) < `IMGCAS_*` environment < flags, applied
 //! in one place, [`Config::load`], and validated there for every command.
 //!
-//! Key and variable names are docs/spec.md's; anything added after its first version is marked as an extension.
+//! Key and variable names are docs/configuration.md's; fields added after v1.0 (CHANGELOG.md)
+//! are marked as extensions.
 //! Each variable is one row of [`ENVIRONMENT`], next to the key it sets.
 
 use std::collections::BTreeMap;

@@ -74,7 +74,7 @@ impl Buckets {
     /// Refuses an `s3://` URL whose bucket is not listed, or whose key is not a plain path,
     /// before any traffic.
     pub fn check(&self, url: &Url) -> Result<(), FetchError> {
-        super::client::check_object_key(url)?;
+        check_object_key(url)?;
         let bucket = url.host_str().unwrap_or("");
         match self.allowed.iter().any(|b| b == bucket) {
             true => Ok(()),
@@ -164,5 +164,33 @@ impl Buckets {
             bytes: Bytes::from(bytes),
             validators,
         })
+    }
+}
+
+/// An `s3://` URL's object key, percent-decoded, must be a plain path: no empty, `.` or `..`
+/// segment. The SDK sends a key's dots and slashes as they are, so `..%2F` would reach the
+/// endpoint as `/bucket/../other/…`, and a proxy or store that normalises paths would read
+/// another bucket than the one the allow-list checked.
+pub(crate) fn check_object_key(url: &Url) -> Result<(), FetchError> {
+    let raw = url.path().strip_prefix('/').unwrap_or(url.path());
+    if raw.is_empty() {
+        return Err(FetchError::BadUrl("an s3 URL names an object key".into()));
+    }
+    let key = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| FetchError::BadUrl("the object key is not UTF-8".into()))?;
+    match key
+        .split('/')
+        .find(|segment| matches!(*segment, "" | "." | ".."))
+    {
+        None => Ok(()),
+        Some(segment) => Err(FetchError::BadUrl(format!(
+            "the object key has {} segment; keys are plain paths",
+            match segment {
+                "" => "an empty",
+                "." => "a '.'",
+                _ => "a '..'",
+            }
+        ))),
     }
 }

@@ -64,7 +64,7 @@ pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
         return Err(FetchError::BadUrl("the URL has no host".into()));
     }
     if url.scheme() == "s3" {
-        check_object_key(&url)?;
+        super::bucket::check_object_key(&url)?;
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(FetchError::BadUrl(
@@ -77,34 +77,6 @@ pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
         return Err(too_long);
     }
     Ok(url)
-}
-
-/// An `s3://` URL's object key, percent-decoded, must be a plain path: no empty, `.` or `..`
-/// segment. The SDK sends a key's dots and slashes as they are, so `..%2F` would reach the
-/// endpoint as `/bucket/../other/…`, and a proxy or store that normalises paths would read
-/// another bucket than the one the allow-list checked.
-pub(crate) fn check_object_key(url: &Url) -> Result<(), FetchError> {
-    let raw = url.path().strip_prefix('/').unwrap_or(url.path());
-    if raw.is_empty() {
-        return Err(FetchError::BadUrl("an s3 URL names an object key".into()));
-    }
-    let key = percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| FetchError::BadUrl("the object key is not UTF-8".into()))?;
-    match key
-        .split('/')
-        .find(|segment| matches!(*segment, "" | "." | ".."))
-    {
-        None => Ok(()),
-        Some(segment) => Err(FetchError::BadUrl(format!(
-            "the object key has {} segment; keys are plain paths",
-            match segment {
-                "" => "an empty",
-                "." => "a '.'",
-                _ => "a '..'",
-            }
-        ))),
-    }
 }
 
 impl Fetcher {

@@ -53,7 +53,7 @@ fn path_hash(raw: &str) -> Result<ContentHash, Error> {
 }
 
 /// Runs a removal route's work once the admin token is checked, and answers its result as
-/// JSON (or its error in docs/spec.md's shape).
+/// JSON (or its error in docs/api.md's shape).
 pub(super) async fn removal<T, F>(
     service: &Service,
     headers: &HeaderMap,

@@ -1,4 +1,4 @@
-//! The one mapping from [`Error`] to an HTTP answer: docs/spec.md's status, the error body (its code
+//! The one mapping from [`Error`] to an HTTP answer: docs/api.md's status, the error body (its code
 //! is the error's own, [`Error::code`]), the short `Cache-Control` errors carry (never a
 //! year), and `Retry-After`.
 

@@ -16,6 +16,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use imgcas_processors::Spec;
 
+use super::answer::{client_hints, respond};
 use super::error::Failed;
 use super::Service;
 use crate::config::{preset_parts, Config, FallbackSource};
@@ -112,7 +113,7 @@ pub(super) async fn instead_of(
     let settings = &service.config().fallback;
     let cache_control = format!("public, max-age={}", settings.ttl.as_secs());
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let spec = asked.spec.with_hints(&super::image::client_hints(headers));
+    let spec = asked.spec.with_hints(&client_hints(headers));
     let Ok(target) = service
         .pipeline()
         .locate(&Source::Hash(image), &spec, accept)
@@ -120,7 +121,7 @@ pub(super) async fn instead_of(
     else {
         return answer;
     };
-    let mut response = super::image::respond(service, &target, headers, &cache_control).await;
+    let mut response = respond(service, &target, headers, &cache_control).await;
     if response.extensions().get::<Failed>().is_some() {
         return answer;
     }

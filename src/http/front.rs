@@ -9,7 +9,7 @@
 //! the client hints the query may read, and a request is remembered after its signature,
 //! preset and option checks, all of which depend on nothing else (the settings do not change
 //! while the process runs). Answers are the router's to the byte: their headers are made once
-//! per remembered request by `image.rs`'s `decorate_headers`, plus the `Accept-CH` the image
+//! per remembered request by `answer.rs`'s `decorate_headers`, plus the `Accept-CH` the image
 //! routes' layer adds, and kept with it. They are counted and logged as routed ones are
 //! (`observe.rs`).
 
@@ -24,7 +24,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use axum::Router;
 use hyper_util::service::TowerToHyperService;
 
-use super::{dialects, image, observe, Service};
+use super::{answer, dialects, image, observe, Service};
 use crate::pipeline::{Provenance, Recalled};
 
 /// A hyper service: remembered hits first, then the router.
@@ -134,7 +134,7 @@ impl Front {
         let answer_headers = recalled.memo(|target| {
             let cache_control = match by_url {
                 true => service.url_cache_control(),
-                false => image::IMMUTABLE,
+                false => answer::IMMUTABLE,
             };
             let mut h = HeaderMap::with_capacity(8);
             h.insert(
@@ -142,9 +142,9 @@ impl Front {
                 HeaderValue::from_static(format.mime()),
             );
             // A remembered request's mapping is fresh: a stored variant is a plain hit.
-            image::decorate_headers(&mut h, target, Provenance::Stored, cache_control);
+            answer::decorate_headers(&mut h, target, Provenance::Stored, cache_control);
             // As the image routes' layer adds to every answer.
-            h.insert("accept-ch", HeaderValue::from_static(image::ACCEPT_CH));
+            h.insert("accept-ch", HeaderValue::from_static(answer::ACCEPT_CH));
             AnswerHeaders(h)
         })?;
         let mut response = Response::new(Body::from(bytes));

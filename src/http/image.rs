@@ -4,51 +4,19 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
-use imgcas_processors::{accept_class, ClientHints, Spec};
+use imgcas_processors::{accept_class, Spec};
 
-use super::{etag_matches, Service};
+use super::answer::{client_hints, respond, tag_hashes, url_tag, HINT_HEADERS, IMMUTABLE};
+use super::dialects;
+use super::fallback::{self, Asked};
+use super::Service;
 use crate::error::Error;
 use crate::fetch::client::canonical_url;
-use crate::hash::ContentHash;
-use crate::pipeline::{Failure, Provenance, Source, Target};
-
-pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
-
-/// The client hints image routes ask browsers for (`Accept-CH`), read by `dpr=auto` and
-/// `w=auto` (see `Spec::with_hints`).
-pub(super) const ACCEPT_CH: &str = "Sec-CH-DPR, Sec-CH-Width, Save-Data";
-
-/// The hint headers, in the order the request key holds them.
-const HINT_HEADERS: [&str; 3] = ["sec-ch-dpr", "sec-ch-width", "save-data"];
-
-/// The client hints a request carries.
-pub(super) fn client_hints(headers: &HeaderMap) -> ClientHints {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let number = |name: &str| text(name).and_then(|v| v.trim().parse::<f64>().ok());
-    ClientHints {
-        dpr: number(HINT_HEADERS[0]),
-        width: number(HINT_HEADERS[1]),
-        // `on`, possibly with parameters after a `;`.
-        save_data: text(HINT_HEADERS[2]).is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("on"))
-        }),
-    }
-}
-
-/// Adds `Accept-CH` to every answer of an image route (errors too: a first request that
-/// failed still tells the browser which hints to send).
-pub(super) async fn advertise_hints(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert("accept-ch", HeaderValue::from_static(ACCEPT_CH));
-    response
-}
+use crate::pipeline::{Failure, Source, Target};
 
 /// A query as [`parse_query`] splits it.
 struct Parsed {
@@ -61,8 +29,8 @@ struct Parsed {
 }
 
 impl Parsed {
-    fn asked(self) -> super::fallback::Asked {
-        super::fallback::Asked {
+    fn asked(self) -> Asked {
+        Asked {
             spec: self.spec,
             preset: self.preset,
             json: self.json,
@@ -70,10 +38,14 @@ impl Parsed {
     }
 }
 
-/// Splits a query into the source URL (if `url_param`) and the processing spec, expanding a
-/// `preset` into its options (explicit options override them, unless only presets are allowed).
-fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Result<Parsed, Error> {
-    let pairs = crate::config::option_pairs(query.unwrap_or(""));
+/// Splits a request's option pairs (a native query's, or a dialect's URL said in imgcas's
+/// options) into the source URL (if `url_param`) and the processing spec, expanding a `preset`
+/// into its options (explicit options override them, unless only presets are allowed).
+fn parse_query(
+    service: &Service,
+    pairs: &[(String, String)],
+    url_param: bool,
+) -> Result<Parsed, Error> {
     let json = pairs.iter().any(|(k, v)| k == "format" && v == "json");
     if pairs.iter().filter(|(k, _)| k == "format").count() > 1 {
         return Err(Error::invalid_option("format", "given more than once"));
@@ -81,7 +53,7 @@ fn parse_query(service: &Service, query: Option<&str>, url_param: bool) -> Resul
     let mut url = None;
     let mut preset = None;
     let mut explicit: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
-    for (k, v) in &pairs {
+    for (k, v) in pairs {
         match k.as_str() {
             "url" if url_param => {
                 if url.replace(v.clone()).is_some() {
@@ -185,16 +157,6 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
     }
 }
 
-/// The `X-Imgcas-Cache` value of an answer (a cached error is `error-hit`, in `error.rs`).
-pub(super) fn cache_header(provenance: Provenance) -> &'static str {
-    match provenance {
-        Provenance::Stored => "hit",
-        Provenance::Made => "miss",
-        Provenance::Revalidated => "revalidated",
-        Provenance::Stale => "stale",
-    }
-}
-
 /// What identifies a request to the request cache: its path, its whole query (`sig`
 /// included) and the class of its `Accept` (all that negotiation reads of it).
 pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
@@ -278,19 +240,20 @@ pub(super) async fn by_url(
         looked,
     )
     .await;
-    or_fallback(&service, answer, &headers, query.as_deref(), true).await
+    let pairs = crate::config::option_pairs(query.as_deref().unwrap_or(""));
+    or_fallback(&service, answer, &headers, &pairs, true).await
 }
 
-/// `answer`, or the fallback image in its place (`fallback.rs`), processed as `query` asks.
+/// `answer`, or the fallback image in its place (`fallback.rs`), processed as `pairs` ask.
 async fn or_fallback(
     service: &Service,
     answer: Response,
     headers: &HeaderMap,
-    query: Option<&str>,
+    pairs: &[(String, String)],
     url_param: bool,
 ) -> Response {
-    super::fallback::instead_of(service, answer, headers, || {
-        parse_query(service, query, url_param).map(Parsed::asked)
+    fallback::instead_of(service, answer, headers, || {
+        parse_query(service, pairs, url_param).map(Parsed::asked)
     })
     .await
 }
@@ -331,7 +294,8 @@ async fn native_answer(
             Err(_) => return Error::NotFound("not a SHA-256 hex digest".into()).into_response(),
         },
     };
-    let parsed = match parse_query(service, query, hash.is_none()) {
+    let pairs = crate::config::option_pairs(query.unwrap_or(""));
+    let parsed = match parse_query(service, &pairs, hash.is_none()) {
         Ok(parsed) => parsed,
         Err(e) => return e.into_response(),
     };
@@ -387,28 +351,42 @@ pub(super) async fn by_hash(
 ) -> Response {
     let named = Named::Hash(&hash);
     let answer = native_answer(&service, named, &uri, query.as_deref(), &headers, looked).await;
-    or_fallback(&service, answer, &headers, query.as_deref(), false).await
+    let pairs = crate::config::option_pairs(query.as_deref().unwrap_or(""));
+    or_fallback(&service, answer, &headers, &pairs, false).await
 }
 
-/// An image by URL asked in another dialect (`dialects/`), whose signature that dialect has
-/// checked: from here, as a native request by URL with these options.
-pub(super) async fn by_translated_url(
+/// `GET /imgproxy/{signature}/{options}/…` and `GET /thumbor/{hmac|unsafe}/…`: read by the
+/// dialect the prefix names (`dialects/`), its signature checked there, then answered as a
+/// native request by URL with the options it says.
+pub(super) async fn by_dialect(
+    State(service): State<Service>,
+    uri: Uri,
+    headers: HeaderMap,
+    looked: Option<Extension<Looked>>,
+) -> Response {
+    match dialects::read(service.dialect(), &uri) {
+        Ok(translated) => by_translated_url(&service, &uri, &headers, looked, translated).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An image by URL asked in another dialect, whose signature that dialect has checked: from
+/// here, as a native request by URL with these options (the pairs as the dialect said them,
+/// never spelled into a query to be split again).
+async fn by_translated_url(
     service: &Service,
     uri: &Uri,
     headers: &HeaderMap,
     looked: Option<Extension<Looked>>,
-    translated: super::dialects::Translated,
+    translated: dialects::Translated,
 ) -> Response {
-    let query = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(&translated.pairs)
-        .finish();
     let cache_control = service.url_cache_control();
     let answer = async {
         let request = match recalled(service, uri, headers, looked, cache_control).await {
             Ok(request) => request,
             Err(answer) => return answer,
         };
-        match parse_query(service, Some(&query), false) {
+        match parse_query(service, &translated.pairs, false) {
             Ok(parsed) => {
                 answer_by_url(service, request, parsed, &translated.source, headers).await
             }
@@ -416,7 +394,7 @@ pub(super) async fn by_translated_url(
         }
     }
     .await;
-    or_fallback(service, answer, headers, Some(&query), false).await
+    or_fallback(service, answer, headers, &translated.pairs, false).await
 }
 
 /// A request the request cache did not know: the pipeline finds its variant (remembered for
@@ -447,134 +425,4 @@ async fn locate_and_respond(
     };
     pipeline.remember(&request, &target);
     respond(service, &target, headers, cache_control).await
-}
-
-/// The answer for a located variant: `304` when the client's copy matches, else its bytes
-/// (shared with the hot cache, not copied) or its error.
-pub(super) async fn respond(
-    service: &Service,
-    target: &Target,
-    headers: &HeaderMap,
-    cache_control: &str,
-) -> Response {
-    if etag_matches(headers, &target.etag) {
-        let mut response = StatusCode::NOT_MODIFIED.into_response();
-        decorate(&mut response, target, target.unchanged(), cache_control);
-        return response;
-    }
-    let asker = || service.asker(headers, target.asker());
-    match service.pipeline().variant_as(target, asker).await {
-        Ok(served) => {
-            let mut response = served.bytes.into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(served.format.mime()),
-            );
-            decorate(&mut response, target, served.provenance, cache_control);
-            response
-        }
-        Err(f) => {
-            // A cached error of this variant is as much a function of the hints as its image,
-            // and is purged with its original.
-            let mut response = f.into_response();
-            if let Some(v) = vary(target) {
-                response.headers_mut().insert(header::VARY, v);
-            }
-            tag(response.headers_mut(), target);
-            response
-        }
-    }
-}
-
-pub(super) fn decorate(
-    response: &mut Response,
-    target: &Target,
-    provenance: Provenance,
-    cache_control: &str,
-) {
-    decorate_headers(response.headers_mut(), target, provenance, cache_control);
-}
-
-/// The request headers an answer varies by: `Accept` for `format=auto`, and the client
-/// hints its options consulted.
-fn vary(target: &Target) -> Option<HeaderValue> {
-    let accept = target.varies_by_accept.then_some("Accept");
-    let names: Vec<&str> = accept
-        .into_iter()
-        .chain(target.vary_hints.headers())
-        .collect();
-    match names.as_slice() {
-        [] => None,
-        ["Accept"] => Some(HeaderValue::from_static("Accept")),
-        _ => HeaderValue::from_str(&names.join(", ")).ok(),
-    }
-}
-
-/// [`decorate`]'s headers, into `h`.
-pub(super) fn decorate_headers(
-    h: &mut HeaderMap,
-    target: &Target,
-    provenance: Provenance,
-    cache_control: &str,
-) {
-    let value = |s: &str| HeaderValue::from_str(s).ok();
-    if let Some(v) = value(&target.etag) {
-        h.insert(header::ETAG, v);
-    }
-    if let Some(v) = value(cache_control) {
-        h.insert(header::CACHE_CONTROL, v);
-    }
-    if let Some(v) = value(&target.source_hash().to_hex()) {
-        h.insert("x-imgcas-source-hash", v);
-    }
-    if let Some(v) = target.canonical().and_then(|c| value(&c.to_hex())) {
-        h.insert("x-imgcas-canonical", v);
-    }
-    h.insert(
-        "x-imgcas-cache",
-        HeaderValue::from_static(cache_header(provenance)),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    if let Some(v) = vary(target) {
-        h.insert(header::VARY, v);
-    }
-    tag(h, target);
-}
-
-/// The `Cache-Tag` of what a URL (in canonical form) served.
-fn url_tag(url: &str) -> String {
-    format!("url-{}", ContentHash::of(url.as_bytes()).to_hex())
-}
-
-/// `Surrogate-Key` (Fastly's, space-separated) and `Cache-Tag` (Cloudflare's, comma-separated):
-/// the hashes of the source's bytes and, in canonical mode, of the original whose pixels were
-/// used, so that a CDN purges every variant of an original by one tag (and of a watermark's
-/// overlay: every variant drawn with it); `Cache-Tag` also names the URL (`url-` and the
-/// SHA-256 of its canonical form), to purge what one URL served.
-fn tag(h: &mut HeaderMap, target: &Target) {
-    let overlay = target.spec.shape.watermark.as_ref();
-    let overlay = overlay.and_then(|w| w.overlay.as_deref()?.parse::<ContentHash>().ok());
-    let hashes = [Some(target.source_hash()), target.canonical(), overlay];
-    tag_hashes(h, hashes.into_iter().flatten(), target.url.as_deref());
-}
-
-/// [`tag`] from its parts: the source's own hash, then the canonical original and the
-/// overlay (where there are), and the source URL (if the request named one).
-fn tag_hashes(h: &mut HeaderMap, hashes: impl IntoIterator<Item = ContentHash>, url: Option<&str>) {
-    let hashes: Vec<String> = hashes.into_iter().map(|c| c.to_hex()).collect();
-    let url = url.map(url_tag);
-    let cache_tags: Vec<&str> = hashes
-        .iter()
-        .map(String::as_str)
-        .chain(url.as_deref())
-        .collect();
-    if let Ok(v) = HeaderValue::from_str(&hashes.join(" ")) {
-        h.insert("surrogate-key", v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&cache_tags.join(",")) {
-        h.insert("cache-tag", v);
-    }
 }

@@ -1,4 +1,4 @@
-//! The HTTP face of the service (docs/spec.md "HTTP API"): one file per resource, and `error.rs`
+//! The HTTP face of the service (docs/api.md "HTTP API"): one file per resource, and `error.rs`
 //! as the one place errors become statuses, headers and JSON bodies. Handlers share a
 //! [`Service`] and reach the stored state only through its [`Pipeline`]. In front of the
 //! router, `front.rs` answers repeated hits held in memory (the same answers, sooner).
@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 
 pub mod admin;
+mod answer;
 pub mod error;
 mod front;
 pub use fallback::Fallbacks;
@@ -315,18 +316,18 @@ pub fn router(service: Service) -> Router {
         .fold(Router::new(), |router, peer| {
             router.route(
                 peer.pattern,
-                get(dialects::answer).layer(middleware::map_response(image::advertise_hints)),
+                get(image::by_dialect).layer(middleware::map_response(answer::advertise_hints)),
             )
         });
     Router::new()
         .merge(dialects)
         .route(
             "/v1/image",
-            get(image::by_url).layer(middleware::map_response(image::advertise_hints)),
+            get(image::by_url).layer(middleware::map_response(answer::advertise_hints)),
         )
         .route(
             "/v1/image/{hash}",
-            get(image::by_hash).layer(middleware::map_response(image::advertise_hints)),
+            get(image::by_hash).layer(middleware::map_response(answer::advertise_hints)),
         )
         .route("/v1/urls", delete(admin::forget_url))
         .route("/v1/takedowns", get(admin::takedowns))

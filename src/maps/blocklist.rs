@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MapError;
 
-/// One entry of the moderation blocklist (docs/spec.md, "Blocklist"): bytes refused by
+/// One entry of the moderation blocklist (docs/api.md, "Blocklist"): bytes refused by
 /// their SHA-256, pictures by their fingerprint within a radius, or both. Also the shape
 /// `GET /v1/blocklist` and `imgcas blocklist export` write (one JSON object per entry), and
 /// the JSON `POST /v1/blocklist` reads (its `sha256`, `fingerprint`, `radius` and `note`).

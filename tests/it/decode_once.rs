@@ -1,4 +1,4 @@
-//! Decode once (an extension of docs/spec.md, issues 15 and 27): a large original is decoded as few times
+//! Decode once (docs/performance.md, issues 15 and 27): a large original is decoded as few times
 //! as its specs need however many are asked together, and none of that changes a variant's
 //! bytes — a variant made inside a burst, after a mezzanine was stored, after the mezzanine
 //! and the variant were evicted, in another app, or offline by `processors::process` is the

@@ -205,6 +205,43 @@ async fn thumbor_signatures_are_checked_and_filters_refused_by_name() {
     app.stop().await;
 }
 
+/// thumbor's `no_upscale()` clamps each side of the box to the source's (issue 51: thumbor 7.8
+/// answered 640×960 for `3000x2000` on a 640×960 photo, imgcas cropped it to 640×427).
+#[tokio::test]
+async fn thumbor_no_upscale_clamps_each_side_to_the_source() {
+    let app = spawn_app().await;
+    let origin = Origin::start().await;
+    origin.put("/portrait.jpg", jpeg(640, 960, 3));
+    let source = origin.url("/portrait.jpg");
+    for (size, expected) in [
+        // Larger both ways: the source whole.
+        ("3000x2000", (640, 960)),
+        // Larger one way: that side clamped, the other cut.
+        ("500x2000", (500, 960)),
+        ("1000x300", (640, 300)),
+        // Smaller both ways: a crop to the box, as without the filter.
+        ("320x320", (320, 320)),
+    ] {
+        let answer = app
+            .get(&format!(
+                "/thumbor/unsafe/{size}/filters:no_upscale()/{source}"
+            ))
+            .await;
+        assert_eq!(answer.status(), 200, "{size}");
+        assert_eq!(
+            dimensions(&answer.bytes().await.unwrap()),
+            expected,
+            "{size}"
+        );
+    }
+    // Without the filter thumbor upscales to the box.
+    let upscaled = app
+        .get(&format!("/thumbor/unsafe/3000x2000/{source}"))
+        .await;
+    assert_eq!(dimensions(&upscaled.bytes().await.unwrap()), (3000, 2000));
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn crops_in_either_dialect_are_the_native_crop() {
     let app = spawn_app().await;

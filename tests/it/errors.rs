@@ -1,4 +1,4 @@
-//! Every bad input gets docs/spec.md's error shape and status, and permanent errors are cached like
+//! Every bad input gets docs/api.md's error shape and status, and permanent errors are cached like
 //! results: a corrupt image is decoded once per spec, not once per request. An error the
 //! configured limits decided is not: raising the limit lifts it.
 

@@ -71,6 +71,9 @@ struct Imports {
     module: Vec<String>,
     /// (top-level module named, the path as written).
     found: Vec<(String, String)>,
+    /// Every path named, from the crate root (`crate::maps::redb::open` from anywhere), for
+    /// the check of circles among files.
+    absolute: Vec<Vec<String>>,
 }
 
 impl Imports {
@@ -100,6 +103,8 @@ impl Imports {
         if let Some(top) = top {
             self.found.push((top.clone(), segments.join("::")));
         }
+        self.absolute
+            .push(here.iter().chain(rest).cloned().collect::<Vec<_>>());
     }
 
     fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
@@ -229,6 +234,7 @@ fn check(src: &Path) -> Vec<Violation> {
         let mut imports = Imports {
             module,
             found: Vec::new(),
+            absolute: Vec::new(),
         };
         imports.visit_file_mut(&mut ast);
         for (to, path) in imports.found {
@@ -247,6 +253,121 @@ fn check(src: &Path) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// The import circles among the files of a crate's `src`: for each folder, the arrows between
+/// its files and subfolders (a path into `b/c.rs` from `a.rs` is an arrow `a → b`), read
+/// from every `crate::`, `super::` and `self::` path; a file's arrows to the folders it stands
+/// in (its parents' `mod.rs`, which declare it) and to its own children are not counted.
+/// Each circle is given as its folder and the rooms in it.
+fn circles(src: &Path) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut modules: Vec<(Vec<String>, PathBuf)> = files
+        .into_iter()
+        .map(|file| (module_of(src, &file), file))
+        .filter(|(m, _)| {
+            !matches!(
+                m.first().map(String::as_str),
+                None | Some("lib" | "main" | "cli")
+            )
+        })
+        .collect();
+    modules.sort();
+    let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _)| m.clone()).collect();
+    // folder → (room → rooms it imports)
+    let mut arrows: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(file).expect("readable source");
+        let mut ast = syn::parse_file(&text)
+            .unwrap_or_else(|e| panic!("{}: does not parse: {e}", file.display()));
+        let mut imports = Imports {
+            module: module.clone(),
+            found: Vec::new(),
+            absolute: Vec::new(),
+        };
+        imports.visit_file_mut(&mut ast);
+        for path in imports.absolute {
+            // The file the path lands in: its longest prefix that is a module of a file.
+            let Some(target) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|prefix| known.contains(prefix))
+            else {
+                continue;
+            };
+            if target.starts_with(module) || module.starts_with(&target) {
+                continue;
+            }
+            let shared = module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            arrows
+                .entry(module[..shared].to_vec())
+                .or_default()
+                .entry(module[shared].clone())
+                .or_default()
+                .insert(target[shared].clone());
+        }
+    }
+    let mut found = Vec::new();
+    for (folder, graph) in &arrows {
+        // A room is in a circle when it reaches itself; the circle is every room it reaches
+        // that reaches it back.
+        let reach = |from: &String| {
+            let mut seen = BTreeSet::new();
+            let mut todo = vec![from.clone()];
+            while let Some(room) = todo.pop() {
+                for next in graph.get(&room).into_iter().flatten() {
+                    if seen.insert(next.clone()) {
+                        todo.push(next.clone());
+                    }
+                }
+            }
+            seen
+        };
+        let mut reported = BTreeSet::new();
+        for room in graph.keys() {
+            let from_here = reach(room);
+            if !from_here.contains(room) || reported.contains(room) {
+                continue;
+            }
+            let circle: BTreeSet<String> = from_here
+                .into_iter()
+                .filter(|other| reach(other).contains(room))
+                .collect();
+            reported.extend(circle.iter().cloned());
+            let rooms: Vec<&str> = circle.iter().map(String::as_str).collect();
+            found.push(format!("{}/: {}", folder.join("/"), rooms.join(" ↔ ")));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_files_of_either_crate_import_each_other_in_a_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for crate_src in ["src", "processors/src"] {
+        let found = circles(&root.join(crate_src));
+        assert!(
+            found.is_empty(),
+            "import circles in {crate_src}:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_circle_check_finds_a_circle_between_siblings() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/file-circle/src");
+    let found = circles(&fixture);
+    assert_eq!(
+        found,
+        vec!["http/: dialects ↔ fallback ↔ image".to_string()]
+    );
 }
 
 /// The modules `lib.rs` declares.

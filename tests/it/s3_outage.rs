@@ -1,5 +1,5 @@
 //! The service on S3 when S3 goes away mid-run: hits keep coming from the variants map,
-//! everything that needs an original answers 503 `storage_unavailable` in docs/spec.md's shape
+//! everything that needs an original answers 503 `storage_unavailable` in docs/api.md's shape
 //! (never a 500), `/readyz` says 503, and all of it recovers when the server is back, with
 //! no restart.
 

@@ -236,6 +236,47 @@ pub fn frame_count(bytes: &[u8]) -> u32 {
     animation_header(bytes).map_or(1, |h| h.frames).max(1)
 }
 
+/// The header of any bytes in a format this crate reads: sniffed, read by its room under the
+/// panic guard (a panic there is the file's `undecodable`), its size checked against the pixel
+/// limit, before any pixel buffer exists. A source is opened from it (`decode::open`), and a
+/// drawing reads its embedded rasters' sizes with it.
+pub(crate) fn open_header<'a>(
+    bytes: &'a [u8],
+    limits: &Limits,
+) -> Result<(SourceFormat, Header<'a>), ProcessError> {
+    let format = sniff(bytes).ok_or_else(|| {
+        ProcessError::UnsupportedFormat("the bytes are not in an image format imgcas reads".into())
+    })?;
+    if !format.can_decode() {
+        return Err(ProcessError::UnsupportedFormat(format!(
+            "{} sources are not supported",
+            format.name()
+        )));
+    }
+    let header = crate::error::guarded(format.name(), || {
+        let header = format.room().open(bytes, limits)?;
+        check_pixels(header.width, header.height, limits)?;
+        Ok(header)
+    })?;
+    Ok((format, header))
+}
+
+fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ProcessError> {
+    if width == 0 || height == 0 {
+        return Err(ProcessError::Undecodable(format!(
+            "the header declares an empty {width}x{height} image"
+        )));
+    }
+    if u64::from(width) * u64::from(height) > limits.max_pixels {
+        return Err(ProcessError::too_many_pixels(
+            width,
+            height,
+            limits.max_pixels,
+        ));
+    }
+    Ok(())
+}
+
 /// The format of `bytes` from its magic numbers, if it is an image format imgcas knows of.
 pub fn sniff(bytes: &[u8]) -> Option<SourceFormat> {
     FORMATS

@@ -344,8 +344,8 @@ fn embedded(data: Arc<Vec<u8>>) -> Option<ImageKind> {
         max_pixels: MAX_EMBEDDED_PIXELS,
         ..Limits::default()
     };
-    let info = crate::decode::probe(&data, &limits).ok()?;
-    match info.format {
+    let (format, _) = super::open_header(&data, &limits).ok()?;
+    match format {
         F::Png => Some(ImageKind::PNG(data)),
         F::Jpeg => Some(ImageKind::JPEG(data)),
         F::Gif => Some(ImageKind::GIF(data)),
@@ -616,15 +616,15 @@ impl Work {
                 match self.embedded.get(&key) {
                     Some(pixels) => *pixels,
                     None => {
-                        let pixels = crate::decode::probe(
+                        let pixels = super::open_header(
                             data,
                             &Limits {
                                 max_pixels: MAX_EMBEDDED_PIXELS,
                                 ..Limits::default()
                             },
                         )
-                        .map_or(MAX_EMBEDDED_PIXELS as f64, |i| {
-                            f64::from(i.width) * f64::from(i.height)
+                        .map_or(MAX_EMBEDDED_PIXELS as f64, |(_, h)| {
+                            f64::from(h.width) * f64::from(h.height)
                         });
                         self.embedded.insert(key, pixels);
                         pixels

@@ -4,13 +4,8 @@
 //! request cache, the variant key, fallbacks), so the same output asked in any dialect is one
 //! variant, processed once.
 
-use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::http::Uri;
 
-use super::image::Looked;
-use super::Service;
 use crate::config::Config;
 use crate::error::Error;
 
@@ -78,33 +73,20 @@ pub(super) const PREFIXES: [Peer; 2] = [
     },
 ];
 
-/// `GET /imgproxy/{signature}/{options}/…` and `GET /thumbor/{hmac|unsafe}/…`: read by the
-/// dialect the prefix names, then answered as a native request by URL.
-pub(super) async fn answer(
-    State(service): State<Service>,
-    uri: Uri,
-    headers: HeaderMap,
-    looked: Option<Extension<Looked>>,
-) -> Response {
+/// The dialect URL `uri` names (by its prefix), read and its signature checked: the source
+/// and options in imgcas's terms. A query is refused: these URLs say everything in the path.
+pub(super) fn read(dialect: &Dialect, uri: &Uri) -> Result<Translated, Error> {
     if uri.query().is_some() {
-        return Error::invalid_option(
+        return Err(Error::invalid_option(
             "url",
             "these URLs have no query: write a source's `?` as %3F",
-        )
-        .into_response();
+        ));
     }
-    let Some((path, read)) = PREFIXES
+    let (path, read) = PREFIXES
         .iter()
         .find_map(|peer| Some((uri.path().strip_prefix(peer.prefix)?, peer.read)))
-    else {
-        return Error::NotFound("no such route".into()).into_response();
-    };
-    match read(service.dialect(), path) {
-        Ok(translated) => {
-            super::image::by_translated_url(&service, &uri, &headers, looked, translated).await
-        }
-        Err(e) => e.into_response(),
-    }
+        .ok_or_else(|| Error::NotFound("no such route".into()))?;
+    read(dialect, path)
 }
 
 /// The option a dialect's URL is refused for (tests of each dialect).

@@ -236,6 +236,7 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
     // thumbor upscales a cropped picture, and fits one in without upscaling, unless a
     // filter says otherwise.
     let mut enlarge = !fit_in;
+    let mut no_upscale = false;
     let (mut format, mut quality, mut blur, mut rotate, mut fill) = (None, None, None, 0, None);
     for text in filter_list
         .and_then(|f| f.strip_prefix("filters:"))
@@ -297,8 +298,8 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
                 }
                 fill = Some(hex.to_ascii_lowercase());
             }
-            "no_upscale" => enlarge = false,
-            "upscale" => enlarge = true,
+            "no_upscale" => (enlarge, no_upscale) = (false, true),
+            "upscale" => (enlarge, no_upscale) = (true, false),
             // imgcas never keeps the source's metadata or profile.
             "strip_exif" | "strip_icc" => {}
             other => {
@@ -348,8 +349,12 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
         }
         (true, None) => push("fit", "contain".into()),
         (false, Some(_)) => return Err(refuse("fill", "is supported with fit-in only")),
+        // thumbor's no_upscale() clamps each side of the box to the source's, then crops to
+        // what is left: a box larger than the source both ways gives the source whole, and
+        // one larger one way only cuts the other. That is `fit=crop` without enlarge, where
+        // `cover` would shrink the box to its own shape.
         (false, None) => {
-            push("fit", "cover".into());
+            push("fit", if no_upscale { "crop" } else { "cover" }.into());
             push("gravity", turned(gravity, rotate).into());
         }
     }

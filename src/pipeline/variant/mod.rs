@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use url::Url;
 
-use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat};
+use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat, SourceInfo};
 
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::{Asker, Tenant, Tier};
@@ -26,8 +26,28 @@ use crate::hash::ContentHash;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
-use produce::Job;
 pub(in crate::pipeline) use stored::{row_for, variant_object, with_bytes_in_hand};
+
+/// Work that makes a row of the variants map.
+enum Job {
+    /// A variant a request located, and who asks for it.
+    Variant(Box<Target>, Asker),
+    /// An original's mezzanine, for the asker of the variant that needs it.
+    Mezzanine {
+        hash: ContentHash,
+        info: SourceInfo,
+        asker: Asker,
+    },
+}
+
+impl Job {
+    fn key(&self) -> VariantKey {
+        match self {
+            Job::Variant(t, _) => t.key.clone(),
+            Job::Mezzanine { hash, .. } => route::mezzanine_key(hash),
+        }
+    }
+}
 
 /// What a request names.
 #[derive(Debug, Clone)]

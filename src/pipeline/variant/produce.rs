@@ -5,15 +5,15 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use imgcas_processors::{self as processors, mezzanine, SourceFormat, SourceInfo};
+use imgcas_processors::{self as processors, mezzanine, SourceFormat};
 
-use super::route::{mezzanine_key, Route};
+use super::route::Route;
 use super::stored::key_digest;
-use super::Target;
+use super::Job;
 use crate::admission::{Asker, Overloaded};
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{VariantBody, VariantKey, VariantRow};
+use crate::maps::{VariantBody, VariantRow};
 use crate::pipeline::claims::{Backoff, Turn};
 use crate::pipeline::deadline::{self, Bound, Stop};
 use crate::pipeline::Pipeline;
@@ -22,27 +22,6 @@ use crate::stats::Stats;
 /// [`Pipeline::produce`]'s future, boxed.
 pub(super) type Producing =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(VariantRow, bool), Error>> + Send>>;
-
-/// Work that makes a row of the variants map.
-pub(super) enum Job {
-    /// A variant a request located, and who asks for it.
-    Variant(Box<Target>, Asker),
-    /// An original's mezzanine, for the asker of the variant that needs it.
-    Mezzanine {
-        hash: ContentHash,
-        info: SourceInfo,
-        asker: Asker,
-    },
-}
-
-impl Job {
-    pub(super) fn key(&self) -> VariantKey {
-        match self {
-            Job::Variant(t, _) => t.key.clone(),
-            Job::Mezzanine { hash, .. } => mezzanine_key(hash),
-        }
-    }
-}
 
 /// Runs of at least this cost (pixel-equivalents: a 12 MP decode is about this) give the
 /// memory their buffers took back to the system when they end.

@@ -7,8 +7,7 @@ use imgcas_processors::{
     self as processors, mezzanine, SourceFormat, SourceInfo, MEZZANINE_VERSION, PROCESSOR_VERSION,
 };
 
-use super::produce::Job;
-use super::Target;
+use super::{Job, Target};
 use crate::admission::Asker;
 use crate::error::Error;
 use crate::hash::ContentHash;
