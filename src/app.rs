@@ -83,7 +83,7 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         .local_addr()
         .map_err(|e| StartError(e.to_string()))?;
     let server = config.server.clone();
-    let fallbacks = crate::http::Fallbacks::load(&pipeline, &config)
+    let fallbacks = crate::http::Fallbacks::load(&pipeline)
         .await
         .map_err(StartError)?;
     let service = Service::new(pipeline.clone(), config, metrics.clone(), fallbacks);

@@ -22,8 +22,7 @@ mod storage;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
-use presets::{check_preset, check_watermark};
-pub use presets::{option_pairs, preset_parts, NamedFallback, PRESET_FALLBACK};
+pub use presets::{option_pairs, NamedFallback, Preset, Structured, Watermark, PRESET_FALLBACK};
 pub use sources::SourceBucket;
 pub use storage::{S3Config, StorageBackend, StorageConfig};
 
@@ -534,8 +533,9 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what serde cannot: ranges and combinations.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks what serde cannot, ranges and combinations, and types the structured settings
+    /// (presets, watermarks, fallback image, imgproxy's keys): what the service runs with.
+    pub fn validate(&self) -> Result<Structured, ConfigError> {
         if self.fetch.max_bytes == 0 {
             return Err(bad("fetch.max_bytes", "must be above 0"));
         }
@@ -600,22 +600,12 @@ impl Config {
         self.moderation
             .check()
             .map_err(|(key, why)| bad(key, why))?;
-        for (name, options) in &self.presets {
-            check_preset(name, options, &self.watermarks)
-                .map_err(|m| bad(&format!("presets.{name}"), m))?;
-        }
+        let structured = Structured::of(self)?;
         for (name, bucket) in &self.fetch.buckets {
             bucket
                 .check()
                 .map_err(|m| bad(&format!("fetch.buckets.{name}"), m))?;
         }
-        for (name, options) in &self.watermarks {
-            check_watermark(name, options).map_err(|m| bad(&format!("watermarks.{name}"), m))?;
-        }
-        if let Some(image) = &self.fallback.image {
-            FallbackSource::of(image).map_err(|m| bad("fallback.image", m))?;
-        }
-        self.imgproxy.pairs().map_err(|m| bad("imgproxy.key", m))?;
         if !(1..=32).contains(&self.imgproxy.signature_size) {
             return Err(bad(
                 "imgproxy.signature_size",
@@ -670,7 +660,7 @@ impl Config {
                 "the s3 backend needs a bucket (IMGCAS_S3_BUCKET)",
             ));
         }
-        Ok(())
+        Ok(structured)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::de_duration;
+use crate::hash::ContentHash;
 
 /// The image answered, processed with the request's own spec, when a source fails (gone,
 /// unreachable, undecodable, too large): `IMGCAS_FALLBACK_*`.
@@ -97,8 +98,8 @@ impl ImgproxyConfig {
 /// Where a fallback image comes from: a stored original, or a file to store at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FallbackSource {
-    /// A stored original, by its SHA-256 in hex.
-    Stored(String),
+    /// A stored original, by its SHA-256.
+    Stored(ContentHash),
     File(PathBuf),
 }
 
@@ -110,7 +111,9 @@ impl FallbackSource {
             return Err("names no image: give a file path or a stored original's SHA-256".into());
         }
         if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(FallbackSource::Stored(text.to_ascii_lowercase()));
+            if let Ok(hash) = text.parse() {
+                return Ok(FallbackSource::Stored(hash));
+            }
         }
         Ok(FallbackSource::File(PathBuf::from(text)))
     }

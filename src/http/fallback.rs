@@ -19,7 +19,7 @@ use imgcas_processors::Spec;
 use super::answer::{client_hints, respond};
 use super::error::Failed;
 use super::Service;
-use crate::config::{preset_parts, Config, FallbackSource};
+use crate::config::FallbackSource;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::pipeline::{Pipeline, Source};
@@ -35,15 +35,16 @@ impl Fallbacks {
     /// The configured fallback images. A file is stored as an original now, as an upload
     /// would be (a file that is no readable image stops the start); a hash names an original
     /// that should be stored (one that is not leaves the source's error as the answer).
-    pub async fn load(pipeline: &Pipeline, config: &Config) -> Result<Fallbacks, String> {
+    pub async fn load(pipeline: &Pipeline) -> Result<Fallbacks, String> {
         let mut fallbacks = Fallbacks::default();
-        if let Some(image) = &config.fallback.image {
+        let structured = pipeline.structured();
+        if let Some(image) = &structured.fallback {
             fallbacks.global = Some(stored(pipeline, "fallback.image", image).await?);
         }
-        for (name, options) in &config.presets {
-            if let (_, Some(image)) = preset_parts(options) {
+        for (name, preset) in &structured.presets {
+            if let Some(image) = &preset.fallback {
                 let setting = format!("presets.{name}.fallback");
-                let hash = stored(pipeline, &setting, &image.map_err(|m| m.to_string())?).await?;
+                let hash = stored(pipeline, &setting, image).await?;
                 fallbacks.by_preset.insert(name.clone(), hash);
             }
         }
@@ -59,13 +60,15 @@ impl Fallbacks {
 }
 
 /// The original a fallback setting names: its hash, or the file's, stored now.
-async fn stored(pipeline: &Pipeline, setting: &str, text: &str) -> Result<ContentHash, String> {
-    match FallbackSource::of(text).map_err(|m| format!("{setting}: {m}"))? {
-        FallbackSource::Stored(hex) => hex
-            .parse()
-            .map_err(|_| format!("{setting}: `{hex}` is not a SHA-256")),
+async fn stored(
+    pipeline: &Pipeline,
+    setting: &str,
+    source: &FallbackSource,
+) -> Result<ContentHash, String> {
+    match source {
+        FallbackSource::Stored(hash) => Ok(*hash),
         FallbackSource::File(path) => {
-            let bytes = tokio::fs::read(&path)
+            let bytes = tokio::fs::read(path)
                 .await
                 .map_err(|e| format!("{setting}: cannot read {}: {e}", path.display()))?;
             let uploaded = pipeline

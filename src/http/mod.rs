@@ -3,7 +3,6 @@
 //! [`Service`] and reach the stored state only through its [`Pipeline`]. In front of the
 //! router, `front.rs` answers repeated hits held in memory (the same answers, sooner).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -16,7 +15,7 @@ use axum::Router;
 
 use crate::admission::{Asker, Tier};
 use crate::config::tokens::{Scope, Scopes};
-use crate::config::{preset_parts, Config};
+use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
@@ -48,8 +47,6 @@ struct Parts {
     config: Config,
     /// Signing keys (`security.signing_key`); empty: URLs need no `sig`.
     signing_keys: Vec<Vec<u8>>,
-    /// `presets.<name>` as option pairs, parsed once (validated by `Config::validate`).
-    presets: BTreeMap<String, Vec<(String, String)>>,
     /// The fallback images (`fallback.rs`).
     fallbacks: Fallbacks,
     /// What the peers' URL dialects need of the configuration (`dialects/`).
@@ -74,17 +71,13 @@ impl Service {
         metrics: Metrics,
         fallbacks: Fallbacks,
     ) -> Service {
+        let dialect = dialects::Dialect::of(&config, pipeline.structured());
         Service {
             parts: Arc::new(Parts {
                 pipeline,
                 signing_keys: config.security.signing_keys(),
-                presets: config
-                    .presets
-                    .iter()
-                    .map(|(name, options)| (name.clone(), preset_parts(options).0))
-                    .collect(),
                 fallbacks,
-                dialect: dialects::Dialect::of(&config),
+                dialect,
                 tokens: config
                     .security
                     .admin_token
@@ -174,7 +167,8 @@ impl Service {
 
     /// The options a preset stands for.
     fn preset(&self, name: &str) -> Option<&[(String, String)]> {
-        self.parts.presets.get(name).map(Vec::as_slice)
+        let presets = &self.parts.pipeline.structured().presets;
+        presets.get(name).map(|p| p.options.as_slice())
     }
 
     fn only_presets(&self) -> bool {

@@ -35,7 +35,7 @@ use imgcas_processors::Limits;
 use crate::admission::{Admission, Tier};
 use crate::blob::BlobStore;
 use crate::coalesce::SingleFlight;
-use crate::config::{Config, MapsBackend};
+use crate::config::{Config, MapsBackend, Structured};
 use crate::error::Error;
 use crate::fetch::Fetcher;
 use crate::hash::ContentHash;
@@ -81,6 +81,9 @@ pub struct Pipeline {
 struct Shared {
     /// The settings the flow reads (limits, revalidation, source size).
     config: Config,
+    /// The structured settings, typed once at open (presets, watermarks, fallback image,
+    /// imgproxy's keys).
+    structured: Structured,
     /// URL map, originals index and variants.
     maps: Arc<dyn MapStore>,
     /// Original bytes by hash.
@@ -174,7 +177,7 @@ impl Pipeline {
     /// Opens the maps and the blob store the configuration names (after validating it).
     /// `metrics` receives the flow's histograms and refusals.
     pub async fn open(config: Config, metrics: Metrics) -> Result<Pipeline, OpenError> {
-        config.validate().map_err(|e| OpenError(e.to_string()))?;
+        let structured = config.validate().map_err(|e| OpenError(e.to_string()))?;
         let maps = crate::maps::open(&config).await.map_err(|e| {
             // Validated above, so the backend is known. (The URL may hold a password.)
             OpenError(match config.maps_backend() {
@@ -220,6 +223,7 @@ impl Pipeline {
                 requests: Default::default(),
                 decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),
                 config,
+                structured,
                 maps,
                 blobs,
                 fetcher,
@@ -235,6 +239,12 @@ impl Pipeline {
 
     fn limits(&self) -> Limits {
         self.shared.config.limits.processing()
+    }
+
+    /// The structured settings (presets, watermarks, fallback image, imgproxy's keys), typed
+    /// when the pipeline opened.
+    pub fn structured(&self) -> &Structured {
+        &self.shared.structured
     }
 
     /// This node's name in claims, logs and metrics.

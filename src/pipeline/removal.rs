@@ -284,9 +284,7 @@ impl Pipeline {
     async fn variants_marked_with(&self, hash: &ContentHash) -> Result<Vec<VariantKey>, Error> {
         let s = &self.shared;
         let hex = hash.to_string();
-        let is_overlay = s.config.watermarks.values().any(|settings| {
-            imgcas_processors::Placement::parse(settings).is_ok_and(|p| p.overlay == hex)
-        });
+        let is_overlay = s.structured.watermarks.values().any(|w| w.overlay == *hash);
         if !is_overlay {
             return Ok(Vec::new());
         }

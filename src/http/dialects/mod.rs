@@ -6,7 +6,7 @@
 
 use axum::http::Uri;
 
-use crate::config::Config;
+use crate::config::{Config, Structured};
 use crate::error::Error;
 
 mod imgproxy;
@@ -26,10 +26,9 @@ pub(super) struct Dialect {
 }
 
 impl Dialect {
-    pub fn of(config: &Config) -> Dialect {
+    pub fn of(config: &Config, structured: &Structured) -> Dialect {
         Dialect {
-            // Validated at start (`Config::validate`).
-            imgproxy_pairs: config.imgproxy.pairs().unwrap_or_default(),
+            imgproxy_pairs: structured.imgproxy_pairs.clone(),
             imgproxy_signature_size: config.imgproxy.signature_size,
             thumbor_key: config
                 .thumbor

@@ -2,7 +2,7 @@
 //! flow), takedowns checked, a watermark placed by its configuration, the spec resolved
 //! against the original's facts, and the key and ETag derived.
 
-use imgcas_processors::{self as processors, Placement, SourceFormat, Spec};
+use imgcas_processors::{self as processors, SourceFormat, Spec};
 
 use super::stored::key_digest;
 use super::{Source, Target};
@@ -150,16 +150,10 @@ impl Pipeline {
             return Ok(spec);
         };
         let s = &self.shared;
-        let options = s.config.watermarks.get(&mark.name).ok_or_else(|| {
+        let watermark = s.structured.watermarks.get(&mark.name).ok_or_else(|| {
             Error::invalid_option("wm", format!("no watermark named `{}`", mark.name))
         })?;
-        // Checked when the configuration was read.
-        let placement = Placement::parse(options)
-            .map_err(|e| Error::Internal(format!("watermark `{}`: {}", mark.name, e.message)))?;
-        let overlay: ContentHash = placement
-            .overlay
-            .parse()
-            .map_err(|_| Error::Internal(format!("watermark `{}`: a bad hash", mark.name)))?;
+        let overlay = watermark.overlay;
         if self.is_taken_down(&overlay) {
             return Err(crate::pipeline::taken_down(&overlay));
         }
@@ -173,7 +167,7 @@ impl Pipeline {
             Some((w, h)) => u64::from(w) * u64::from(h),
             None => self.limits().max_pixels,
         };
-        mark.place(&placement, pixels);
+        mark.place(&watermark.placement, pixels);
         Ok(spec)
     }
 }
