@@ -48,7 +48,7 @@ impl OriginalAnswer {
     pub fn new(hash: ContentHash, info: &OriginalInfo) -> Self {
         OriginalAnswer {
             hash,
-            format: info.format.clone(),
+            format: info.format.map(|f| f.name().to_string()),
             width: info.width,
             height: info.height,
             bytes: info.bytes,

@@ -121,6 +121,53 @@ pub fn give_memory_back() {
     }
 }
 
+/// A thread's CPU clock, read from any thread while that one lives: what a run's deadline
+/// asks of the run's thread, to tell a run that burnt its budget (422) from one a busy
+/// machine starved (503).
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadClock {
+    id: libc::clockid_t,
+    start: std::time::Duration,
+}
+
+impl ThreadClock {
+    /// The calling thread's clock, from now; `None` where the system gives none.
+    #[allow(unsafe_code)]
+    pub fn of_this_thread() -> Option<ThreadClock> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: `id` is a valid place for the clock id of the calling thread, which
+        // pthread_self names; a failure leaves the run without a clock (judged by its time).
+        let found = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        if found != 0 {
+            return None;
+        }
+        let start = read_clock(id)?;
+        Some(ThreadClock { id, start })
+    }
+
+    /// The CPU time the thread used since the clock was taken; `None` once it has ended.
+    pub fn used(&self) -> Option<std::time::Duration> {
+        read_clock(self.id).map(|now| now.saturating_sub(self.start))
+    }
+}
+
+#[allow(unsafe_code)]
+fn read_clock(id: libc::clockid_t) -> Option<std::time::Duration> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; a clock id of a thread that has ended is
+    // refused with an error, not undefined behaviour.
+    let read = unsafe { libc::clock_gettime(id, &mut now) };
+    if read != 0 {
+        return None;
+    }
+    let secs = u64::try_from(now.tv_sec).ok()?;
+    let nanos = u32::try_from(now.tv_nsec).ok()?;
+    Some(std::time::Duration::new(secs, nanos))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +196,34 @@ mod tests {
         assert_eq!(failed.unwrap_err(), "boom");
         // The thread that panicked is still there.
         assert_eq!(pool.run(|| 2 + 2).await.unwrap(), 4);
+    }
+
+    #[test]
+    fn a_threads_clock_counts_its_own_work_and_not_its_sleep() {
+        use std::time::Duration;
+        let (clock_tx, clock_rx) = std::sync::mpsc::channel();
+        let (asleep_tx, asleep_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let clock = ThreadClock::of_this_thread().expect("a clock");
+            clock_tx.send(clock).unwrap();
+            // 100 ms of its own CPU time, however long the machine takes to give it.
+            while clock.used().unwrap() < Duration::from_millis(100) {}
+            asleep_tx.send(()).unwrap();
+            let _ = end_rx.recv();
+        });
+        let clock = clock_rx.recv().unwrap();
+        asleep_rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let used = clock
+            .used()
+            .expect("read from another thread while it lives");
+        assert!(used >= Duration::from_millis(100), "{used:?}");
+        assert!(
+            used < Duration::from_millis(250),
+            "its sleep is not counted: {used:?}"
+        );
+        drop(end_tx);
+        worker.join().unwrap();
     }
 }

@@ -206,7 +206,7 @@ pub async fn original(
             Err(e) => return e.into_response(),
         }
     };
-    let format = info.format.as_deref().and_then(SourceFormat::from_name);
+    let format = info.format;
     // A drawing (SVG) is a document that may carry script: its bytes go out as a download
     // in a sandbox, never as an image a browser would run.
     let document = format.is_some_and(SourceFormat::is_vector);
@@ -383,7 +383,7 @@ pub async fn similar(
                     width: s.info.width,
                     height: s.info.height,
                     bytes: s.info.bytes,
-                    format: s.info.format,
+                    format: s.info.format.map(|f| f.name().to_string()),
                 })
                 .collect(),
         })

@@ -34,7 +34,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use imgcas_processors::Fingerprint;
-use imgcas_processors::{OutputFormat, ProcessFailure};
+use imgcas_processors::{OutputFormat, ProcessFailure, SourceFormat};
 
 use crate::hash::ContentHash;
 
@@ -110,8 +110,10 @@ pub fn url_row_bytes(url: &str, entry: &UrlEntry) -> u64 {
 /// What the originals index holds for one hash (the bytes live in the blob store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginalInfo {
-    /// Sniffed format name (`jpeg`, …); `None` when the bytes are no image imgcas knows.
-    pub format: Option<String>,
+    /// The sniffed format; `None` when the bytes are no image imgcas knows. Typed from the
+    /// download to the run; stored by its name (`jpeg`, …), as it always was.
+    #[serde(with = "format_by_name")]
+    pub format: Option<SourceFormat>,
     /// Stored dimensions from the header (before EXIF orientation), when readable.
     pub width: Option<u32>,
     pub height: Option<u32>,
@@ -127,6 +129,41 @@ pub struct OriginalInfo {
     /// stored, or by the backfill for originals stored before); `None` until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<OriginalFacts>,
+}
+
+/// An original's format as the maps store it: by its name, read back into the type (a name
+/// this build does not know reads as no format, as it did when the name was kept as text and
+/// parsed where it was used).
+pub mod format_by_name {
+    use imgcas_processors::SourceFormat;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        format: &Option<SourceFormat>,
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        match format {
+            Some(format) => out.serialize_some(format.name()),
+            None => out.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Option<SourceFormat>, D::Error> {
+        let name = Option::<String>::deserialize(input)?;
+        Ok(name.as_deref().and_then(SourceFormat::from_name))
+    }
+
+    /// The name a store's text column holds.
+    pub fn name(format: Option<SourceFormat>) -> Option<&'static str> {
+        format.map(SourceFormat::name)
+    }
+
+    /// The format a store's text column names.
+    pub fn read(name: Option<String>) -> Option<SourceFormat> {
+        name.as_deref().and_then(SourceFormat::from_name)
+    }
 }
 
 /// Facts computed once from an original's pixels ([`imgcas_processors::facts`]).

@@ -5,7 +5,9 @@
 //! the request limit); past it the run is told to stop ([`Stop`], read by the processors
 //! between stages, frames and steps through `Decodes::check`) and its request answered at
 //! once: 422 `too_costly` when the run cost far more than it was charged, 503 `overloaded`
-//! when the request limit was the bound. Nothing is cached for a deadline.
+//! when the request limit was the bound, or when the run itself used less than half its
+//! budget in CPU time (read from its thread's clock): a busy machine starved it, and its
+//! input is not to blame. Nothing is cached for a deadline.
 //!
 //! A step already under way when the flag is raised (one codec call: an AVIF encode, a JPEG
 //! decode, a drawing) cannot be interrupted: it runs on to its end on its own thread, its
@@ -15,11 +17,12 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use imgcas_processors::{ProcessError, ProcessFailure};
 
+use crate::admission::ThreadClock;
 use crate::error::Error;
 use crate::stats::Stats;
 
@@ -35,6 +38,8 @@ const AT_LEAST: Duration = Duration::from_secs(10);
 pub(crate) struct Stop {
     run: Arc<AtomicBool>,
     shutdown: Arc<AtomicBool>,
+    /// The CPU clock of the thread the run runs on, from its start ([`Stop::running_here`]).
+    clock: Arc<OnceLock<ThreadClock>>,
 }
 
 impl Stop {
@@ -43,7 +48,22 @@ impl Stop {
         Stop {
             run: Arc::new(AtomicBool::new(false)),
             shutdown: shutdown.clone(),
+            clock: Arc::default(),
         }
+    }
+
+    /// Called by the run as it starts, on its own thread: its CPU time is counted from here.
+    pub(crate) fn running_here(&self) {
+        if let Some(clock) = ThreadClock::of_this_thread() {
+            let _ = self.clock.set(clock);
+        }
+    }
+
+    /// Whether the run used less than `share` of `wall` in CPU time: starved, not dear.
+    /// Unknown (no clock, or the thread gone) counts as not starved.
+    fn starved(&self, wall: Duration, share: f64) -> bool {
+        let used = self.clock.get().and_then(ThreadClock::used);
+        used.is_some_and(|used| used.as_secs_f64() < wall.as_secs_f64() * share)
     }
 
     /// What the processors are answered when they ask whether to go on.
@@ -90,9 +110,16 @@ impl Bound {
         }
     }
 
-    /// The answer of a run stopped at this bound.
-    fn error(self) -> Error {
+    /// The answer of a run stopped at this bound (`starved`: it used less than half of it
+    /// in CPU time).
+    fn error(self, starved: bool) -> Error {
         match self {
+            Bound::Budget(d) if starved => Error::Overloaded {
+                message: format!(
+                    "the machine was too busy to finish the run within the {d:?} its cost allows"
+                ),
+                retry_after_secs: 1,
+            },
             Bound::Budget(d) => Error::Process {
                 kind: ProcessFailure::TooCostly,
                 message: format!(
@@ -121,8 +148,13 @@ pub(crate) async fn bounded<T>(
         Err(_) => {
             stop.raise();
             Stats::bump(&stats.runs_stopped);
-            tracing::warn!(?bound, "a processing run passed its deadline: stopped");
-            Err(bound.error())
+            let starved = stop.starved(bound.duration(), 0.5);
+            tracing::warn!(
+                ?bound,
+                starved,
+                "a processing run passed its deadline: stopped"
+            );
+            Err(bound.error(starved))
         }
     }
 }
@@ -161,10 +193,12 @@ mod tests {
 
     #[test]
     fn the_answer_follows_the_bound() {
-        let budget = Bound::Budget(Duration::from_secs(10)).error();
-        assert_eq!(budget.code(), "too_costly");
-        let limit = Bound::RequestLimit(Duration::from_secs(60)).error();
-        assert_eq!(limit.code(), "overloaded");
+        let budget = Bound::Budget(Duration::from_secs(10));
+        assert_eq!(budget.error(false).code(), "too_costly");
+        assert_eq!(budget.error(true).code(), "overloaded");
+        let limit = Bound::RequestLimit(Duration::from_secs(60));
+        assert_eq!(limit.error(false).code(), "overloaded");
+        assert_eq!(limit.error(true).code(), "overloaded");
     }
 
     #[tokio::test(start_paused = true)]
@@ -183,5 +217,43 @@ mod tests {
         assert!(other.check().is_ok(), "one run's deadline is its own");
         shutdown.store(true, Ordering::Relaxed);
         assert!(matches!(other.check(), Err(ProcessError::Stopped(_))));
+    }
+
+    /// A run that burnt its budget on its thread is blamed; one that waited for the CPU is
+    /// not. (A sleeping thread stands for a starved one: it uses no CPU time.)
+    #[test]
+    fn a_run_is_starved_when_its_thread_used_less_than_half_the_time() {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let (busy, idle) = (Stop::under(&shutdown), Stop::under(&shutdown));
+        let wall = Duration::from_millis(300);
+        let (a, b) = (busy.clone(), idle.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let ready_sleeper = ready_tx.clone();
+        let end_rx = Arc::new(std::sync::Mutex::new(end_rx));
+        let end_sleeper = end_rx.clone();
+        let spinner = std::thread::spawn(move || {
+            a.running_here();
+            // Two thirds of `wall` in its own CPU time, however long that takes here.
+            let clock = a.clock.get().copied().expect("a clock");
+            while clock.used().unwrap() < wall * 2 / 3 {}
+            ready_tx.send(()).unwrap();
+            let _ = end_rx.lock().unwrap().recv();
+        });
+        let sleeper = std::thread::spawn(move || {
+            b.running_here();
+            std::thread::sleep(wall);
+            ready_sleeper.send(()).unwrap();
+            let _ = end_sleeper.lock().unwrap().recv();
+        });
+        ready_rx.recv().unwrap();
+        ready_rx.recv().unwrap();
+        assert!(!busy.starved(wall, 0.5), "the spinning run used its time");
+        assert!(idle.starved(wall, 0.5), "the sleeping run did not");
+        drop(end_tx);
+        spinner.join().unwrap();
+        sleeper.join().unwrap();
+        // No clock: not starved (blamed as before).
+        assert!(!Stop::under(&shutdown).starved(wall, 0.5));
     }
 }

@@ -84,10 +84,7 @@ fn describe(bytes: &[u8], probe: Option<(SourceInfo, (u32, u32))>) -> (ContentHa
     let info = OriginalInfo {
         // The probe's format; sniffed here only when the probe failed (bytes that are no
         // image, or a format this build does not decode, are stored and named all the same).
-        format: probe
-            .map(|p| p.format)
-            .or_else(|| sniff(bytes))
-            .map(|f| f.name().to_string()),
+        format: probe.map(|p| p.format).or_else(|| sniff(bytes)),
         width: probe.map(|p| p.width),
         height: probe.map(|p| p.height),
         upright,

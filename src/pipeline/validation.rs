@@ -127,7 +127,7 @@ impl Pipeline {
         };
         let asked = Asked {
             sha256: hash.to_hex(),
-            format: info.format.as_deref(),
+            format: info.format.map(imgcas_processors::SourceFormat::name),
             width: info.width,
             height: info.height,
             bytes: info.bytes,

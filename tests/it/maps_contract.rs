@@ -25,7 +25,7 @@ type Opened = Pin<Box<dyn Future<Output = Arc<dyn MapStore>>>>;
 
 fn info(bytes: u64) -> OriginalInfo {
     OriginalInfo {
-        format: Some("png".into()),
+        format: Some(imgcas_processors::SourceFormat::Png),
         width: Some(3),
         height: Some(2),
         upright: Some((2, 3)),

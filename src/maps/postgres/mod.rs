@@ -334,7 +334,7 @@ fn fingerprinted(row: &Row) -> Result<Fingerprinted, MapError> {
 
 fn original_info(row: &Row) -> Result<OriginalInfo, MapError> {
     Ok(OriginalInfo {
-        format: row.try_get("format").map_err(store_error)?,
+        format: crate::maps::format_by_name::read(row.try_get("format").map_err(store_error)?),
         width: dimension(row.try_get("width").map_err(store_error)?),
         height: dimension(row.try_get("height").map_err(store_error)?),
         upright: dimension(row.try_get("upright_width").map_err(store_error)?).zip(dimension(

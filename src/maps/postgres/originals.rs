@@ -72,7 +72,7 @@ impl Originals for PostgresStore {
                 &ADD_ORIGINAL,
                 params![
                     raw,
-                    info.format,
+                    crate::maps::format_by_name::name(info.format),
                     c.width,
                     c.height,
                     info.has_alpha,
@@ -104,7 +104,7 @@ impl Originals for PostgresStore {
                 &RECORD_DOWNLOAD,
                 params![
                     raw,
-                    info.format,
+                    crate::maps::format_by_name::name(info.format),
                     o.width,
                     o.height,
                     info.has_alpha,

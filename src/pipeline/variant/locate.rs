@@ -78,7 +78,7 @@ impl Pipeline {
                 &placed
             }
         };
-        let source_format = info.format.as_deref().and_then(SourceFormat::from_name);
+        let source_format = info.format;
         let output = source_format.and_then(SourceFormat::as_output);
         let may_be_animated = source_format.is_some_and(SourceFormat::may_animate);
         let source_frames = if may_be_animated && spec.may_animate(output) {

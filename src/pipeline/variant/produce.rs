@@ -249,6 +249,7 @@ impl Pipeline {
         let run = s.admission.run_as(tier, move || {
             // The slot is the thread's: held until the run really ends, deadline or not.
             let _permit = running.permit;
+            run_stop.running_here();
             let decodes = this
                 .shared
                 .decodes

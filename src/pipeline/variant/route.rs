@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use imgcas_processors::{
-    self as processors, mezzanine, SourceFormat, SourceInfo, MEZZANINE_VERSION, PROCESSOR_VERSION,
+    self as processors, mezzanine, SourceInfo, MEZZANINE_VERSION, PROCESSOR_VERSION,
 };
 
 use super::{Job, Target};
@@ -28,7 +28,7 @@ pub(in crate::pipeline) fn mezzanine_key(hash: &ContentHash) -> VariantKey {
 /// The header facts a mezzanine decision reads, from the originals index.
 pub(super) fn header_facts(info: &crate::maps::OriginalInfo) -> Option<SourceInfo> {
     Some(SourceInfo {
-        format: info.format.as_deref().and_then(SourceFormat::from_name)?,
+        format: info.format?,
         width: info.width?,
         height: info.height?,
         has_alpha: info.has_alpha,
