@@ -458,6 +458,9 @@ const ROW_UNITS: f64 = 2.5;
 /// How many gradient stops cost one more pass over a painted pixel (measured: 30,000 stops
 /// over 1000×1000 pixels took 13.9 s, about a pass per 35 stops; charged a little more).
 const STOPS_PER_PASS: f64 = 20.0;
+/// The largest pattern tile drawn (its own pixmap, 4 bytes a pixel: 256 MiB); a larger one
+/// is refused as too costly, whatever `limits.max_cost` allows.
+const MAX_TILE_PIXELS: f64 = (1u64 << 26) as f64;
 /// How deep shared contents may nest inside each other before the count stops descending
 /// (usvg itself cuts reference loops; this bounds the walk whatever the tree).
 const MAX_SHARED_DEPTH: usize = 64;
@@ -562,7 +565,7 @@ impl Work {
             let covered = self.pixels(Some(path.data().bounds()), path.abs_transform());
             total += segments * SEGMENT_UNITS
                 + rows * ROW_UNITS
-                + self.paint(fill.paint(), covered, depth);
+                + self.paint(fill.paint(), covered, path.abs_transform(), depth);
         }
         if let Some(stroke) = path.stroke() {
             let covered = self.pixels(Some(path.abs_stroke_bounding_box()), Transform::identity());
@@ -583,13 +586,13 @@ impl Work {
             // The outline has two sides, each as long as the path.
             total += (segments + dashes) * STROKE_SEGMENT_UNITS
                 + 2.0 * rows * ROW_UNITS
-                + self.paint(stroke.paint(), covered, depth);
+                + self.paint(stroke.paint(), covered, path.abs_transform(), depth);
         }
         total
     }
 
-    /// Painting `covered` pixels with `paint`.
-    fn paint(&mut self, paint: &usvg::Paint, covered: f64, depth: usize) -> f64 {
+    /// Painting `covered` pixels with `paint`, on a path drawn under `at`.
+    fn paint(&mut self, paint: &usvg::Paint, covered: f64, at: Transform, depth: usize) -> f64 {
         match paint {
             usvg::Paint::Color(_) => covered,
             usvg::Paint::LinearGradient(g) => {
@@ -599,7 +602,21 @@ impl Work {
                 covered * (2.0 + g.stops().len() as f64 / STOPS_PER_PASS)
             }
             usvg::Paint::Pattern(p) => {
-                let tile = self.pixels(Some(p.rect().to_rect()), p.transform());
+                // resvg draws the tile on a pixmap of its own: the tile's box at the scale of
+                // the pattern under the path, not bounded by the canvas (the svg fuzz target's
+                // find: a 20 × 40 tile in the units of a 320-wide box, drawn 20 times up, asked
+                // for a pixmap of billions of pixels, and the allocation's failure aborts).
+                let (sx, sy) = self
+                    .scale
+                    .pre_concat(at)
+                    .pre_concat(p.transform())
+                    .get_scale();
+                let rect = p.rect();
+                let side = |length: f32, scale: f32| f64::from(length * scale).round().abs();
+                let tile = side(rect.width(), sx) * side(rect.height(), sy);
+                if tile > MAX_TILE_PIXELS {
+                    return f64::INFINITY;
+                }
                 2.0 * covered + 2.0 * tile + self.shared(p.root(), depth)
             }
         }
