@@ -448,6 +448,7 @@ store_answers!(Fingerprints {
     fn fingerprint(&self, hash: &ContentHash) -> Option<Fingerprinted>;
     fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ListedAtWrite;
     fn near(&self, phash: u64, radius: u32) -> Vec<NearMatch>;
+    fn near_closest(&self, phash: u64, radius: u32, limit: usize) -> Vec<NearMatch>;
     fn unfingerprinted(&self, after: Option<ContentHash>, limit: usize) -> Vec<ContentHash>;
     fn fingerprints(&self) -> Vec<(ContentHash, Fingerprint)>;
     fn alias(&self, hash: &ContentHash) -> Option<ContentHash>;

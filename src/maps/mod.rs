@@ -539,6 +539,21 @@ pub trait Fingerprints: Send + Sync {
     /// The originals whose DCT hash is within `radius` bits of `phash`, closest first.
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError>;
 
+    /// [`Fingerprints::near`], the `limit` closest only (by distance, then hash): for a
+    /// lookup that keeps the best of them, in work bounded by `limit` however many originals
+    /// look alike (100,000 uploads of near-identical pictures made each upload's report read
+    /// every earlier one: memory and time grew with the uploads).
+    async fn near_closest(
+        &self,
+        phash: u64,
+        radius: u32,
+        limit: usize,
+    ) -> Result<Vec<NearMatch>, MapError> {
+        let mut found = self.near(phash, radius).await?;
+        found.truncate(limit);
+        Ok(found)
+    }
+
     /// Up to `limit` indexed originals without a current fingerprint, in hash order after
     /// `after` (the backfill's cursor).
     async fn unfingerprinted(

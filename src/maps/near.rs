@@ -143,7 +143,20 @@ impl NearIndex {
 
     /// `(prefix, distance)` of every original within `radius` of `phash`, closest first.
     pub fn search(&self, phash: u64, radius: u32) -> Vec<(u64, u32)> {
+        self.search_closest(phash, radius, usize::MAX)
+    }
+
+    /// [`NearIndex::search`], the `limit` closest only (by distance, then prefix), in memory
+    /// bounded by `limit`: the hits are cut back to it whenever they pass four times it.
+    pub fn search_closest(&self, phash: u64, radius: u32, limit: usize) -> Vec<(u64, u32)> {
         let mut hits: Vec<(u32, u32)> = Vec::new();
+        let compact_at = limit.saturating_mul(4).max(1024);
+        let keep_closest = |hits: &mut Vec<(u32, u32)>| {
+            hits.sort_unstable_by_key(|&(row, d)| (d, self.prefix[row as usize], row));
+            hits.dedup();
+            hits.retain(|&(row, _)| self.prefix[row as usize] != DEAD);
+            hits.truncate(limit);
+        };
         let probes = probes(phash, radius);
         let flips = radius / BANDS as u32;
         let visits: usize = probes.iter().map(Vec::len).sum();
@@ -174,6 +187,9 @@ impl NearIndex {
                         // (Otherwise band 0's probes found it already.)
                         self.rows_of(*h, &mut hits, d);
                     }
+                    if hits.len() > compact_at {
+                        keep_closest(&mut hits);
+                    }
                 }
             }
         }
@@ -187,6 +203,7 @@ impl NearIndex {
             })
             .collect();
         found.sort_by_key(|&(p, d)| (d, p));
+        found.truncate(limit);
         found
     }
 
@@ -223,6 +240,34 @@ mod tests {
         assert_eq!(probes(0, 4)[0].len(), 17);
         assert_eq!(probes(0, 8)[0].len(), 137);
         assert_eq!(probes(0, 16)[0].len(), 2517);
+    }
+
+    /// Thousands of alike originals: the closest few come back, the same as the whole
+    /// search's first few, and the hits held stay bounded.
+    #[test]
+    fn the_closest_few_of_many_alike_are_the_whole_searchs_first() {
+        let mut index = NearIndex::default();
+        let base = 0x0123_4567_89ab_cdefu64;
+        for prefix in 0..10_000u64 {
+            // Most identical, some a bit or two away, in no order.
+            let phash = match prefix % 7 {
+                0 => base ^ 1,
+                3 => base ^ 0b11,
+                _ => base,
+            };
+            index.insert_new(prefix.wrapping_mul(0x9e37_79b9_7f4a_7c15), phash);
+        }
+        let all = index.search(base, 8);
+        assert_eq!(all.len(), 10_000);
+        for limit in [1, 64, 5000] {
+            assert_eq!(
+                index.search_closest(base, 8, limit),
+                all[..limit],
+                "{limit}"
+            );
+        }
+        index.remove_known(all[0].0, base);
+        assert_eq!(index.search_closest(base, 8, 3), all[1..4]);
     }
 
     #[test]

@@ -42,6 +42,12 @@ pub(super) enum Canonical {
     Own,
 }
 
+/// How many of the closest candidates a near-duplicate report ranks: however many originals
+/// look alike (a catalogue of products on white, thousands of placeholders), an upload's
+/// report reads this many, not every earlier one (audit #3's 100,000 uploads: the report
+/// read them all, and memory and time grew with them).
+const BEST_AMONG: usize = 64;
+
 impl Pipeline {
     /// Whether near-duplicates are looked for at all (`dedup.near` is not `off`).
     pub fn near_dedup_on(&self) -> bool {
@@ -187,14 +193,18 @@ impl Pipeline {
     }
 
     /// The best other indexed original matching `fp` under `guards`: the largest in pixels,
-    /// then the oldest.
+    /// then the oldest, among the [`BEST_AMONG`] closest.
     pub(super) async fn best_match(
         &self,
         own: &ContentHash,
         fp: &Fingerprint,
         guards: &Guards,
     ) -> Result<Option<ContentHash>, Error> {
-        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
+        let found = self
+            .shared
+            .maps
+            .near_closest(fp.phash, guards.radius, BEST_AMONG)
+            .await?;
         let ranked = self.ranked(own, fp, guards, found, false).await?;
         Ok(ranked.first().copied())
     }

@@ -500,6 +500,12 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
         .map(|m| m.hash)
         .collect();
     assert_eq!(found, vec![hashes[0]], "the index is rebuilt at open");
+    let closest = maps.near_closest(base, 8, 1).await.unwrap();
+    assert_eq!(closest.len(), 1);
+    assert_eq!(
+        closest[0].hash, hashes[0],
+        "the closest, as `near` gives it first"
+    );
 }
 
 /// Takedowns: the hash → URLs index follows every write of the URL map (own bytes and

@@ -209,11 +209,20 @@ impl Fingerprints for RedbStore {
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        self.near_closest(phash, radius, usize::MAX).await
+    }
+
+    async fn near_closest(
+        &self,
+        phash: u64,
+        radius: u32,
+        limit: usize,
+    ) -> Result<Vec<NearMatch>, MapError> {
         let found = self
             .near
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .search(phash, radius);
+            .search_closest(phash, radius, limit);
         if found.is_empty() {
             return Ok(Vec::new());
         }
@@ -234,6 +243,7 @@ impl Fingerprints for RedbStore {
                     }
                 }
                 out.sort_by_key(|m| (m.distance, m.hash));
+                out.truncate(limit);
                 Ok(out)
             })
             .await
