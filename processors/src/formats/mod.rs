@@ -31,6 +31,7 @@ pub(crate) mod jpeg;
 mod png;
 mod riff;
 mod svg;
+mod svg_expansion;
 mod tiff;
 mod webp;
 
