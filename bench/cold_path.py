@@ -81,11 +81,7 @@ def pyvips_run(pyvips, source, seconds):
                 latencies.append((time.perf_counter() - t) * 1000)
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker) for _ in range(CORES)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    lib.run_threads(worker, CORES)
     elapsed = time.monotonic() - started
     q = statistics.quantiles(latencies, n=100)
     return {"rps": len(latencies) / elapsed, "p50": q[49], "p90": q[89], "p99": q[98], "requests": len(latencies), "non2xx": 0}

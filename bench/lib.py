@@ -388,3 +388,12 @@ def rss_mb(pid):
     except OSError:
         return None
     return None
+
+
+def run_threads(target, count):
+    """Runs `target` on `count` threads at once and waits for them all."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

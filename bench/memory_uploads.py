@@ -2,15 +2,22 @@
 """Memory under a flood of new originals (issue 50, item 8): one node on the embedded default
 takes UPLOADS uploads of distinct tiny PNGs from 8 clients, and its RSS is read before, at
 the end, and after IDLE_S idle seconds; then it is stopped with SIGTERM and the time to exit
-measured. Two configurations in one run, on the same binary:
+measured; RSS is also sampled at every tenth of the uploads, so that a plateau shows as one.
+Configurations, on the same binary in one run (`CONFIGS=defaults,small` picks):
 
-- `bounded`: the defaults (`maps.cache_bytes` 64 MiB, `limits.background_queue` 1,024);
+- `defaults`: `maps.cache_bytes` 64 MiB, `maps.entries_cache_bytes` 32 MiB,
+  `limits.background_queue` 1,024;
+- `small`: the same bounds set small (16 MiB of pages, 4 MiB of entries, 64 queued tasks):
+  what the settings buy;
 - `unbounded`: redb's own page cache (1 GiB) and no bound on queued background work, as
   the node was before audit #3.
 
 Audit #3 measured 100,000 uploads taking a node from 100 MB to 529 MB (573 MB after 20 s
-idle) and 15 s to stop. All traffic stays on loopback. Writes bench/results/memory-uploads.json.
+idle) and 15 s to stop. All traffic stays on loopback. The run is added to
+bench/results/memory-uploads.json under `LABEL` (earlier runs are kept beside it).
 """
+
+import json
 
 import os
 import signal
@@ -21,6 +28,12 @@ import urllib.request
 import lib
 
 UPLOADS = int(os.environ.get("UPLOADS", "100000"))
+CONFIGS = {
+    "defaults": {},
+    "small": dict(IMGCAS_MAPS_CACHE_BYTES=str(16 << 20), IMGCAS_MAPS_ENTRIES_CACHE_BYTES=str(4 << 20),
+                  IMGCAS_BACKGROUND_QUEUE="64"),
+    "unbounded": dict(IMGCAS_MAPS_CACHE_BYTES=str(1 << 30), IMGCAS_BACKGROUND_QUEUE=str(10**9)),
+}
 CLIENTS = 8
 IDLE_S = 20
 
@@ -31,7 +44,7 @@ def run(binary, name, env):
         base, proc = lib.start_imgcas(procs, binary, work, **env)
         time.sleep(1)
         before = lib.rss_mb(proc.pid)
-        counter, lock, statuses = iter(range(UPLOADS)), threading.Lock(), {}
+        counter, lock, statuses, curve = iter(range(UPLOADS)), threading.Lock(), {}, []
         started = time.monotonic()
 
         def client():
@@ -40,6 +53,8 @@ def run(binary, name, env):
                     n = next(counter, None)
                 if n is None:
                     return
+                if n % max(1, UPLOADS // 10) == 0:
+                    curve.append((n, lib.rss_mb(proc.pid)))
                 request = urllib.request.Request(base + "/v1/originals", data=lib.tiny_png(n), method="POST",
                                                  headers={"content-type": "image/png"})
                 try:
@@ -52,11 +67,7 @@ def run(binary, name, env):
                 with lock:
                     statuses[status] = statuses.get(status, 0) + 1
 
-        threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        lib.run_threads(client, CLIENTS)
         took = time.monotonic() - started
         end = lib.rss_mb(proc.pid)
         time.sleep(IDLE_S)
@@ -66,18 +77,19 @@ def run(binary, name, env):
         proc.wait(timeout=120)
         stop_s = time.monotonic() - asked
     result = dict(uploads=UPLOADS, per_second=round(UPLOADS / took), statuses=statuses,
-                  rss_before_mb=before, rss_end_mb=end, rss_idle_mb=idle, stop_s=round(stop_s, 2))
+                  rss_before_mb=before, rss_end_mb=end, rss_idle_mb=idle, stop_s=round(stop_s, 2),
+                  rss_mb_at_uploads=sorted(curve))
     print(name, result, flush=True)
     return result
 
 
 def main():
     binary = lib.build()
-    results = {
-        "bounded": run(binary, "bounded", {}),
-        "unbounded": run(binary, "unbounded", dict(IMGCAS_MAPS_CACHE_BYTES=str(1 << 30),
-                                                   IMGCAS_BACKGROUND_QUEUE=str(10**9))),
-    }
+    names = os.environ.get("CONFIGS", "defaults,unbounded").split(",")
+    run_results = {name: run(binary, name, CONFIGS[name]) for name in names}
+    path = lib.RESULTS / "memory-uploads.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[os.environ.get("LABEL", time.strftime("%Y-%m-%d"))] = run_results
     lib.save("memory-uploads", results)
 
 

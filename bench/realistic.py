@@ -126,11 +126,7 @@ def main():
                     with lock:
                         records.extend(local)
 
-                threads = [threading.Thread(target=worker) for _ in range(THREADS)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                lib.run_threads(worker, THREADS)
 
             started = time.monotonic()
             half = REQUESTS // 2

@@ -99,11 +99,7 @@ def run(urls):
                         failures.append(str(e))
                     break
 
-    threads = [threading.Thread(target=worker) for _ in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    lib.run_threads(worker, THREADS)
     return latencies, failures
 
 

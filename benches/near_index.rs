@@ -14,12 +14,22 @@
 //! capacities), p50/p99 of single lookups, matches per lookup, and the scan's p50 for the
 //! ratio. `NEAR_INDEX_SIZES=250000,1000000` picks sizes; the figures go to
 //! `bench/results/near-index.json`.
+//!
+//! The embedded maps keep that index on disk since audit #3 (`near_bands` in the redb file,
+//! read through its page cache, so a node's memory does not grow with its originals);
+//! the in-memory [`NearIndex`] is what reports scanning every fingerprint build. The second
+//! part measures the embedded maps' search as the service calls it (`near_closest` through
+//! the store, resolving each match's fingerprint), at `NEAR_INDEX_REDB_SIZES` (default 250 k
+//! and 1 M) with the default page cache, beside the in-memory index and the scan of the same
+//! hashes in the same run: `bench/results/near-index-redb.json`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
+use imgcas::hash::ContentHash;
 use imgcas::maps::near::NearIndex;
+use imgcas::maps::{Fingerprint, Fingerprinted, Fingerprints, RedbStore};
 
 const RADIUS: u32 = 8;
 const QUERIES: usize = 5_000;
@@ -59,6 +69,20 @@ fn scan(hashes: &[u64], query: u64, radius: u32) -> usize {
         .iter()
         .filter(|h| (**h ^ query).count_ones() <= radius)
         .count()
+}
+
+/// The median time of a straight scan for each of `queries`, in milliseconds.
+fn scan_p50(hashes: &[u64], queries: &[u64]) -> f64 {
+    let mut times: Vec<Duration> = queries
+        .iter()
+        .map(|q| {
+            let started = Instant::now();
+            black_box(scan(hashes, *q, RADIUS));
+            started.elapsed()
+        })
+        .collect();
+    times.sort();
+    percentile(&times, 0.5)
 }
 
 fn criterion_groups(c: &mut Criterion) {
@@ -106,15 +130,7 @@ fn at_each_size() {
         }
         times.sort();
         // The scan is slow at 10 M: a tenth of the queries suffice for its median.
-        let mut scan_times: Vec<Duration> = built.queries[..QUERIES / 10]
-            .iter()
-            .map(|q| {
-                let started = Instant::now();
-                black_box(scan(&built.hashes, *q, RADIUS));
-                started.elapsed()
-            })
-            .collect();
-        scan_times.sort();
+        let scan_p50 = scan_p50(&built.hashes, &built.queries[..QUERIES / 10]);
         let bytes = built.index.heap_bytes() as f64 / size as f64;
         let row = serde_json::json!({
             "originals": size,
@@ -124,7 +140,7 @@ fn at_each_size() {
             "lookup_p99_ms": percentile(&times, 0.99),
             "lookup_max_ms": percentile(&times, 1.0),
             "matches_per_lookup": matches as f64 / QUERIES as f64,
-            "scan_p50_ms": percentile(&scan_times, 0.5),
+            "scan_p50_ms": scan_p50,
         });
         println!("{row}");
         rows.push(row);
@@ -137,12 +153,95 @@ fn at_each_size() {
     std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
 }
 
+/// The embedded maps' on-disk index as the service searches it, beside the in-memory index
+/// and the scan of the same hashes, at each of `NEAR_INDEX_REDB_SIZES`.
+fn embedded_at_each_size() {
+    let sizes: Vec<usize> = std::env::var("NEAR_INDEX_REDB_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![250_000, 1_000_000]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let seeds = seeds();
+    let mut rows = Vec::new();
+    for size in sizes {
+        let built = build(size, &seeds);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let row = runtime.block_on(async {
+            let store = RedbStore::open(dir.path().to_path_buf(), None)
+                .await
+                .expect("open");
+            let started = Instant::now();
+            for (i, h) in built.hashes.iter().enumerate() {
+                let fp = Fingerprinted::Picture(Fingerprint {
+                    phash: *h,
+                    block_hash: 0,
+                    colour: 0,
+                    width: 100,
+                    height: 100,
+                });
+                store
+                    .put_fingerprint(&ContentHash::of(&(i as u64).to_le_bytes()), &fp)
+                    .await
+                    .expect("put");
+            }
+            let fill = started.elapsed();
+            let queries = &built.queries[..QUERIES / 5];
+            let mut times = Vec::new();
+            let mut memory_times = Vec::new();
+            let mut matches = 0usize;
+            for q in queries {
+                let started = Instant::now();
+                matches += black_box(store.near_closest(*q, RADIUS, usize::MAX).await)
+                    .expect("search")
+                    .len();
+                times.push(started.elapsed());
+                let started = Instant::now();
+                black_box(built.index.search(*q, RADIUS));
+                memory_times.push(started.elapsed());
+            }
+            times.sort();
+            memory_times.sort();
+            let scan_p50 = scan_p50(&built.hashes, &queries[..QUERIES / 50]);
+            let file = std::fs::metadata(dir.path().join("imgcas.redb"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            serde_json::json!({
+                "originals": size,
+                "fill_seconds": fill.as_secs_f64(),
+                "file_bytes_per_original": (file as f64 / size as f64).round(),
+                "lookup_p50_ms": percentile(&times, 0.5),
+                "lookup_p99_ms": percentile(&times, 0.99),
+                "in_memory_p50_ms": percentile(&memory_times, 0.5),
+                "scan_p50_ms": scan_p50,
+                "matches_per_lookup": matches as f64 / queries.len() as f64,
+            })
+        });
+        println!("{row}");
+        rows.push(row);
+    }
+    let out = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/bench/results/near-index-redb.json"
+    );
+    let json = serde_json::json!({
+        "radius": RADIUS, "sizes": rows,
+        "note": "the embedded maps' index on disk (near_closest through the store, matches resolved); \
+                 peers in the same run: the in-memory index it replaced, and a straight scan",
+    });
+    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+}
+
 fn main() {
     // `cargo test --benches` runs benches as tests: keep that quick.
     if std::env::args().any(|a| a == "--test") {
         return;
     }
+    if std::env::var("NEAR_INDEX_ONLY").as_deref() == Ok("embedded") {
+        embedded_at_each_size();
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     at_each_size();
+    embedded_at_each_size();
 }

@@ -230,16 +230,28 @@ fn spawn_purge_follower(pipeline: Pipeline) -> JoinHandle<()> {
 /// unused URLs, and making non-durable map commits durable, so a crash loses at most about
 /// a second of recomputable entries), and folds recorded latency samples into their histogram
 /// buckets (the recorder queues every sample until then: without it, memory would grow with
-/// each request between scrapes).
+/// each request between scrapes). Every [`GIVE_BACK_EVERY`] ticks, the allocator's free
+/// memory goes back to the system.
 fn spawn_flusher(pipeline: Pipeline, metrics: Metrics) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut ticks = 0u64;
         loop {
             tick.tick().await;
             metrics.upkeep();
             if let Err(e) = pipeline.upkeep().await {
                 tracing::warn!(error = %e, "periodic upkeep failed");
             }
+            ticks += 1;
+            if ticks.is_multiple_of(GIVE_BACK_EVERY) {
+                tokio::task::spawn_blocking(crate::admission::give_memory_back);
+            }
         }
     })
 }
+
+/// Seconds between two returns of the allocator's free memory to the system. glibc keeps
+/// what a thread frees in that thread's arena, and the blocking pool's many threads each
+/// keep some: under heaptrack, 60,000 uploads held 25 MB of heap while RSS crept past 90 MB
+/// (bounded settings; audit #3). A return costs a walk of the free lists: milliseconds.
+const GIVE_BACK_EVERY: u64 = 10;

@@ -58,6 +58,9 @@ pub struct Stats {
     pub frames_decoded: AtomicU64,
     /// Mezzanines built (each original's once, unless evicted or lost).
     pub mezzanines_built: AtomicU64,
+    /// Variants' runs planned (`processors::plan`): once per variant located, never again
+    /// for its run.
+    pub plans_made: AtomicU64,
 }
 
 impl Stats {
@@ -101,6 +104,7 @@ impl Stats {
             small_decodes_spared: Self::get(&self.small_decodes_spared),
             frames_decoded: Self::get(&self.frames_decoded),
             mezzanines_built: Self::get(&self.mezzanines_built),
+            plans_made: Self::get(&self.plans_made),
         }
     }
 }
@@ -133,4 +137,5 @@ pub struct StatsSnapshot {
     pub small_decodes_spared: u64,
     pub frames_decoded: u64,
     pub mezzanines_built: u64,
+    pub plans_made: u64,
 }

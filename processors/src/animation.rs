@@ -72,7 +72,7 @@ pub(crate) fn process(
     }
     let (uw, uh) = source.upright_size();
     crate::check_minimum(uw, uh, &spec.shape)?;
-    let (rotated, plan, _) = crate::layout((uw, uh), spec, false);
+    let (rotated, plan, _) = crate::geometry::layout((uw, uh), spec, false);
     check(header.frames, plan.output_size(), limits)?;
     encode::check_animation_size(spec.format, plan.output_size())?;
     // The image crate's frame decoders are third-party code reading input bytes: a panic in

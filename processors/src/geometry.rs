@@ -207,6 +207,28 @@ fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
     }
 }
 
+/// The upright source size after `rotate`, the fit plan for it, and the decode denominator:
+/// with shrink-on-load (JPEG), 1/2, 1/4 or 1/8 when the output is that much smaller.
+pub(crate) fn layout(
+    upright: (u32, u32),
+    spec: &ResolvedSpec,
+    can_shrink: bool,
+) -> ((u32, u32), Plan, u32) {
+    let (w, h) = upright;
+    let rotated = if spec.shape.rotate % 180 == 90 {
+        (h, w)
+    } else {
+        (w, h)
+    };
+    let plan = plan(rotated, spec);
+    let denominator = if can_shrink && !spec.decodes_whole() {
+        shrink_denominator(plan.reduction(rotated))
+    } else {
+        1
+    };
+    (rotated, plan, denominator)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

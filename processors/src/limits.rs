@@ -1,6 +1,8 @@
 //! Bounds on what one source may cost to open, decode and process: what every format's
 //! header reader and decoder is held to, and what admission charges against.
 
+use crate::ProcessError;
+
 /// Bounds on what one decode may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -29,4 +31,15 @@ impl Limits {
     pub(crate) fn max_alloc(&self) -> u64 {
         self.max_pixels.saturating_mul(8).saturating_add(64 << 20)
     }
+}
+
+/// Refuses a run whose cost ([`crate::cost`]) is over `limits.max_cost`.
+pub fn check_cost(cost: u64, limits: &Limits) -> Result<(), ProcessError> {
+    if cost > limits.max_cost {
+        return Err(ProcessError::TooCostly {
+            cost,
+            limit: limits.max_cost,
+        });
+    }
+    Ok(())
 }

@@ -26,9 +26,10 @@
 
 use crate::decode::{open, Limits, SourceInfo};
 use crate::error::ProcessError;
+use crate::geometry::layout;
 use crate::spec::OutputFormat;
 use crate::spec::ResolvedSpec;
-use crate::{layout, ops, Decodes, InputKind, Processed};
+use crate::{ops, Decodes, InputKind, Processed};
 
 /// Bumped whenever [`build`] would produce other bytes: stored mezzanines of another version
 /// are not used.
@@ -62,6 +63,16 @@ const MARGIN: f64 = 4.0;
 /// [`FROM_SIDE`]), and the mezzanine still holds [`MARGIN`] times the output's resolution
 /// along the less-reduced axis.
 pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bool {
+    serves_from(info, spec).is_some_and(|from| {
+        let (rotated, plan, _) = layout(upright, spec, false);
+        plan.reduction(rotated) >= from
+    })
+}
+
+/// The reduction of the output (in the original's upright coordinates) from which the
+/// mezzanine serves a source with these header facts, when it may serve it at all: the
+/// part of [`serves`] that does not depend on the orientation.
+pub fn serves_from(info: &SourceInfo, spec: &ResolvedSpec) -> Option<f64> {
     let long = info.width.max(info.height);
     // A mezzanine is a still: animations are made from their original's frames. A source
     // that shrinks on load (JPEG) decodes at the scale each output picks, for about what
@@ -74,12 +85,11 @@ pub fn serves(info: &SourceInfo, upright: (u32, u32), spec: &ResolvedSpec) -> bo
         || info.format.shrinks_on_load()
         || info.format.is_vector();
     if no_mezzanine || long < FROM_SIDE || !info.format.can_decode() {
-        return false;
+        return None;
     }
     let mezzanine = size_for((info.width, info.height));
     let factor = f64::from(long) / f64::from(mezzanine.0.max(mezzanine.1));
-    let (rotated, plan, _) = layout(upright, spec, false);
-    plan.reduction(rotated) >= MARGIN * factor
+    Some(MARGIN * factor)
 }
 
 /// Whether [`serves`] may hold, before the orientation is known (either way round): when it

@@ -135,6 +135,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("maps.pool_size", "IMGCAS_MAPS_POOL_SIZE", maps.pool_size, some_number),
     setting!("maps.password_file", "IMGCAS_MAPS_PASSWORD_FILE", maps.password_file, some_path),
     setting!("maps.cache_bytes", "IMGCAS_MAPS_CACHE_BYTES", maps.cache_bytes, some_number),
+    setting!("maps.entries_cache_bytes", "IMGCAS_MAPS_ENTRIES_CACHE_BYTES", maps.entries_cache_bytes, some_number),
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),

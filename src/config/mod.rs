@@ -89,6 +89,11 @@ pub struct MapsConfig {
     /// Bytes of the embedded maps' page cache (`IMGCAS_MAPS_CACHE_BYTES`; unset: 64 MiB).
     /// redb's own default, 1 GiB, filled as the file grew and never shrank.
     pub cache_bytes: Option<usize>,
+    /// Bytes of map entries a node remembers, per kind (`IMGCAS_MAPS_ENTRIES_CACHE_BYTES`;
+    /// unset: 32 MiB): URL entries and originals entries each, and on PostgreSQL each again
+    /// as last seen (answered while the database does not answer). Bounded by what they hold,
+    /// not by how many: a bulk migration of millions of originals runs in the same memory.
+    pub entries_cache_bytes: Option<usize>,
 }
 
 /// What the maintenance commands spare.
@@ -809,6 +814,7 @@ mod tests {
             ("IMGCAS_SHUTDOWN_TIMEOUT", (r#""5s""#, "5s")),
             ("IMGCAS_BACKGROUND_QUEUE", ("64", "64")),
             ("IMGCAS_MAPS_CACHE_BYTES", ("1048576", "1048576")),
+            ("IMGCAS_MAPS_ENTRIES_CACHE_BYTES", ("2_097_152", "2097152")),
             ("IMGCAS_S3_CONNECT_TIMEOUT", (r#""1s""#, "1s")),
             ("IMGCAS_S3_FIRST_BYTE_TIMEOUT", (r#""3s""#, "3s")),
             ("IMGCAS_S3_TIMEOUT", (r#""6s""#, "6")),

@@ -38,16 +38,12 @@ use super::{
 };
 use crate::hash::ContentHash;
 
-/// Originals entries kept in memory.
-const RECENT_ORIGINALS: u64 = 100_000;
-
-/// Originals entries a shared store's outage is answered with, at most.
-const LAST_SEEN_ORIGINALS: u64 = 20_000;
-
-/// Bytes the in-memory copies of URL entries may hold, per cache. URLs may be kilobytes
-/// long, so these caches are bounded by what they hold, not by how many entries (issue 28:
-/// a cap of 100,000 entries let 60 KB URLs take gigabytes).
-const URL_CACHE_BYTES: u64 = 32 << 20;
+/// Bytes the in-memory copies of entries may hold, per cache, unless
+/// `maps.entries_cache_bytes` says otherwise. Every cache here is bounded by what it holds,
+/// not by how many entries: URLs may be kilobytes long (issue 28: a cap of 100,000 entries
+/// let 60 KB URLs take gigabytes), and a count that suits a node's traffic is no bound on a
+/// bulk migration's (audit #3).
+pub const DEFAULT_ENTRIES_CACHE_BYTES: usize = 32 << 20;
 
 /// How long a node answers a shared store's URL entry from memory before asking the store
 /// again. Another node's revalidation reaches this node at most this late, which
@@ -147,20 +143,43 @@ where
     }
 }
 
-/// A cache of URL entries bounded by [`URL_CACHE_BYTES`], counting the URL, the entry's
-/// strings and a fixed cost for the rest, with an optional time to live.
-fn url_entry_cache(time_to_live: Option<Duration>) -> moka::sync::Cache<String, UrlEntry> {
-    let builder = moka::sync::Cache::builder()
-        .max_capacity(URL_CACHE_BYTES)
-        .weigher(|url: &String, entry: &UrlEntry| {
+/// A cache of URL entries bounded by `bytes`, counting the URL, the entry's strings and a
+/// fixed cost for the rest, with an optional time to live.
+fn url_entry_cache(
+    bytes: u64,
+    time_to_live: Option<Duration>,
+) -> moka::sync::Cache<String, UrlEntry> {
+    let builder = moka::sync::Cache::builder().max_capacity(bytes).weigher(
+        |url: &String, entry: &UrlEntry| {
             let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
             let held = 160 + text(&entry.etag) + text(&entry.last_modified);
             u32::try_from(url.len() + held).unwrap_or(u32::MAX)
-        });
+        },
+    );
     match time_to_live {
         Some(ttl) => builder.time_to_live(ttl).build(),
         None => builder.build(),
     }
+}
+
+/// What an originals entry holds in memory: the entry, its facts' text, and the cache's
+/// own bookkeeping per entry (about 100 bytes in moka, with the key).
+fn original_weight(info: &OriginalInfo) -> u32 {
+    let facts = info
+        .facts
+        .as_ref()
+        .and_then(|f| f.picture.as_ref())
+        .map_or(0, |p| {
+            p.blurhash.len() + p.thumbhash.len() + p.dominant_color.len() + 3 * 24
+        });
+    u32::try_from(std::mem::size_of::<OriginalInfo>() + 140 + facts).unwrap_or(u32::MAX)
+}
+
+fn original_entry_cache(bytes: u64) -> moka::sync::Cache<ContentHash, OriginalInfo> {
+    moka::sync::Cache::builder()
+        .max_capacity(bytes)
+        .weigher(|_: &ContentHash, info: &OriginalInfo| original_weight(info))
+        .build()
 }
 
 /// A map store with its memory: what [`super::open_backend`] hands out for every backend.
@@ -190,14 +209,22 @@ impl<S: Clone> Clone for Cached<S> {
 }
 
 impl<S: MapStore> Cached<S> {
-    /// `store` with memory as its sharing allows (see the module's doc).
+    /// `store` with memory as its sharing allows (see the module's doc), each cache of
+    /// entries holding at most [`DEFAULT_ENTRIES_CACHE_BYTES`].
     pub fn new(store: S) -> Self {
+        Self::sized(store, None)
+    }
+
+    /// [`Cached::new`] with caches of at most `entries_bytes` each
+    /// (`maps.entries_cache_bytes`; unset: [`DEFAULT_ENTRIES_CACHE_BYTES`]).
+    pub fn sized(store: S, entries_bytes: Option<usize>) -> Self {
+        let bytes = entries_bytes.unwrap_or(DEFAULT_ENTRIES_CACHE_BYTES) as u64;
         let shared = store.shared();
         Cached {
-            originals: Coherent::new(moka::sync::Cache::new(RECENT_ORIGINALS)),
-            urls: Coherent::new(url_entry_cache(shared.then_some(URL_FRESH_FOR))),
-            last_seen_urls: shared.then(|| url_entry_cache(None)),
-            last_seen_originals: shared.then(|| moka::sync::Cache::new(LAST_SEEN_ORIGINALS)),
+            originals: Coherent::new(original_entry_cache(bytes)),
+            urls: Coherent::new(url_entry_cache(bytes, shared.then_some(URL_FRESH_FOR))),
+            last_seen_urls: shared.then(|| url_entry_cache(bytes, None)),
+            last_seen_originals: shared.then(|| original_entry_cache(bytes)),
             store,
         }
     }
@@ -571,6 +598,51 @@ mod tests {
         assert_eq!(memory.get("k"), Some(1));
         memory.changed("k");
         assert_eq!(memory.get("k"), None, "a write forgets the key");
+    }
+
+    /// Originals entries, as many as a bulk migration brings: what they hold stays under
+    /// the bytes given, however many pass through.
+    #[test]
+    fn originals_entries_are_bounded_by_bytes() {
+        use crate::maps::{OriginalFacts, PictureFacts};
+        let bound = 1u64 << 20;
+        let cache = original_entry_cache(bound);
+        let info = OriginalInfo {
+            format: None,
+            width: Some(4000),
+            height: Some(3000),
+            upright: Some((4000, 3000)),
+            has_alpha: false,
+            bytes: 1 << 20,
+            first_seen_ms: 1,
+            facts: Some(OriginalFacts {
+                version: 1,
+                picture: Some(PictureFacts {
+                    blurhash: "x".repeat(28),
+                    thumbhash: "y".repeat(32),
+                    dominant_color: "#808080".into(),
+                    has_alpha: false,
+                    frames: 1,
+                }),
+            }),
+        };
+        let weight = u64::from(original_weight(&info));
+        assert!((250..1000).contains(&weight), "{weight}");
+        for i in 0..50_000u32 {
+            cache.insert(ContentHash::of(&i.to_le_bytes()), info.clone());
+        }
+        cache.run_pending_tasks();
+        assert!(cache.weighted_size() <= bound, "{}", cache.weighted_size());
+        assert!(
+            cache.entry_count() <= bound / weight,
+            "{}",
+            cache.entry_count()
+        );
+        assert!(
+            cache.entry_count() > bound / weight / 2,
+            "{}",
+            cache.entry_count()
+        );
     }
 
     #[test]

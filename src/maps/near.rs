@@ -4,8 +4,10 @@
 //! pigeonhole some band differs in at most `r / 4` of them; so a search looks up, in each
 //! band, every value within `r / 4` bits of the query's band (1 value at radius 0–3, 17 at
 //! 4–7, 137 at 8–11), and verifies the full distance of the candidates found. The probe lists
-//! are shared by both backends ([`probes`]): the embedded one keeps [`NearIndex`] in memory,
-//! rebuilt from its fingerprints table at open; PostgreSQL keeps one B-tree per band.
+//! are shared by both backends ([`probes`]), which keep the bands on disk: the embedded one
+//! in a table of its file (`redb/fingerprints.rs`), PostgreSQL in one B-tree per band, so a
+//! node's memory does not grow with the originals stored. [`NearIndex`] is the same search in
+//! memory, for what reads every fingerprint once anyway (`imgcas stats`' clusters).
 //!
 //! [`NearIndex`] stores per original its hash in each band's bucket (4 × 8 bytes), its row
 //! beside band 0's copy (4 bytes) and an 8-byte prefix of its SHA-256 (the fingerprints table
@@ -230,6 +232,38 @@ impl NearIndex {
     }
 }
 
+/// Hashes for the tests of both backends' searches.
+#[cfg(test)]
+pub(crate) mod sample {
+    /// A small deterministic generator (xorshift).
+    pub struct XorShift(pub u64);
+
+    impl XorShift {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// `count` hashes of which a third lie a few bits from an earlier one (so that searches
+    /// find several), the rest anywhere.
+    pub fn hashes(rng: &mut XorShift, count: usize) -> Vec<u64> {
+        let mut all: Vec<u64> = Vec::with_capacity(count);
+        for i in 0..count {
+            let h = if i % 3 == 2 {
+                let base = all[(rng.next() % all.len() as u64) as usize];
+                (0..rng.next() % 7).fold(base, |h, _| h ^ (1 << (rng.next() % 64)))
+            } else {
+                rng.next()
+            };
+            all.push(h);
+        }
+        all
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,24 +325,10 @@ mod tests {
 
     #[test]
     fn bucket_lookups_agree_with_a_scan() {
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = sample::XorShift(0x1234_5678_9abc_def0);
         // Large enough for the buckets to be used (not the scan); a third are near others.
-        let mut all: Vec<u64> = Vec::new();
-        for i in 0..60_000 {
-            let h = if i % 3 == 2 {
-                let base = all[(next() % all.len() as u64) as usize];
-                (0..next() % 7).fold(base, |h, _| h ^ (1 << (next() % 64)))
-            } else {
-                next()
-            };
-            all.push(h);
-        }
+        let all = sample::hashes(&mut rng, 60_000);
+        let mut next = move || rng.next();
         let mut index = NearIndex::default();
         for (i, h) in all.iter().enumerate() {
             index.insert_new(i as u64, *h);

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{postgres, MapError, MapStore, PostgresMaps, RedbMaps};
+use super::cache::Cached;
+use super::postgres::{self, PostgresStore};
+use super::redb::RedbStore;
+use super::{MapError, MapStore};
 use crate::config::{Config, MapsBackend};
 
 /// The maps the configuration names: PostgreSQL at `maps.url` when set, else the embedded
@@ -16,12 +19,14 @@ pub async fn open(config: &Config) -> Result<Arc<dyn MapStore>, MapError> {
     open_backend(&backend, &config.data_dir, &OpenOptions::of(&config.maps)).await
 }
 
-/// How a backend is opened: PostgreSQL's connection options, and the embedded file's page
-/// cache (`maps.cache_bytes`).
+/// How a backend is opened: PostgreSQL's connection options, the embedded file's page
+/// cache (`maps.cache_bytes`), and the bytes of entries remembered in front of either
+/// (`maps.entries_cache_bytes`).
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     pub postgres: postgres::PgOptions,
     pub embedded_cache_bytes: Option<usize>,
+    pub entries_cache_bytes: Option<usize>,
 }
 
 impl OpenOptions {
@@ -30,6 +35,7 @@ impl OpenOptions {
         OpenOptions {
             postgres: postgres::PgOptions::of(maps),
             embedded_cache_bytes: maps.cache_bytes,
+            entries_cache_bytes: maps.entries_cache_bytes,
         }
     }
 }
@@ -44,13 +50,19 @@ pub async fn open_backend(
     options: &OpenOptions,
 ) -> Result<Arc<dyn MapStore>, MapError> {
     let cache = options.embedded_cache_bytes;
+    let entries = options.entries_cache_bytes;
     Ok(match backend {
-        MapsBackend::Postgres(url) => {
-            Arc::new(PostgresMaps::open_with(url, &options.postgres).await?)
-        }
-        MapsBackend::Embedded => {
-            Arc::new(RedbMaps::open_with(data_dir.to_path_buf(), cache).await?)
-        }
-        MapsBackend::EmbeddedAt(dir) => Arc::new(RedbMaps::open_with(dir.clone(), cache).await?),
+        MapsBackend::Postgres(url) => Arc::new(Cached::sized(
+            PostgresStore::open_with(url, &options.postgres).await?,
+            entries,
+        )),
+        MapsBackend::Embedded => Arc::new(Cached::sized(
+            RedbStore::open(data_dir.to_path_buf(), cache).await?,
+            entries,
+        )),
+        MapsBackend::EmbeddedAt(dir) => Arc::new(Cached::sized(
+            RedbStore::open(dir.clone(), cache).await?,
+            entries,
+        )),
     })
 }

@@ -326,3 +326,43 @@ async fn routing_by_orientation_reads_nothing_of_the_original() {
     );
     app.stop().await;
 }
+
+/// Issue 51: a variant's run is planned once (geometry, route, cost and processor version,
+/// `processors::plan`) when it is located, and the run takes that plan: one plan for a cold
+/// request by URL, none more for the same request again, and one per width of a srcset
+/// burst — routed by mezzanine or not — however the runs share their decodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_variant_is_planned_once() {
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", jpeg(1600, 1200, 3));
+    let app = spawn_app().await;
+    let before = app.stats().plans_made;
+    let response = app
+        .image_by_url(&origin.url("/photo.jpg"), "w=400&format=webp")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(app.stats().plans_made - before, 1, "one cold request");
+    assert_eq!(app.processing_runs(), 1);
+    let response = app
+        .image_by_url(&origin.url("/photo.jpg"), "w=400&format=webp")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        app.stats().plans_made - before,
+        1,
+        "the same request again: remembered with its plan"
+    );
+
+    for original in [large_photo(11), jpeg(4000, 3000, 12)] {
+        let hash = upload_hash(&app, &original).await;
+        app.pipeline.settle().await;
+        let before = app.stats().plans_made;
+        burst(&app, &hash, &WIDTHS).await;
+        assert_eq!(
+            app.stats().plans_made - before,
+            4,
+            "a srcset burst of four widths"
+        );
+    }
+    app.stop().await;
+}

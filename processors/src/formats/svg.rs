@@ -29,7 +29,7 @@ use image::{DynamicImage, RgbaImage};
 use resvg::tiny_skia::{Pixmap, Transform};
 use resvg::usvg::{self, fontdb, roxmltree, ImageHrefResolver, ImageKind};
 
-use super::svg_expansion::Expansion;
+use super::svg_expansion::{check_text_paths, Expansion};
 use super::{DecodeAt, Decoded, Decoder, Format, Header};
 use crate::error::ProcessError;
 use crate::limits::Limits;
@@ -125,7 +125,8 @@ fn parse(bytes: &[u8], limits: &Limits) -> Result<(usvg::Tree, u64), ProcessErro
     })?;
     check_depth(&document)?;
     let layout = Expansion::new(&document).check()?;
-    crate::check_cost(layout, limits)?;
+    check_text_paths(&document)?;
+    crate::limits::check_cost(layout, limits)?;
     let tree = usvg::Tree::from_xmltree(&document, &options()).map_err(undecodable)?;
     Ok((tree, layout))
 }

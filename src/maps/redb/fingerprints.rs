@@ -1,20 +1,213 @@
-//! The near-duplicate tables: `fingerprints` (hash → [`Fingerprinted::to_bytes`]) and
-//! `aliases` (a near-duplicate's own hash → its canonical original's). The in-memory
-//! [`NearIndex`] over the fingerprints is rebuilt from the first table at open.
+//! The near-duplicate tables: `fingerprints` (hash → [`Fingerprinted::to_bytes`]),
+//! `aliases` (a near-duplicate's own hash → its canonical original's) and `near_bands`, the
+//! near-neighbour index over the fingerprints' DCT hashes, kept in the file beside them and
+//! written in the same transactions.
+//!
+//! The index lives on disk, not in memory, so that what a node holds does not grow with the
+//! originals it has stored (audit #3: the in-memory index cost about 55 bytes an original, a
+//! bulk migration of millions of originals could not run in bounded memory); its pages are
+//! read through the file's page cache (`maps.cache_bytes`) like every other table's. A key
+//! per picture and band: band, band value, the whole DCT hash and the SHA-256's first 8
+//! bytes ([`band_key`], 19 bytes, no value); a search reads, per band, the keys under each
+//! probed band value ([`super::super::near::probes`]), which is how PostgreSQL's B-trees per
+//! band are read too.
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
 
-use super::super::near::{prefix_of, NearIndex};
+use super::super::near::{band_of, prefix_of, probes, BANDS};
 use super::super::{Fingerprint, Fingerprinted, ListedAtWrite, MapError};
 use crate::hash::ContentHash;
 
 const FINGERPRINTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fingerprints");
 const ALIASES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("aliases");
+const NEAR_BANDS: TableDefinition<&[u8], ()> = TableDefinition::new("near_bands");
+/// `built`: the index covers every fingerprint (files written before it existed get it at
+/// their first open: [`build_index`]); `cursor`: the last fingerprint a build interrupted
+/// had indexed.
+const NEAR_META: TableDefinition<&str, &[u8]> = TableDefinition::new("near_meta");
+
+/// Fingerprints indexed per transaction when an older file's index is built: bounded
+/// memory for the write, whatever the file holds.
+pub(super) const BUILD_CHUNK: usize = 20_000;
 
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
     txn.open_table(FINGERPRINTS)?;
     txn.open_table(ALIASES)?;
+    txn.open_table(NEAR_BANDS)?;
+    txn.open_table(NEAR_META)?;
     Ok(())
+}
+
+/// Calls `each` with the rows of a table keyed by hash that come after `after` (all when
+/// `None`), in key order, while it answers `true`; keys that are no hash are passed over.
+fn each_after<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    table: &T,
+    after: Option<ContentHash>,
+    mut each: impl FnMut(ContentHash, &[u8]) -> Result<bool, MapError>,
+) -> Result<(), MapError> {
+    let rows = match &after {
+        Some(after) => table.range(after.as_bytes().as_slice()..)?,
+        None => table.range::<&[u8]>(..)?,
+    };
+    for row in rows {
+        let (k, v) = row?;
+        let Some(hash) = ContentHash::from_slice(k.value()) else {
+            continue;
+        };
+        if Some(hash) != after && !each(hash, v.value())? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The index key of `phash` in `band`, for the original whose SHA-256 starts with `prefix`.
+fn band_key(band: usize, phash: u64, prefix: u64) -> [u8; 19] {
+    let mut key = [0u8; 19];
+    key[0] = band as u8;
+    key[1..3].copy_from_slice(&band_of(phash, band).to_be_bytes());
+    key[3..11].copy_from_slice(&phash.to_be_bytes());
+    key[11..19].copy_from_slice(&prefix.to_be_bytes());
+    key
+}
+
+/// `(phash, prefix)` of an index key; `None` for a key of another shape (a damaged file).
+fn from_band_key(key: &[u8]) -> Option<(u64, u64)> {
+    let key: &[u8; 19] = key.try_into().ok()?;
+    let mut phash = [0u8; 8];
+    let mut prefix = [0u8; 8];
+    phash.copy_from_slice(&key[3..11]);
+    prefix.copy_from_slice(&key[11..19]);
+    Some((u64::from_be_bytes(phash), u64::from_be_bytes(prefix)))
+}
+
+fn index_insert(txn: &WriteTransaction, hash: &ContentHash, phash: u64) -> Result<(), MapError> {
+    let mut bands = txn.open_table(NEAR_BANDS)?;
+    let prefix = prefix_of(hash.as_bytes());
+    for band in 0..BANDS {
+        bands.insert(band_key(band, phash, prefix).as_slice(), ())?;
+    }
+    Ok(())
+}
+
+fn index_remove(txn: &WriteTransaction, hash: &ContentHash, phash: u64) -> Result<(), MapError> {
+    let mut bands = txn.open_table(NEAR_BANDS)?;
+    let prefix = prefix_of(hash.as_bytes());
+    for band in 0..BANDS {
+        bands.remove(band_key(band, phash, prefix).as_slice())?;
+    }
+    Ok(())
+}
+
+/// Whether the index covers every fingerprint; if not, where an interrupted build stopped.
+pub(super) fn index_state(txn: &ReadTransaction) -> Result<(bool, Option<ContentHash>), MapError> {
+    let meta = txn.open_table(NEAR_META)?;
+    let built = meta.get("built")?.is_some();
+    let cursor = meta
+        .get("cursor")?
+        .and_then(|c| ContentHash::from_slice(c.value()));
+    Ok((built, cursor))
+}
+
+/// Indexes, in one write, up to `chunk` ([`BUILD_CHUNK`]) fingerprints after `cursor`;
+/// returns the last one indexed, or `None` once every fingerprint is (the index is then
+/// marked built). A file written before the index existed is indexed this way at its first
+/// open.
+pub(super) fn build_index(
+    txn: &WriteTransaction,
+    cursor: Option<ContentHash>,
+    chunk_size: usize,
+) -> Result<Option<ContentHash>, MapError> {
+    let mut chunk = Vec::new();
+    each_after(&txn.open_table(FINGERPRINTS)?, cursor, |hash, value| {
+        let phash = match Fingerprinted::from_bytes(value) {
+            Some(Fingerprinted::Picture(fp)) => Some(fp.phash),
+            _ => None,
+        };
+        chunk.push((hash, phash));
+        Ok(chunk.len() < chunk_size)
+    })?;
+    for (hash, phash) in &chunk {
+        if let Some(phash) = phash {
+            index_insert(txn, hash, *phash)?;
+        }
+    }
+    let mut meta = txn.open_table(NEAR_META)?;
+    match chunk.last() {
+        Some((last, _)) if chunk.len() >= chunk_size => {
+            meta.insert("cursor", last.as_bytes().as_slice())?;
+            Ok(Some(*last))
+        }
+        _ => {
+            meta.remove("cursor")?;
+            meta.insert("built", [1u8].as_slice())?;
+            Ok(None)
+        }
+    }
+}
+
+/// `(prefix, distance)` of the `limit` pictures closest to `phash` within `radius`, closest
+/// first (then by prefix), holding at most about four times `limit` hits while it reads.
+pub(super) fn search(
+    txn: &ReadTransaction,
+    phash: u64,
+    radius: u32,
+    limit: usize,
+) -> Result<Vec<(u64, u32)>, MapError> {
+    let bands = txn.open_table(NEAR_BANDS)?;
+    let mut hits: Vec<(u32, u64)> = Vec::new();
+    let compact_at = limit.saturating_mul(4).max(1024);
+    let keep_closest = |hits: &mut Vec<(u32, u64)>| {
+        hits.sort_unstable();
+        hits.dedup();
+        hits.truncate(limit);
+    };
+    let probes = probes(phash, radius);
+    let flips = radius / BANDS as u32;
+    let visits: u64 = probes.iter().map(|p| p.len() as u64).sum();
+    // Past about one probe per 64 pictures, reading band 0 whole (every picture once) reads
+    // fewer pages than the probes would.
+    let pictures = bands.len()? / BANDS as u64;
+    let scan = visits > pictures / 64 + 64;
+    let mut read = |from: [u8; 19], to: [u8; 19], band: usize| -> Result<(), MapError> {
+        for row in bands.range(from.as_slice()..=to.as_slice())? {
+            let (k, _) = row?;
+            let Some((h, prefix)) = from_band_key(k.value()) else {
+                return Err(MapError::Corrupt("near_bands key".into()));
+            };
+            let d = (h ^ phash).count_ones();
+            // A picture some earlier band is within reach of was found there already.
+            let found_before =
+                (0..band).any(|b| (band_of(h, b) ^ band_of(phash, b)).count_ones() <= flips);
+            if d <= radius && !found_before {
+                hits.push((d, prefix));
+                if hits.len() > compact_at {
+                    keep_closest(&mut hits);
+                }
+            }
+        }
+        Ok(())
+    };
+    if scan {
+        let mut to = [0xffu8; 19];
+        to[0] = 0;
+        read([0u8; 19], to, 0)?;
+    } else {
+        for (band, values) in probes.iter().enumerate() {
+            for value in values {
+                let mut from = [0u8; 19];
+                from[0] = band as u8;
+                from[1..3].copy_from_slice(&value.to_be_bytes());
+                let mut to = [0xffu8; 19];
+                to[..3].copy_from_slice(&from[..3]);
+                read(from, to, band)?;
+            }
+        }
+    }
+    keep_closest(&mut hits);
+    Ok(hits.into_iter().map(|(d, prefix)| (prefix, d)).collect())
 }
 
 pub(super) fn get(
@@ -26,33 +219,44 @@ pub(super) fn get(
     Ok(raw.and_then(|r| Fingerprinted::from_bytes(r.value())))
 }
 
-/// Stores a fingerprint; returns the picture's previous fingerprint, if any (for the index).
+/// Stores a fingerprint, and indexes it in place of the picture's previous one; returns
+/// that previous one, if any.
 pub(super) fn put(
     txn: &WriteTransaction,
     hash: &ContentHash,
     fingerprint: &Fingerprinted,
 ) -> Result<Option<Fingerprint>, MapError> {
-    let mut table = txn.open_table(FINGERPRINTS)?;
-    let old = table
+    let old = txn
+        .open_table(FINGERPRINTS)?
         .insert(
             hash.as_bytes().as_slice(),
             fingerprint.to_bytes().as_slice(),
         )?
         .and_then(|r| Fingerprinted::from_bytes(r.value()))
         .and_then(|f| f.picture().copied());
+    if let Some(old) = old {
+        index_remove(txn, hash, old.phash)?;
+    }
+    if let Fingerprinted::Picture(fp) = fingerprint {
+        index_insert(txn, hash, fp.phash)?;
+    }
     Ok(old)
 }
 
-/// Drops an original's fingerprint; returns it, if it was a picture's.
+/// Drops an original's fingerprint and its index keys; returns it, if it was a picture's.
 pub(super) fn remove(
     txn: &WriteTransaction,
     hash: &ContentHash,
 ) -> Result<Option<Fingerprint>, MapError> {
-    let mut table = txn.open_table(FINGERPRINTS)?;
-    let old = table.remove(hash.as_bytes().as_slice())?;
-    Ok(old
+    let old = txn
+        .open_table(FINGERPRINTS)?
+        .remove(hash.as_bytes().as_slice())?
         .and_then(|r| Fingerprinted::from_bytes(r.value()))
-        .and_then(|f| f.picture().copied()))
+        .and_then(|f| f.picture().copied());
+    if let Some(old) = old {
+        index_remove(txn, hash, old.phash)?;
+    }
+    Ok(old)
 }
 
 /// The fingerprints whose hash starts with `prefix` (the index's key): one, in practice.
@@ -94,16 +298,6 @@ pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(ContentHash, Fingerprint
     Ok(out)
 }
 
-/// The index over every stored picture's DCT hash.
-pub(super) fn index(txn: &ReadTransaction) -> Result<NearIndex, MapError> {
-    let mut index = NearIndex::default();
-    for (hash, fp) in all(txn)? {
-        index.insert_new(prefix_of(hash.as_bytes()), fp.phash);
-    }
-    index.shrink();
-    Ok(index)
-}
-
 /// Originals (in `originals`, keyed alike) without a current fingerprint, after `after`.
 pub(super) fn missing(
     txn: &ReadTransaction,
@@ -114,28 +308,15 @@ pub(super) fn missing(
     let originals = txn.open_table(originals)?;
     let fingerprints = txn.open_table(FINGERPRINTS)?;
     let mut out = Vec::new();
-    let rows = match &after {
-        Some(after) => originals.range(after.as_bytes().as_slice()..)?,
-        None => originals.range::<&[u8]>(..)?,
-    };
-    for row in rows {
-        let (k, _) = row?;
-        let Some(hash) = ContentHash::from_slice(k.value()) else {
-            continue;
-        };
-        if Some(hash) == after {
-            continue;
-        }
+    each_after(&originals, after, |hash, _| {
         let current = fingerprints
-            .get(k.value())?
+            .get(hash.as_bytes().as_slice())?
             .and_then(|v| Fingerprinted::from_bytes(v.value()));
         if current.is_none() {
             out.push(hash);
-            if out.len() >= limit {
-                break;
-            }
         }
-    }
+        Ok(out.len() < limit)
+    })?;
     Ok(out)
 }
 
@@ -190,19 +371,10 @@ impl Fingerprints for RedbStore {
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
     ) -> Result<ListedAtWrite, MapError> {
-        let (hash, fingerprint, near) = (*hash, *fingerprint, self.near.clone());
+        let (hash, fingerprint) = (*hash, *fingerprint);
         self.db
             .run(move |db| {
-                let (old, _) = db.write(|txn| fingerprints::put(txn, &hash, &fingerprint))?;
-                // The index follows the table once the write is committed.
-                let mut index = write_index(&near);
-                let prefix = prefix_of(hash.as_bytes());
-                if let Some(old) = old {
-                    index.remove_known(prefix, old.phash);
-                }
-                if let Fingerprinted::Picture(fp) = fingerprint {
-                    index.insert_new(prefix, fp.phash);
-                }
+                db.write(|txn| fingerprints::put(txn, &hash, &fingerprint))?;
                 Ok(None)
             })
             .await
@@ -218,17 +390,10 @@ impl Fingerprints for RedbStore {
         radius: u32,
         limit: usize,
     ) -> Result<Vec<NearMatch>, MapError> {
-        let found = self
-            .near
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .search_closest(phash, radius, limit);
-        if found.is_empty() {
-            return Ok(Vec::new());
-        }
         self.db
             .run(move |db| {
                 let txn = db.read()?;
+                let found = fingerprints::search(&txn, phash, radius, limit)?;
                 let mut out = Vec::with_capacity(found.len());
                 for (prefix, _) in found {
                     for (hash, fingerprint) in fingerprints::by_prefix(&txn, prefix)? {
@@ -288,5 +453,137 @@ impl Fingerprints for RedbStore {
                     .map(|(n, _)| n)
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::Fingerprint;
+
+    fn picture(phash: u64) -> Fingerprinted {
+        Fingerprinted::Picture(Fingerprint {
+            phash,
+            block_hash: 0,
+            colour: 0,
+            width: 10,
+            height: 10,
+        })
+    }
+
+    fn hashes(count: usize) -> Vec<u64> {
+        crate::maps::near::sample::hashes(
+            &mut crate::maps::near::sample::XorShift(0x1234_5678_9abc_def0),
+            count,
+        )
+    }
+
+    fn scan(stored: &[(ContentHash, u64)], query: u64, radius: u32) -> Vec<(u64, u32)> {
+        let mut out: Vec<(u64, u32)> = stored
+            .iter()
+            .map(|(h, p)| (prefix_of(h.as_bytes()), (p ^ query).count_ones()))
+            .filter(|(_, d)| *d <= radius)
+            .collect();
+        out.sort_by_key(|&(p, d)| (d, p));
+        out
+    }
+
+    /// Enough pictures for the search to read by probes up to radius 8 (not band 0 whole:
+    /// radius 11 is read that way), some replaced
+    /// and some dropped: what it finds is what a scan of every hash finds, to the limit.
+    #[test]
+    fn probes_find_what_a_scan_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("f.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        create(&txn).unwrap();
+        let mut stored: Vec<(ContentHash, u64)> = hashes(40_000)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (ContentHash::of(&(i as u64).to_le_bytes()), p))
+            .collect();
+        for (h, p) in &stored {
+            put(&txn, h, &picture(*p)).unwrap();
+        }
+        for (i, (h, p)) in stored.iter_mut().enumerate() {
+            if i % 11 == 0 {
+                *p = !*p;
+                put(&txn, h, &picture(*p)).unwrap();
+            }
+        }
+        for (h, _) in stored.iter().step_by(7) {
+            remove(&txn, h).unwrap();
+        }
+        stored = stored
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % 7 != 0)
+            .map(|(_, s)| s)
+            .collect();
+        txn.commit().unwrap();
+        let read = db.begin_read().unwrap();
+        assert_eq!(
+            read.open_table(NEAR_BANDS).unwrap().len().unwrap(),
+            4 * stored.len() as u64
+        );
+        for (q, (_, p)) in stored.iter().enumerate().step_by(37) {
+            let query = p ^ (1 << (q % 64));
+            for radius in [0, 4, 8, 11] {
+                let expected = scan(&stored, query, radius);
+                assert_eq!(search(&read, query, radius, usize::MAX).unwrap(), expected);
+                let few = expected.len().min(3);
+                assert_eq!(search(&read, query, radius, 3).unwrap(), expected[..few]);
+            }
+        }
+    }
+
+    /// A file whose fingerprints were written before the index existed (an interrupted
+    /// build too) is indexed at open, a chunk per write.
+    #[test]
+    fn an_older_file_is_indexed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let stored: Vec<(ContentHash, u64)> = hashes(500)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (ContentHash::of(&(i as u64).to_le_bytes()), p))
+            .collect();
+        {
+            let db = redb::Database::create(dir.path().join("imgcas.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                // As an earlier release wrote it: the fingerprints table alone.
+                let mut table = txn.open_table(FINGERPRINTS).unwrap();
+                for (h, p) in &stored {
+                    table
+                        .insert(h.as_bytes().as_slice(), picture(*p).to_bytes().as_slice())
+                        .unwrap();
+                }
+                let text = ContentHash::of(b"text");
+                let bytes = Fingerprinted::NotAPicture.to_bytes();
+                table
+                    .insert(text.as_bytes().as_slice(), bytes.as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+            // A build that stopped after its first chunk.
+            let txn = db.begin_write().unwrap();
+            create(&txn).unwrap();
+            assert!(build_index(&txn, None, 64).unwrap().is_some());
+            txn.commit().unwrap();
+            assert!(!index_state(&db.begin_read().unwrap()).unwrap().0);
+        }
+        let store = super::super::RedbStore::open_blocking(dir.path(), 1 << 20).unwrap();
+        let read = store.db.read().unwrap();
+        assert_eq!(index_state(&read).unwrap(), (true, None));
+        assert_eq!(
+            read.open_table(NEAR_BANDS).unwrap().len().unwrap(),
+            4 * stored.len() as u64
+        );
+        for (_, p) in stored.iter().step_by(13) {
+            assert_eq!(
+                search(&read, *p, 8, usize::MAX).unwrap(),
+                scan(&stored, *p, 8)
+            );
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps.
 //! `url_map.rs` owns the URL map and its index by hash, `originals.rs` a table, `variants.rs`
 //! the variants' rows, the pieces of large images and the budget's bookkeeping,
-//! `fingerprints.rs` the near-duplicate tables, `takedowns.rs` the takedown list and
+//! `fingerprints.rs` the near-duplicate tables and their index, `takedowns.rs` the takedown list and
 //! `blocklist.rs` the moderation blocklist; each owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
 //! defaults: one process owns the file).
 //! Nothing outside this folder touches redb.
@@ -31,7 +31,6 @@ use async_trait::async_trait;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
 use super::cache::Cached;
-use super::near::{prefix_of, NearIndex};
 use super::{
     now_ms, Blocklist, Claims, Fingerprints, MapError, MapStore, NearMatch, Originals, Takedowns,
     UrlEntry, UrlMap, Variants,
@@ -289,18 +288,11 @@ fn keys_of<T>(
     Ok(out)
 }
 
-fn write_index(near: &RwLock<NearIndex>) -> std::sync::RwLockWriteGuard<'_, NearIndex> {
-    near.write().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The three maps in one redb file. Its memory of rows is [`Cached`]'s, which every
 /// handle given out wears ([`RedbMaps`]).
 #[derive(Clone)]
 pub struct RedbStore {
     db: Db,
-    /// The near-neighbour index over the fingerprints table, changed by writers while they
-    /// hold redb's write lock (so it follows the table's order of writes).
-    near: Arc<RwLock<NearIndex>>,
 }
 
 /// The embedded maps as the service uses them: the file, with its memory.
@@ -366,11 +358,20 @@ impl RedbStore {
             blocklist::create(txn)?;
             Ok(())
         })?;
-        let near = fingerprints::index(&db.read()?)?;
-        Ok(RedbStore {
-            near: Arc::new(RwLock::new(near)),
-            db,
-        })
+        // A file written before the near-neighbour index was kept on disk gets it now, a
+        // chunk per write (an interrupted build goes on where it stopped).
+        let (built, mut cursor) = fingerprints::index_state(&db.read()?)?;
+        if !built {
+            loop {
+                cursor = db.write_durable(|txn| {
+                    fingerprints::build_index(txn, cursor, fingerprints::BUILD_CHUNK)
+                })?;
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(RedbStore { db })
     }
 }
 

@@ -128,17 +128,13 @@ impl Originals for RedbStore {
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
-        let (hash, near) = (*hash, self.near.clone());
+        let hash = *hash;
         self.db
             .run(move |db| {
-                let old = db.write_durable(|txn| {
+                db.write_durable(|txn| {
                     originals::remove(txn, &hash)?;
                     fingerprints::remove(txn, &hash)
                 })?;
-                // The index follows the table once the write is committed.
-                if let Some(old) = old {
-                    write_index(&near).remove_known(prefix_of(hash.as_bytes()), old.phash);
-                }
                 Ok(())
             })
             .await

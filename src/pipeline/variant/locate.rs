@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalInfo, VariantKey};
 use crate::pipeline::{Failure, Pipeline};
+use crate::stats::Stats;
 
 impl Pipeline {
     /// Steps 1–3 and the spec's resolution: which variant the request names.
@@ -89,14 +90,24 @@ impl Pipeline {
             1
         };
         let resolved = spec.resolve_frames(output, info.has_alpha, source_frames, accept);
+        let header = processors::Header {
+            format: source_format,
+            size: info.width.zip(info.height),
+            upright: info.upright,
+            has_alpha: info.has_alpha,
+            frames_made: if resolved.animated { source_frames } else { 1 },
+        };
+        let plan = processors::plan(
+            &header,
+            &resolved,
+            &self.limits(),
+            self.shared.config.limits.mezzanine,
+        );
+        Stats::bump(&self.shared.stats.plans_made);
         let key = VariantKey {
             hash,
             canonical_spec: resolved.canonical(),
-            processor_version: processors::processor_version(
-                source_format,
-                info.width.zip(info.height),
-                &resolved,
-            ),
+            processor_version: plan.processor_version,
         };
         let etag = format!("\"{}\"", hex::encode(&key_digest(&key)[..16]));
         Ok(Target {
@@ -104,11 +115,8 @@ impl Pipeline {
             spec: resolved,
             etag,
             url_state,
-            source_format,
-            source_size: info.width.zip(info.height),
-            source_upright: info.upright,
-            source_has_alpha: info.has_alpha,
             source_frames,
+            plan,
             own_hash: own,
             varies_by_accept: spec.varies_by_accept(),
             vary_hints: spec.consulted,

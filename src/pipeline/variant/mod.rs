@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use url::Url;
 
-use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceFormat, SourceInfo};
+use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceInfo};
 
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::{Asker, Tenant, Tier};
@@ -89,17 +89,14 @@ pub struct Target {
     /// Strong ETag (quoted), derived from the key.
     pub etag: String,
     pub url_state: Option<UrlState>,
-    /// What the originals index says of the source (read once, in `locate`), for costing a
-    /// processing run.
-    pub source_format: Option<SourceFormat>,
-    pub source_size: Option<(u32, u32)>,
-    /// The source's size once orientation is applied, when the index keeps it (originals
-    /// stored before it did say `None`).
-    pub source_upright: Option<(u32, u32)>,
-    pub source_has_alpha: bool,
     /// Frames of the source, from its container's headers, when the spec could animate
     /// (1 otherwise: whether it has more does not matter then).
     pub source_frames: u32,
+    /// The run, planned once from what the originals index says of the source (read once,
+    /// here: format, stored and upright size, alpha; `plan.header`) and the spec
+    /// (`processors::plan`): its geometry, route, cost and processor version, kept for the
+    /// run.
+    pub plan: processors::Plan,
     /// Canonical mode: the hash of the request's own bytes, when the variant is made from
     /// the original they are a near-duplicate of (`key.hash`).
     pub own_hash: Option<ContentHash>,

@@ -136,45 +136,33 @@ impl Pipeline {
             Job::Mezzanine { hash, .. } => *hash,
         });
         let limits = self.limits();
-        // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
-        let side = (limits.max_pixels as f64).sqrt() as u32;
         // What the run reads: the mezzanine's bytes, or the original's (read now when
-        // deciding took them, else once admitted).
+        // deciding took them, else once admitted). Its cost is the plan's.
         let (hash, mezzanine_bytes, read, cost) = match &job {
             Job::Variant(t, asker) => {
-                let size = t.source_size.unwrap_or((side, side));
                 if t.spec.animated {
                     // Refused from the headers' frame count, before admission (its cost
-                    // would be all the frames') and before any frame is decoded.
+                    // would be all the frames') and before any frame is decoded. (Unknown
+                    // sizes, bytes no probe could read, are taken at the pixel limit.)
+                    let side = (limits.max_pixels as f64).sqrt() as u32;
+                    let size = t.plan.header.size.unwrap_or((side, side));
                     processors::animation::check(t.source_frames, size, &limits)?;
                 }
                 // A spec implying more work than `limits.max_cost` is refused before
                 // admission and before any decode, a mezzanine's included (issue 28). Only
                 // for a known size: bytes no probe could read get their own error.
-                if t.source_size.is_some() {
-                    let work = processors::cost(t.source_format, size, &t.spec)
-                        .saturating_mul(u64::from(t.frames_made()));
-                    processors::check_cost(work, &limits)?;
-                }
+                t.plan.check_cost(&limits)?;
                 match self.route(t).await? {
                     Route::Mezzanine => match self.mezzanine(&t.key.hash, asker).await? {
                         Ok(bytes) => {
-                            let mezzanine = mezzanine::size_for(size);
-                            let cost =
-                                processors::cost(Some(SourceFormat::Jpeg), mezzanine, &t.spec);
+                            let cost = t.plan.mezzanine_cost.unwrap_or(t.plan.cost);
                             (t.key.hash, Some(bytes), None, cost)
                         }
                         // The mezzanine's failure (the original does not decode) is this
                         // variant's too: the same bytes fail the same way.
                         Err(failed) => return Ok(failed),
                     },
-                    Route::Original(read) => (
-                        t.key.hash,
-                        None,
-                        read,
-                        processors::cost(t.source_format, size, &t.spec)
-                            .saturating_mul(u64::from(t.frames_made())),
-                    ),
+                    Route::Original(read) => (t.key.hash, None, read, t.plan.cost),
                 }
             }
             Job::Mezzanine { hash, info, .. } => (*hash, None, None, mezzanine::build_cost(info)),
@@ -183,16 +171,16 @@ impl Pipeline {
         // at the size it will be drawn, or refused, before admission (audit #3: 400 KB of
         // text drawn at 50 px was charged as a 50 px output and took 53 s).
         let (read, cost) = match &job {
-            Job::Variant(t, _) if t.source_format.is_some_and(SourceFormat::is_vector) => {
+            Job::Variant(t, _) if t.plan.header.format.is_some_and(SourceFormat::is_vector) => {
                 let bytes = match read {
                     Some(bytes) => bytes,
                     None => self.original_bytes(&hash).await?,
                 };
-                let (spec, drawn) = (t.spec.clone(), bytes.clone());
+                let (plan, spec, drawn) = (t.plan.clone(), t.spec.clone(), bytes.clone());
                 // Bytes that do not open fail the same way in the run, which keeps the
                 // failure like any other; a drawing over the limit is refused here.
                 let work = super::super::blocking(move || {
-                    match processors::drawing_cost(&drawn, &spec, &limits) {
+                    match plan.drawing_cost(&drawn, &spec, &limits) {
                         Ok(work) => Ok(work),
                         Err(e) if e.kind() == Some(processors::ProcessFailure::TooCostly) => {
                             Err(Error::from(e))
@@ -262,7 +250,7 @@ impl Pipeline {
                         false => processors::Input::Original(&bytes),
                     };
                     let spec = spec.as_ref().unwrap_or(&t.spec);
-                    processors::process_input(input, spec, &limits, &decodes)
+                    processors::process_planned(input, spec, &t.plan, &limits, &decodes)
                 }
                 Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
             }

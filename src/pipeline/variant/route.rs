@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use imgcas_processors::{
-    self as processors, mezzanine, SourceInfo, MEZZANINE_VERSION, PROCESSOR_VERSION,
+    self as processors, mezzanine, PlannedRoute, SourceInfo, MEZZANINE_VERSION, PROCESSOR_VERSION,
 };
 
 use super::{Job, Target};
@@ -43,35 +43,20 @@ pub(super) enum Route {
 }
 
 impl Pipeline {
-    /// Whether a variant is made from its original's mezzanine: decided from the spec and the
-    /// original's header facts alone (`processors::mezzanine::serves`), with the mezzanine
-    /// switched on (`limits.mezzanine`). The originals index keeps the upright size too,
-    /// so nothing is read here, except for an original indexed before it kept it, and only
-    /// when the orientation could change the answer: then the original's header is read
-    /// (and its bytes kept for the run, when they are its input).
+    /// Whether a variant is made from its original's mezzanine: as its plan decided from
+    /// the spec and the original's header facts alone (`processors::plan`, with the
+    /// mezzanine switched on by `limits.mezzanine`). The originals index keeps the upright
+    /// size too, so nothing is read here, except for an original indexed before it kept it,
+    /// and only when the orientation could change the answer: then the original's header is
+    /// read (and its bytes kept for the run, when they are its input).
     pub(super) async fn route(&self, target: &Target) -> Result<Route, Error> {
-        let facts = match (target.source_format, target.source_size) {
-            (Some(format), Some((width, height))) => SourceInfo {
-                format,
-                width,
-                height,
-                has_alpha: target.source_has_alpha,
-            },
-            _ => return Ok(Route::Original(None)),
-        };
-        if !self.shared.config.limits.mezzanine || !mezzanine::may_serve(&facts, &target.spec) {
-            return Ok(Route::Original(None));
-        }
-        // Either way round: the orientation cannot change the answer, and the original's
-        // header is read once, by the mezzanine's build (or not at all, once it is stored).
-        if mezzanine::serves_either_way(&facts, &target.spec) {
-            return Ok(Route::Mezzanine);
-        }
-        if let Some(upright) = target.source_upright {
-            return Ok(match mezzanine::serves(&facts, upright, &target.spec) {
-                true => Route::Mezzanine,
-                false => Route::Original(None),
-            });
+        let plan = &target.plan;
+        match plan.route {
+            PlannedRoute::Original => return Ok(Route::Original(None)),
+            // Either way round (or the orientation known): the original's header is read
+            // once, by the mezzanine's build (or not at all, once it is stored).
+            PlannedRoute::Mezzanine => return Ok(Route::Mezzanine),
+            PlannedRoute::ByOrientation => {}
         }
         // A mezzanine in memory carries the original's upright size: no need to read the
         // original for it (the common case of a second spec).
@@ -82,7 +67,7 @@ impl Pipeline {
         {
             if let Ok(m) = mezzanine::parse(&framed) {
                 return Ok(
-                    match mezzanine::serves(&facts, m.original_upright, &target.spec) {
+                    match plan.mezzanine_serves(m.original_upright, &target.spec) {
                         true => Route::Mezzanine,
                         false => Route::Original(None),
                     },
@@ -91,11 +76,11 @@ impl Pipeline {
         }
         let original = self.original_bytes(&target.key.hash).await?;
         let limits = self.limits();
-        let (bytes, spec) = (original.clone(), target.spec.clone());
+        let (bytes, spec, plan) = (original.clone(), target.spec.clone(), plan.clone());
         // A header that does not open is the run's to report: it reads the original.
         let serves = crate::pipeline::blocking(move || {
             Ok(processors::decode::open(&bytes, &limits)
-                .is_ok_and(|source| mezzanine::serves(&source.info, source.upright_size(), &spec)))
+                .is_ok_and(|source| plan.mezzanine_serves(source.upright_size(), &spec)))
         })
         .await?;
         Ok(match serves {

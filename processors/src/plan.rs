@@ -1,0 +1,631 @@
+//! A variant's plan: what its run is, decided once from the original's header facts (as the
+//! originals index holds them) and the resolved spec, before anything is read. The geometry
+//! (the fit in the original's upright coordinates, for each orientation the decision needs),
+//! the route (original or mezzanine), the cost admission charges and `too_costly` checks,
+//! and the processor version in the variant's key are all computed here, each geometry at
+//! most once ([`Fits`]); the service keeps the [`Plan`] with its target and hands it to the
+//! run ([`crate::process_planned`]), which takes its geometry from it instead of laying the
+//! output out again.
+//!
+//! [`cost`] and [`processor_version`] remain callable alone (offline runs, benchmarks):
+//! each is the plan's own computation on a memory of its own.
+
+use crate::decode::{Limits, SourceInfo};
+use crate::formats::SourceFormat;
+use crate::geometry::{self, layout};
+use crate::limits::check_cost;
+use crate::spec::{OutputFormat, ResolvedSpec, PROCESSOR_VERSION};
+use crate::{decode, mezzanine, ProcessError};
+
+/// What the originals index says of an original: all a plan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub format: Option<SourceFormat>,
+    /// The stored size (before orientation), when a probe could read it.
+    pub size: Option<(u32, u32)>,
+    /// The size once orientation is applied, when the index keeps it.
+    pub upright: Option<(u32, u32)>,
+    pub has_alpha: bool,
+    /// Frames the run makes: every frame of an animated spec, else 1.
+    pub frames_made: u32,
+}
+
+/// Where a run takes its input, as far as the header tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannedRoute {
+    Original,
+    Mezzanine,
+    /// The mezzanine serves one orientation of the original and not the other, and the
+    /// index does not say which it has (an entry written before it kept the upright size):
+    /// the caller reads an upright size (the original's header, a stored mezzanine's) and
+    /// asks [`Plan::mezzanine_serves`].
+    ByOrientation,
+}
+
+/// A fit: the output laid out on an input of upright size `at`, after `rotate`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    pub at: (u32, u32),
+    pub rotated: (u32, u32),
+    pub plan: geometry::Plan,
+}
+
+impl Fit {
+    /// How many times smaller than its input the output is.
+    pub fn reduction(&self) -> f64 {
+        self.plan.reduction(self.rotated)
+    }
+
+    /// The decode denominator with shrink-on-load: 1/2, 1/4 or 1/8 when the output is that
+    /// much smaller (1 when the spec needs the whole decode).
+    fn denominator(&self, spec: &ResolvedSpec) -> u32 {
+        if spec.decodes_whole() {
+            1
+        } else {
+            geometry::shrink_denominator(self.reduction())
+        }
+    }
+}
+
+/// The fits a plan has computed, by input size: each computed once.
+pub(crate) struct Fits<'a> {
+    spec: &'a ResolvedSpec,
+    done: Vec<Fit>,
+}
+
+impl<'a> Fits<'a> {
+    pub(crate) fn new(spec: &'a ResolvedSpec) -> Self {
+        Fits {
+            spec,
+            done: Vec::with_capacity(2),
+        }
+    }
+
+    pub(crate) fn at(&mut self, upright: (u32, u32)) -> Fit {
+        if let Some(fit) = self.done.iter().find(|f| f.at == upright) {
+            return *fit;
+        }
+        let (rotated, plan, _) = layout(upright, self.spec, false);
+        let fit = Fit {
+            at: upright,
+            rotated,
+            plan,
+        };
+        self.done.push(fit);
+        fit
+    }
+}
+
+/// What a variant's run is (see the module's doc).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The original's facts it was made from.
+    pub header: Header,
+    /// The processor version in the variant's key ([`processor_version`]).
+    pub processor_version: u32,
+    /// The run's work from the original, in pixel-equivalents, frames included ([`cost`]);
+    /// an unknown size is costed at the pixel limit.
+    pub cost: u64,
+    /// The header gave a size: only then is [`Plan::cost`] checked against
+    /// `limits.max_cost` before the run (bytes no probe could read get their own error).
+    pub size_known: bool,
+    pub route: PlannedRoute,
+    /// The run's work from the mezzanine, when the route may take it.
+    pub mezzanine_cost: Option<u64>,
+    /// A drawing's own size and the size it is drawn at ([`vector_size`]).
+    pub drawing: Option<((u32, u32), (u32, u32))>,
+    /// The reduction from which the mezzanine serves, when it may.
+    mezzanine_from: Option<f64>,
+    fits: Vec<Fit>,
+}
+
+/// The plan of a variant of an original with `header`, for `spec`, under `limits`;
+/// `mezzanine`: whether mezzanines are on (`limits.mezzanine`).
+pub fn plan(header: &Header, spec: &ResolvedSpec, limits: &Limits, mezzanine: bool) -> Plan {
+    let mut fits = Fits::new(spec);
+    let processor_version = version_with(header.format, header.size, spec, &mut fits);
+    // Unknown sizes (bytes no probe could read) are costed at the pixel limit.
+    let side = (limits.max_pixels as f64).sqrt() as u32;
+    let size = header.size.unwrap_or((side, side));
+    let (drawing, cost) = cost_with(header.format, size, spec, &mut fits);
+    let cost = cost.saturating_mul(u64::from(header.frames_made.max(1)));
+    let facts = match (header.format, header.size) {
+        (Some(format), Some((width, height))) if mezzanine => Some(SourceInfo {
+            format,
+            width,
+            height,
+            has_alpha: header.has_alpha,
+        }),
+        _ => None,
+    };
+    let mezzanine_from = facts.as_ref().and_then(|f| mezzanine::serves_from(f, spec));
+    let route = match (mezzanine_from, header.size) {
+        (Some(from), Some((w, h))) => {
+            let mut serves = |u| fits.at(u).reduction() >= from;
+            match (serves((w, h)), serves((h, w)), header.upright) {
+                (false, false, _) => PlannedRoute::Original,
+                (true, true, _) => PlannedRoute::Mezzanine,
+                (_, _, Some(upright)) if serves(upright) => PlannedRoute::Mezzanine,
+                (_, _, Some(_)) => PlannedRoute::Original,
+                (_, _, None) => PlannedRoute::ByOrientation,
+            }
+        }
+        _ => PlannedRoute::Original,
+    };
+    let mezzanine_cost = (route != PlannedRoute::Original).then(|| {
+        let mezzanine = mezzanine::size_for(size);
+        cost_with(Some(SourceFormat::Jpeg), mezzanine, spec, &mut fits).1
+    });
+    // The run lays the output out on the upright size (a drawing's drawn size): ready for it.
+    match drawing {
+        Some((_, drawn)) => fits.at(drawn),
+        None => fits.at(header.upright.unwrap_or(size)),
+    };
+    Plan {
+        header: *header,
+        processor_version,
+        cost,
+        size_known: header.size.is_some(),
+        route,
+        mezzanine_cost,
+        drawing,
+        mezzanine_from,
+        fits: fits.done,
+    }
+}
+
+impl Plan {
+    /// Refuses a run over `limits.max_cost` when the size is known.
+    pub fn check_cost(&self, limits: &Limits) -> Result<(), ProcessError> {
+        match self.size_known {
+            true => check_cost(self.cost, limits),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether the mezzanine serves the original once its upright size is known (for
+    /// [`PlannedRoute::ByOrientation`]).
+    pub fn mezzanine_serves(&self, upright: (u32, u32), spec: &ResolvedSpec) -> bool {
+        self.mezzanine_from.is_some_and(|from| {
+            let reduction = match self.fit_at(upright) {
+                Some(fit) => fit.reduction(),
+                None => Fits::new(spec).at(upright).reduction(),
+            };
+            reduction >= from
+        })
+    }
+
+    /// The fit planned for an input of upright size `at`, if the plan computed it.
+    pub fn fit_at(&self, at: (u32, u32)) -> Option<Fit> {
+        self.fits.iter().find(|f| f.at == at).copied()
+    }
+
+    /// The size a drawing of `own` size is drawn at, if the plan computed it.
+    pub fn drawn_from(&self, own: (u32, u32)) -> Option<(u32, u32)> {
+        self.drawing.filter(|d| d.0 == own).map(|d| d.1)
+    }
+
+    /// The work of drawing this variant's vector source (see [`drawing_cost`]) at the size
+    /// the plan draws it (laid out again only for a drawing whose header gives another size
+    /// than the index said); 0 for a raster source.
+    pub fn drawing_cost(
+        &self,
+        bytes: &[u8],
+        spec: &ResolvedSpec,
+        limits: &Limits,
+    ) -> Result<u64, ProcessError> {
+        drawing_work_of(bytes, limits, |own| {
+            self.drawn_from(own)
+                .unwrap_or_else(|| vector_size(own, spec))
+        })
+    }
+}
+
+/// The size a vector source of `own` size is drawn at for `spec`: its own, scaled up by what
+/// the spec's box asks of it (as if `enlarge=1`), so that the run's plan on it only reduces
+/// or crops, and never enlarges a raster. A vector source is never enlarged as pixels are.
+pub fn vector_size(own: (u32, u32), spec: &ResolvedSpec) -> (u32, u32) {
+    let mut enlarged = spec.clone();
+    enlarged.shape.enlarge = true;
+    let (rotated, plan, _) = layout(own, &enlarged, false);
+    let reduction = plan.reduction(rotated);
+    if !(reduction.is_finite() && reduction > 0.0 && reduction < 1.0) {
+        return own;
+    }
+    let scale = |side: u32| ((f64::from(side) / reduction).round() as u32).max(1);
+    (scale(own.0), scale(own.1))
+}
+
+/// What a run will cost, in pixel-equivalents: the larger of the decoded source (after
+/// shrink-on-load, which only JPEG has) and the output, which a decode, a resize and a JPEG
+/// encode touch about once each, plus the output's pixels again for each pass the rest of
+/// the spec implies ([`output_passes`]: encoders dearer than JPEG's, blur and sharpen). The
+/// service admits processing work by it and refuses a spec over `limits.max_cost`
+/// (`too_costly`) before any decode. `size` is the stored source size; unknown sizes should
+/// be passed as the pixel limit.
+pub fn cost(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
+    cost_with(format, size, spec, &mut Fits::new(spec)).1
+}
+
+/// [`cost`] with the plan's fits; also the drawing's own and drawn size, for a vector source.
+#[allow(clippy::type_complexity)]
+fn cost_with(
+    format: Option<SourceFormat>,
+    size: (u32, u32),
+    spec: &ResolvedSpec,
+    fits: &mut Fits<'_>,
+) -> (Option<((u32, u32), (u32, u32))>, u64) {
+    let (w, h) = (size.0.max(1), size.1.max(1));
+    // A vector source's decode is its drawing, at the size the spec asks.
+    let drawing = match format {
+        Some(f) if f.is_vector() => Some(((w, h), vector_size((w, h), spec))),
+        _ => None,
+    };
+    let (w, h) = drawing.map_or((w, h), |d| d.1);
+    let fit = fits.at((w, h));
+    let denominator = match format.is_some_and(SourceFormat::shrinks_on_load) {
+        true => u64::from(fit.denominator(spec)),
+        false => 1,
+    };
+    // A watermark's overlay is decoded whole, by its own size.
+    let overlay = spec.shape.watermark.as_ref().map_or(0, |w| w.source.pixels);
+    let decoded =
+        (u64::from(w) * u64::from(h) / (denominator * denominator)).saturating_add(overlay);
+    let (ow, oh) = fit.plan.output_size();
+    let output = u64::from(ow) * u64::from(oh);
+    let cost = decoded
+        .max(output)
+        .saturating_add(output.saturating_mul(output_passes(spec)))
+        .max(1);
+    (drawing, cost)
+}
+
+/// How many times the output's pixels are charged beyond the first, by what the spec asks of
+/// them: measured on a 14 MP photo against its decode and JPEG encode (issue 28: a cost by
+/// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
+/// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8, lossless WebP about 40 and
+/// GIF (the best palette search) about 50, 5 for an animation's frames (a faster search);
+/// the shaping options' own passes ([`Shape::filter_passes`]).
+fn output_passes(spec: &ResolvedSpec) -> u64 {
+    let encoder = match spec.format {
+        OutputFormat::Jpeg => 0,
+        OutputFormat::Png => 1,
+        OutputFormat::Webp if spec.lossless => 40,
+        OutputFormat::Webp => 4,
+        OutputFormat::Avif => 8,
+        // An animation's frames take a faster palette search (`encode`'s animation speed).
+        OutputFormat::Gif if spec.animated => 5,
+        OutputFormat::Gif => 50,
+    };
+    encoder + spec.shape.filter_passes()
+}
+
+/// The work of drawing a vector source for `spec`, beyond the pixels [`cost`] counts for it
+/// (text laid out, paths, gradients, layers, filters: see `formats/svg.rs`), read from its
+/// bytes; 0 for a raster source. The service adds it to a run's cost before admission, so a
+/// drawing is charged, or refused as `too_costly`, at the size it will be drawn.
+pub fn drawing_cost(
+    bytes: &[u8],
+    spec: &ResolvedSpec,
+    limits: &Limits,
+) -> Result<u64, ProcessError> {
+    drawing_work_of(bytes, limits, |own| vector_size(own, spec))
+}
+
+/// The drawing work of `bytes` at the size `drawn` gives for its own; 0 for a raster source.
+fn drawing_work_of(
+    bytes: &[u8],
+    limits: &Limits,
+    drawn: impl FnOnce((u32, u32)) -> (u32, u32),
+) -> Result<u64, ProcessError> {
+    let source = decode::open(bytes, limits)?;
+    if !source.info.format.is_vector() {
+        return Ok(0);
+    }
+    Ok(source.drawing_work(drawn(source.upright_size())))
+}
+
+/// The processor version of a variant (part of its key, with the original and the
+/// canonical spec): [`PROCESSOR_VERSION`], or a later one for the variants whose bytes a
+/// later change altered. Read from what the originals index holds (format, stored size),
+/// before anything is decoded, and conservative where that is not enough to tell.
+///
+/// 5: JPEG originals make every output themselves, never from a mezzanine, and a
+/// progressive JPEG reduced 8 to 16 times decodes at 1/8 from its DC scans (it decoded at
+/// 1/4). Both concern JPEG outputs reduced at least 4 times of originals whose long side is
+/// at least the mezzanine's threshold, or reduced 8 to 16 times of any; other variants'
+/// bytes are unchanged and keep their version (a baseline JPEG reduced 8 to 16 times is
+/// counted in: its header is not in the index).
+///
+/// 6: AVIF outputs keep full chroma (4:4:4; they were 4:2:0), whatever their original.
+///
+/// 7: AVIF outputs are encoded at libaom speed 7 (it was 8), whatever their original; and
+/// outputs whose own loss would not hide a 1/8 decode from the DC scans (PNG, GIF, lossless
+/// WebP, JPEG or WebP above q90: [`ResolvedSpec::hides_coarse_decode`]) of JPEG originals
+/// reduced 8 to 16 times decode at 1/4 again, as before version 5.
+///
+/// 8: progressive JPEG outputs order their coefficients in five scans without refinement
+/// passes ([`jpeg_encode`]): the same pixels in other bytes, whatever their original.
+///
+/// 9: `blur` and `sharpen` use three box passes for the Gaussian ([`ops::blur`]): other
+/// pixels, whatever the original and the output.
+///
+/// 10: HEIC and SVG originals decode (builds before refused them with `unsupported_format`,
+/// and the variants map keeps refusals): every variant of a HEIC or SVG original. (An SVG
+/// stored by an earlier build is indexed with no format, like any bytes of no image format,
+/// whose stored refusals keep their version: it is read as SVG once stored again.)
+pub fn processor_version(
+    format: Option<SourceFormat>,
+    size: Option<(u32, u32)>,
+    spec: &ResolvedSpec,
+) -> u32 {
+    version_with(format, size, spec, &mut Fits::new(spec))
+}
+
+/// [`processor_version`] with the plan's fits.
+fn version_with(
+    format: Option<SourceFormat>,
+    size: Option<(u32, u32)>,
+    spec: &ResolvedSpec,
+    fits: &mut Fits<'_>,
+) -> u32 {
+    if matches!(format, Some(SourceFormat::Heic | SourceFormat::Svg)) {
+        return 10;
+    }
+    if spec.shape.blur.is_some() || spec.shape.sharpen.is_some() {
+        return 9;
+    }
+    if spec.format == OutputFormat::Jpeg && spec.progressive {
+        return 8;
+    }
+    if spec.format == OutputFormat::Avif {
+        return 7;
+    }
+    if !format.is_some_and(SourceFormat::shrinks_on_load) {
+        return PROCESSOR_VERSION;
+    }
+    let Some((w, h)) = size else {
+        return if spec.hides_coarse_decode() { 5 } else { 7 };
+    };
+    let long = w.max(h);
+    // Either orientation: the stored size's EXIF orientation is not in the index.
+    let reductions = [fits.at((w, h)).reduction(), fits.at((h, w)).reduction()];
+    // From 16 on, both decode at 1/8: the DC scans give the same pixels as the whole file.
+    let one_quarter_before = reductions.iter().any(|r| (8.0..16.0).contains(r));
+    if one_quarter_before && !spec.hides_coarse_decode() {
+        return 7;
+    }
+    // A mezzanine served outputs it held twice the resolution of, and it was at least
+    // twice smaller than its original: reductions from 4.
+    let mezzanine_before = long >= mezzanine::FROM_SIDE && reductions.iter().any(|r| *r >= 4.0);
+    if one_quarter_before || mezzanine_before {
+        5
+    } else {
+        PROCESSOR_VERSION
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limits, ProcessFailure};
+
+    use crate::spec::resolved_for_jpeg as resolved;
+
+    #[test]
+    fn only_variants_whose_bytes_changed_take_a_later_version() {
+        let jpeg = Some(SourceFormat::Jpeg);
+        let version = |format, size, query: &[(&str, &str)]| {
+            processor_version(format, size, &resolved(query))
+        };
+        // Small JPEGs, and large ones barely reduced: unchanged; 1/8 from 16 on, as before.
+        assert_eq!(version(jpeg, Some((1600, 1200)), &[("w", "400")]), 4);
+        assert_eq!(version(jpeg, Some((1200, 1800)), &[("w", "64")]), 4);
+        assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "1500")]), 4);
+        // Once made from the mezzanine, or from a 1/4 decode of a progressive file.
+        assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "800")]), 5);
+        assert_eq!(version(jpeg, Some((2400, 1600)), &[("w", "250")]), 5);
+        // Unknown size: counted in. Other formats, and bytes of no known format: unchanged.
+        assert_eq!(version(None, None, &[("w", "400")]), 4);
+        assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
+        let png = Some(SourceFormat::Png);
+        assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
+        // Every progressive JPEG output, of any original (its scan script).
+        for format in [jpeg, png, None] {
+            let progressive = [("w", "400"), ("progressive", "1")];
+            assert_eq!(version(format, Some((1600, 1200)), &progressive), 8);
+        }
+        // Every blurred or sharpened output (box passes).
+        for option in ["blur", "sharpen"] {
+            for format in [jpeg, png, None] {
+                let spec = [("w", "400"), (option, "2"), ("format", "avif")];
+                assert_eq!(version(format, Some((1600, 1200)), &spec), 9);
+            }
+        }
+        // Every AVIF output, of any original (libaom speed 7).
+        for format in [jpeg, png, None] {
+            let avif = [("w", "400"), ("format", "avif")];
+            assert_eq!(version(format, Some((1600, 1200)), &avif), 7);
+        }
+        // Outputs whose own loss does not hide the DC scans' 1/8, reduced 8 to 16 times of a
+        // JPEG: back at 1/4. Reduced less, or of other originals, they keep their version.
+        for output in [&[("format", "png")][..], &[("format", "jpeg"), ("q", "95")]] {
+            let reduced_10 = [&[("w", "400")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_10), 7);
+            assert_eq!(version(jpeg, None, &reduced_10), 7);
+            assert_eq!(version(png, Some((4000, 3000)), &reduced_10), 4);
+            let reduced_2 = [&[("w", "2000")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
+        }
+        // Every variant of a HEIC or SVG original (decoded from 10 on; refused before).
+        for format in [Some(SourceFormat::Heic), Some(SourceFormat::Svg)] {
+            for spec in [&[("w", "400")][..], &[("blur", "2"), ("format", "avif")]] {
+                assert_eq!(version(format, Some((4032, 3024)), spec), 10);
+                assert_eq!(version(format, None, spec), 10);
+            }
+        }
+    }
+
+    #[test]
+    fn cost_counts_decoded_pixels_after_shrink_on_load() {
+        let thumb = resolved(&[("w", "400")]);
+        let full = 4000 * 3000;
+        // A 10× reduction decodes JPEG at 1/4: 1000×750 pixels.
+        assert_eq!(
+            cost(Some(SourceFormat::Jpeg), (4000, 3000), &thumb),
+            full / 16
+        );
+        // PNG has no shrink-on-load.
+        assert_eq!(cost(Some(SourceFormat::Png), (4000, 3000), &thumb), full);
+        // Enlarging costs the output.
+        let big = resolved(&[("w", "2000"), ("enlarge", "1")]);
+        assert_eq!(cost(Some(SourceFormat::Png), (100, 100), &big), 2000 * 2000);
+    }
+
+    /// Issue 28: the output is charged again for each pass its encoder and filters imply, so
+    /// the dear specs cost what they take, and the dearest are over the default limit.
+    #[test]
+    fn cost_charges_encoders_and_filters_by_the_output() {
+        let png = Some(SourceFormat::Png);
+        let of = |pairs: &[(&str, &str)]| cost(png, (100, 100), &resolved(pairs));
+        let out = 2000 * 2000;
+        let big = [("w", "2000"), ("enlarge", "1")];
+        let with = |extra: &[(&'static str, &'static str)]| of(&[&big[..], extra].concat());
+        assert_eq!(with(&[("format", "jpeg")]), out);
+        assert_eq!(with(&[("format", "png")]), 2 * out);
+        assert_eq!(with(&[("format", "webp")]), 5 * out);
+        assert_eq!(with(&[("format", "webp"), ("lossless", "1")]), 41 * out);
+        assert_eq!(with(&[("format", "avif")]), 9 * out);
+        assert_eq!(with(&[("format", "gif")]), 51 * out);
+        assert_eq!(with(&[("format", "jpeg"), ("blur", "100")]), 4 * out);
+        assert_eq!(with(&[("format", "jpeg"), ("sharpen", "100")]), 5 * out);
+        assert_eq!(
+            with(&[("format", "jpeg"), ("blur", "1"), ("sharpen", "1")]),
+            8 * out
+        );
+
+        let limits = Limits::default();
+        let huge_gif = [
+            ("w", "8192"),
+            ("h", "6000"),
+            ("fit", "fill"),
+            ("enlarge", "1"),
+            ("format", "gif"),
+        ];
+        let over = cost(png, (100, 100), &resolved(&huge_gif));
+        assert!(matches!(
+            check_cost(over, &limits),
+            Err(ProcessError::TooCostly { .. })
+        ));
+        assert_eq!(
+            ProcessError::TooCostly {
+                cost: over,
+                limit: 1
+            }
+            .kind(),
+            Some(ProcessFailure::TooCostly)
+        );
+        // A 14 MP photo to a GIF of its size, and a 50 MP one to a thumbnail, are admitted.
+        let photo_gif = cost(png, (4608, 3072), &resolved(&[("format", "gif")]));
+        assert!(check_cost(photo_gif, &limits).is_ok(), "{photo_gif}");
+        let thumb = cost(
+            png,
+            (8660, 5773),
+            &resolved(&[("w", "400"), ("format", "avif")]),
+        );
+        assert!(check_cost(thumb, &limits).is_ok());
+    }
+
+    /// The plan is each decision made alone, made once: its processor version, cost,
+    /// route and the run's fit are what `processor_version`, `cost`, `mezzanine::serves`
+    /// and `layout` give, with no fit computed twice.
+    #[test]
+    fn a_plan_is_each_computation_alone_made_once() {
+        let limits = Limits::default();
+        let side = (limits.max_pixels as f64).sqrt() as u32;
+        let jpeg = Some(SourceFormat::Jpeg);
+        let png = Some(SourceFormat::Png);
+        let svg = Some(SourceFormat::Svg);
+        let headers = [
+            (jpeg, Some((4000, 3000)), Some((3000, 4000)), false),
+            (jpeg, Some((1600, 1200)), None, false),
+            (png, Some((4000, 3000)), Some((4000, 3000)), false),
+            (png, Some((4000, 1000)), None, false),
+            (png, Some((4000, 3000)), None, true),
+            (svg, Some((300, 200)), Some((300, 200)), true),
+            (None, None, None, false),
+        ];
+        let queries: [&[(&str, &str)]; 6] = [
+            &[("w", "400")],
+            &[("w", "2000")],
+            &[("w", "300"), ("h", "300"), ("fit", "crop")],
+            &[("w", "700"), ("format", "avif")],
+            &[("w", "500"), ("rotate", "90")],
+            &[("h", "900"), ("format", "png")],
+        ];
+        for (format, size, upright, has_alpha) in headers {
+            for query in queries {
+                let spec = resolved(query);
+                let header = Header {
+                    format,
+                    size,
+                    upright,
+                    has_alpha,
+                    frames_made: 1,
+                };
+                let plan = plan(&header, &spec, &limits, true);
+                let at = size.unwrap_or((side, side));
+                assert_eq!(
+                    plan.processor_version,
+                    processor_version(format, size, &spec),
+                    "{header:?} {query:?}"
+                );
+                assert_eq!(plan.cost, cost(format, at, &spec), "{header:?} {query:?}");
+                let route = match (format, size) {
+                    (Some(format), Some((width, height))) => {
+                        let info = SourceInfo {
+                            format,
+                            width,
+                            height,
+                            has_alpha,
+                        };
+                        if !mezzanine::may_serve(&info, &spec) {
+                            PlannedRoute::Original
+                        } else if mezzanine::serves_either_way(&info, &spec) {
+                            PlannedRoute::Mezzanine
+                        } else if let Some(upright) = upright {
+                            match mezzanine::serves(&info, upright, &spec) {
+                                true => PlannedRoute::Mezzanine,
+                                false => PlannedRoute::Original,
+                            }
+                        } else {
+                            for way in [(width, height), (height, width)] {
+                                assert_eq!(
+                                    plan.mezzanine_serves(way, &spec),
+                                    mezzanine::serves(&info, way, &spec)
+                                );
+                            }
+                            PlannedRoute::ByOrientation
+                        }
+                    }
+                    _ => PlannedRoute::Original,
+                };
+                assert_eq!(plan.route, route, "{header:?} {query:?}");
+                let run_at = match plan.drawing {
+                    Some((own, drawn)) => {
+                        assert_eq!(drawn, vector_size(own, &spec));
+                        drawn
+                    }
+                    None => upright.unwrap_or(at),
+                };
+                let fit = plan.fit_at(run_at).expect("the run's fit");
+                let (rotated, alone, _) = layout(run_at, &spec, false);
+                assert_eq!((fit.rotated, fit.plan), (rotated, alone));
+                let mut sizes: Vec<_> = plan.fits.iter().map(|f| f.at).collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                assert_eq!(sizes.len(), plan.fits.len(), "no fit made twice");
+            }
+        }
+    }
+}
