@@ -196,13 +196,15 @@ pub(super) fn check_text_paths(document: &roxmltree::Document) -> Result<(), Pro
         .filter(|n| n.is_element())
         .map(|n| upscaling(&n, largest_use))
         .fold(1.0, |a, b| a * b);
+    // Read once, for every text path's reference.
+    let by_id: HashMap<&str, roxmltree::Node> = document
+        .descendants()
+        .filter_map(|n| n.attribute("id").map(|id| (id, n)))
+        .collect();
     for text_path in text_paths {
         let mut data = text_path.attribute("path").map(numbers_sum).unwrap_or(0.0);
         for id in text_path.attributes().flat_map(|a| references(a.value())) {
-            let Some(target) = document
-                .descendants()
-                .find(|n| n.attribute("id") == Some(id))
-            else {
+            let Some(target) = by_id.get(id) else {
                 continue;
             };
             data += target
@@ -257,11 +259,7 @@ fn upscaling(node: &roxmltree::Node, largest_use: Option<f64>) -> f64 {
                 (Some(s), None) | (None, Some(s)) => s,
                 (None, None) => 1.0,
             };
-            scale *= if factor.is_finite() {
-                factor.max(1.0)
-            } else {
-                f64::MAX
-            };
+            scale *= enlarging(factor);
         }
     }
     scale
@@ -294,13 +292,18 @@ fn transform_upscaling(list: &str) -> f64 {
             "skewX" | "skewY" => 1.0 + arg(0).to_radians().tan().abs(),
             _ => args.iter().map(|n| n.abs() + 1.0).product(),
         };
-        scale *= if factor.is_finite() {
-            factor.max(1.0)
-        } else {
-            f64::MAX
-        };
+        scale *= enlarging(factor);
     }
     scale
+}
+
+/// A scale factor as an upscaling: at least 1, and the largest float for one that is none.
+fn enlarging(factor: f64) -> f64 {
+    if factor.is_finite() {
+        factor.max(1.0)
+    } else {
+        f64::MAX
+    }
 }
 
 /// The sum of the magnitudes of the numbers in an attribute's value.
