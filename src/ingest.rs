@@ -143,10 +143,8 @@ pub async fn ingest_url(
         Ok(r) => r,
         Err(f) => return ItemResult::failed(raw, &f.error),
     };
-    for hash in [resolved.hash, resolved.source] {
-        if let Err(e) = pipeline.refuse_listed(&hash) {
-            return ItemResult::failed(raw, &e);
-        }
+    if let Err(refused) = pipeline.may_serve(&[resolved.hash, resolved.source]) {
+        return ItemResult::failed(raw, &refused.error);
     }
     let info = match pipeline.original(&resolved.hash).await {
         Ok(Some(info)) => info,

@@ -116,14 +116,11 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
             Source::Hash(hash) => (*hash, *hash),
             Source::Url(url) => {
                 let resolved = pipeline.resolve_url(url, false).await?;
-                pipeline
-                    .refuse_listed(&resolved.source)
-                    .map_err(|e| Failure::from(e).with_hash(resolved.source))?;
                 (resolved.hash, resolved.source)
             }
         };
+        pipeline.may_serve(&[own, hash])?;
         let failed = |e: Error| Failure::from(e).with_hash(hash);
-        pipeline.refuse_listed(&hash).map_err(failed)?;
         let info = pipeline
             .original(&hash)
             .await

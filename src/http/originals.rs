@@ -173,7 +173,10 @@ pub async fn upload(State(service): State<Service>, request: Request) -> Respons
 async fn lookup(service: &Service, hash: &str) -> Result<(ContentHash, OriginalInfo), Error> {
     let not_found = || Error::NotFound(format!("no original with hash {hash}"));
     let hash: ContentHash = hash.parse().map_err(|()| not_found())?;
-    service.pipeline().refuse_listed(&hash)?;
+    service
+        .pipeline()
+        .may_serve(&[hash])
+        .map_err(|refused| refused.error)?;
     let info = service
         .pipeline()
         .original(&hash)

@@ -143,7 +143,7 @@ fn blocked(hash: &ContentHash, why: &str) -> Error {
 
 impl Pipeline {
     /// `Err(blocked)` for a hash the list names (this node's memory).
-    pub fn refuse_blocked(&self, hash: &ContentHash) -> Result<(), Error> {
+    pub(super) fn refuse_blocked(&self, hash: &ContentHash) -> Result<(), Error> {
         match self.shared.blocked.exact(hash) {
             Some(entry) => Err(blocked(hash, &entry)),
             None => Ok(()),

@@ -51,6 +51,7 @@ mod copy;
 mod deadline;
 mod decoded;
 mod facts;
+mod gate;
 mod maintenance;
 mod near;
 mod recall;
@@ -372,17 +373,12 @@ impl Pipeline {
         Ok(self.shared.maps.original(hash).await?)
     }
 
-    /// An indexed original's bytes. Their absence from the blob store is a storage fault,
-    /// unless the hash is on the takedown list as the maps hold it now: another node's
-    /// takedown removes the bytes before this node's memory of the list follows (up to a
-    /// second), and in that window the answer is the takedown's, not a 503.
+    /// An indexed original's bytes; their absence is answered by the gate
+    /// ([`Pipeline::bytes_missing`]).
     pub async fn original_bytes(&self, hash: &ContentHash) -> Result<Bytes, Error> {
         match self.shared.blobs.get(hash).await? {
             Some(bytes) => Ok(bytes),
-            None if self.listed_now(hash).await? => Err(taken_down(hash)),
-            None => Err(Error::StorageUnavailable(format!(
-                "original {hash} is missing from the blob store"
-            ))),
+            None => Err(self.bytes_missing(hash).await?),
         }
     }
 

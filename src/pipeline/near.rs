@@ -121,7 +121,7 @@ impl Pipeline {
     ) -> Result<(), Error> {
         let stored = computed.map_or(Fingerprinted::NotAPicture, Fingerprinted::Picture);
         let seen = self.shared.maps.put_fingerprint(hash, &stored).await?;
-        if self.undo_if_taken_down(hash, seen).await? {
+        if self.after_write(hash, seen).await? {
             return Ok(());
         }
         if let Some(fp) = computed {

@@ -12,7 +12,7 @@
 //!   into it (canonical mode) are taken down with it. A takedown that a
 //!   crash interrupted is finished by asking again: every step is idempotent. Writers of an
 //!   original or a variant check the list again after writing
-//!   ([`Pipeline::undo_if_taken_down`]), so a write that raced a takedown is removed too.
+//!   ([`Pipeline::after_write`], `gate.rs`), so a write that raced a takedown is removed too.
 //! - Lifting a takedown (`DELETE /v1/takedowns/<hash>`): the hash is off the list, and the
 //!   URL entries that remembered it as taken down are forgotten, so they download again.
 //!
@@ -32,7 +32,7 @@ use url::Url;
 use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, Fingerprinted, ListedAtWrite, MapStore, VariantKey};
+use crate::maps::{now_ms, Fingerprinted, MapStore, VariantKey};
 use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
@@ -66,14 +66,14 @@ impl Takedowns {
             .collect())
     }
 
-    fn contains(&self, hash: &ContentHash) -> bool {
+    pub(super) fn contains(&self, hash: &ContentHash) -> bool {
         self.listed
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .contains(hash)
     }
 
-    fn set(&self, hash: ContentHash, listed: bool) {
+    pub(super) fn set(&self, hash: ContentHash, listed: bool) {
         let mut set = self.listed.write().unwrap_or_else(|p| p.into_inner());
         if listed {
             set.insert(hash);
@@ -135,44 +135,6 @@ pub fn taken_down(hash: &ContentHash) -> Error {
 }
 
 impl Pipeline {
-    /// Whether this node holds `hash` as taken down.
-    pub fn is_taken_down(&self, hash: &ContentHash) -> bool {
-        self.shared.takedowns.contains(hash)
-    }
-
-    /// `Err(blocked)` for a hash on the blocklist, `Err(taken_down)` for one taken down
-    /// (a blocked original that was stored is both: the blocklist's answer says why).
-    pub fn refuse_listed(&self, hash: &ContentHash) -> Result<(), Error> {
-        self.refuse_blocked(hash)?;
-        match self.is_taken_down(hash) {
-            true => Err(taken_down(hash)),
-            false => Ok(()),
-        }
-    }
-
-    /// Whether `hash` is listed as the maps hold it this instant (bytes about to be stored
-    /// ask this, not this node's memory, which may lag another node's takedown by a
-    /// second); a listed hash is added to this node's memory at once.
-    pub(super) async fn listed_now(&self, hash: &ContentHash) -> Result<bool, Error> {
-        let listed = self.shared.maps.is_taken_down(hash).await?;
-        if listed {
-            self.shared.takedowns.set(*hash, true);
-        }
-        Ok(listed)
-    }
-
-    /// [`Pipeline::listed_now`], and whether the originals index has `hash`: one read.
-    pub(super) async fn listed_now_and_indexed(
-        &self,
-        hash: &ContentHash,
-    ) -> Result<(bool, bool), Error> {
-        let (listed, original) = self.shared.maps.listed_and_original(hash).await?;
-        if listed {
-            self.shared.takedowns.set(*hash, true);
-        }
-        Ok((listed, original.is_some()))
-    }
-
     /// Forgets the URL map's entry of `url` (and any origin failure held for it): its next
     /// request downloads it again, without validators. Returns the hash it mapped to, or
     /// `None` when it had no entry. The original and its variants stay: other URLs may share
@@ -297,32 +259,6 @@ impl Pipeline {
             .filter(|k| k.canonical_spec.split('&').any(|part| part == mark))
             .collect();
         Ok(marked)
-    }
-
-    /// Undoes a write of taken-down content that raced its takedown: a writer checks the
-    /// list before it stores, and again after; if the hash was listed in between, the
-    /// takedown may have run before the write landed, so it runs again. Returns whether the
-    /// hash is listed. `seen` is what the write saw of the list, when it read it in its own
-    /// statement ([`ListedAtWrite`]): a takedown that ran later removes what it wrote.
-    pub(super) async fn undo_if_taken_down(
-        &self,
-        hash: &ContentHash,
-        seen: ListedAtWrite,
-    ) -> Result<bool, Error> {
-        let listed = match seen {
-            Some(true) => {
-                self.shared.takedowns.set(*hash, true);
-                true
-            }
-            Some(false) => false,
-            None => self.listed_now(hash).await?,
-        };
-        if !listed {
-            return Ok(false);
-        }
-        tracing::info!(%hash, "content stored while being taken down; removing it again");
-        self.take_down(hash).await?;
-        Ok(true)
     }
 
     /// Takes down the content `url` is served from (its canonical original in canonical

@@ -453,17 +453,16 @@ impl Pipeline {
         // (Indexed bytes are in the blob store already — the blob is written before the
         // index points at it — so a duplicate URL or a changed-validators 200 uploads
         // nothing: both questions in one read.)
-        let (listed, indexed) = self.listed_now_and_indexed(&hash).await?;
-        if listed {
-            if publish_url {
-                s.maps.put_url(url.as_str(), &entry).await?;
+        // Blocked bytes (the blocklist, the validation hook) are not stored either: the URL
+        // is remembered the same way, and `locate` refuses it as `blocked`.
+        let (indexed, mut computed) = match self.may_store(&hash, &info, &bytes).await {
+            Ok(allowed) => (allowed.indexed, allowed.fingerprint),
+            Err(Error::TakenDown(_)) => {
+                if publish_url {
+                    s.maps.put_url(url.as_str(), &entry).await?;
+                }
+                return Ok((hash, hash, false, false));
             }
-            return Ok((hash, hash, false, false));
-        }
-        // Blocked bytes (the blocklist, the validation hook) are not stored: the URL is
-        // remembered as naming them, as above, and `locate` refuses it as `blocked`.
-        let mut computed = match self.screen(&hash, &info, &bytes, indexed).await {
-            Ok(computed) => computed,
             Err(Error::Blocked(why)) => {
                 tracing::info!(%url, source = %hash, %why, "download refused");
                 if publish_url {
@@ -541,7 +540,7 @@ impl Pipeline {
             }
         };
         let new_original = recorded.new_original;
-        if self.undo_if_taken_down(&hash, recorded.listed).await? {
+        if self.after_write(&hash, recorded.listed).await? {
             // Taken down while this download stored it: removed again, and refused.
             return Ok((hash, hash, false, false));
         }

@@ -61,11 +61,7 @@ impl Pipeline {
             return Err(Error::invalid_option("body", "the upload is empty"));
         }
         let (hash, info) = self.describe_in_turn(bytes.clone(), true).await?;
-        if self.listed_now(&hash).await? {
-            return Err(super::taken_down(&hash));
-        }
-        let indexed = self.shared.maps.original(&hash).await?.is_some();
-        let fingerprint = self.screen(&hash, &info, &bytes, indexed).await?;
+        let fingerprint = self.may_store(&hash, &info, &bytes).await?.fingerprint;
         Ok(Accepted {
             bytes,
             hash,
@@ -117,7 +113,7 @@ impl Pipeline {
                 return Err(e.into());
             }
         };
-        if self.undo_if_taken_down(&hash, None).await? {
+        if self.after_write(&hash, None).await? {
             return Err(super::taken_down(&hash));
         }
         if inserted {

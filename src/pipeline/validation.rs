@@ -84,26 +84,6 @@ impl Validation {
 }
 
 impl Pipeline {
-    /// The checks new bytes pass before they are stored (downloads, uploads, ingest): the
-    /// blocklist (exact always; by fingerprint and the validation hook only for bytes not
-    /// indexed already). Returns the fingerprint when one was computed, for the caller to
-    /// keep (`Some(None)`: no picture).
-    pub(super) async fn screen(
-        &self,
-        hash: &ContentHash,
-        info: &OriginalInfo,
-        bytes: &Bytes,
-        indexed: bool,
-    ) -> Result<Option<Option<Fingerprint>>, Error> {
-        if indexed {
-            self.refuse_blocked(hash)?;
-            return Ok(None);
-        }
-        let computed = self.check_blocklist(hash, bytes).await?;
-        self.validate(hash, info, bytes, computed).await?;
-        Ok(computed)
-    }
-
     /// Asks the validation service about new bytes (when one is configured and has not
     /// allowed them before): `Ok` to store them, else `blocked` (refused, and listed) or
     /// `validation_unavailable` (no answer, fail-closed). `fingerprint` is the caller's when

@@ -464,3 +464,58 @@ fn the_architecture_page_names_every_source_file() {
         "not named in docs/architecture.md: {unnamed:?}"
     );
 }
+
+/// Takedowns and the blocklist are decided in one place (issue 51, item 5): outside
+/// `pipeline/gate.rs` no file reads either list to decide, and only the files that keep a
+/// list (`removal.rs`, `blocklist.rs`) change this node's memory of it. The questions asked
+/// elsewhere: canonical mode's `is_taken_down` of a new picture's near-duplicates, and a
+/// takedown's own of the originals merged into the one it takes down.
+#[test]
+fn takedowns_and_the_blocklist_are_decided_in_the_gate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let decisions = [
+        (
+            "refuse_blocked(",
+            &["pipeline/gate.rs", "pipeline/blocklist.rs"][..],
+        ),
+        ("listed_now", &["pipeline/gate.rs"][..]),
+        (
+            "check_blocklist(",
+            &["pipeline/gate.rs", "pipeline/blocklist.rs"][..],
+        ),
+        ("takedowns.contains(", &["pipeline/gate.rs"][..]),
+        (
+            "takedowns.set(",
+            &["pipeline/gate.rs", "pipeline/removal.rs"][..],
+        ),
+        ("blocked.exact(", &["pipeline/blocklist.rs"][..]),
+        (
+            "is_taken_down(",
+            &[
+                "pipeline/gate.rs",
+                "pipeline/near.rs",
+                "pipeline/removal.rs",
+                "maps/",
+            ][..],
+        ),
+    ];
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut outside = Vec::new();
+    for file in files {
+        let path = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (call, allowed) in decisions {
+            let here = allowed.iter().any(|a| path.starts_with(a));
+            if !here && text.contains(call) {
+                outside.push(format!("{path}: {call}"));
+            }
+        }
+    }
+    assert!(outside.is_empty(), "decided outside the gate: {outside:?}");
+}

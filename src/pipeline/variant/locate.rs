@@ -37,10 +37,8 @@ impl Pipeline {
         };
         let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
         let maps = &self.shared.maps;
-        for listed in [Some(hash), own].into_iter().flatten() {
-            self.refuse_listed(&listed)
-                .map_err(|e| with_hash(listed, e))?;
-        }
+        let asked: Vec<ContentHash> = [Some(hash), own].into_iter().flatten().collect();
+        self.may_serve(&asked)?;
         let mut info = maps
             .original(&hash)
             .await
@@ -53,9 +51,7 @@ impl Pipeline {
                 .map_err(|e| with_hash(hash, e.into()))?
             {
                 (own, hash) = (Some(hash), canonical);
-                if self.is_taken_down(&hash) {
-                    return Err(with_hash(hash, crate::pipeline::taken_down(&hash)));
-                }
+                self.may_serve(&[hash])?;
                 info = maps
                     .original(&hash)
                     .await
@@ -162,9 +158,8 @@ impl Pipeline {
             Error::invalid_option("wm", format!("no watermark named `{}`", mark.name))
         })?;
         let overlay = watermark.overlay;
-        if self.is_taken_down(&overlay) {
-            return Err(crate::pipeline::taken_down(&overlay));
-        }
+        self.may_serve(&[overlay])
+            .map_err(|refused| refused.error)?;
         let info = s.maps.original(&overlay).await?.ok_or_else(|| {
             Error::NotFound(format!(
                 "watermark `{}` names no stored original ({overlay})",

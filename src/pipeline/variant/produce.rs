@@ -79,9 +79,9 @@ impl Pipeline {
         };
         // Taken down while it ran: nothing of it may be stored (the takedown has removed
         // what was, and would not see this).
-        if self.is_taken_down(&key.hash) {
+        if let Err(refused) = self.may_serve(&[key.hash]) {
             lease.release().await;
-            return Err(crate::pipeline::taken_down(&key.hash));
+            return Err(refused.error);
         }
         self.shared.hot.insert(key.clone(), row.clone());
         let this = self.clone();
@@ -93,7 +93,7 @@ impl Pipeline {
                         Ok(seen) => {
                             // The write under the claim gave it up.
                             lease.given_up();
-                            match this.undo_if_taken_down(&key.hash, seen).await {
+                            match this.after_write(&key.hash, seen).await {
                                 Ok(false) => this.variant_stored(&key, &row).await,
                                 Ok(true) => {}
                                 Err(e) => tracing::warn!(error = %e, "takedown list not read"),
