@@ -287,6 +287,7 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
                 allow_private_networks,
             };
             let config = configure(config_path, &flags)?;
+            imgcas::admission::bound_arenas(config.limits.allocator_arenas);
             let runtime = runtime(&mut tokio::runtime::Builder::new_multi_thread())?;
             let served = runtime.block_on(serve(config));
             // A run the shutdown told to stop may be inside one codec call still: it is

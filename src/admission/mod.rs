@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use book::{TenantReading, Totals};
-pub use niced::{give_memory_back, ThreadClock};
+pub use niced::{bound_arenas, give_memory_back, ThreadClock};
 pub use slots::Slot;
 use slots::{Slots, Want};
 

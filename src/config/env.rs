@@ -160,6 +160,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.urls_max_bytes", "IMGCAS_URLS_MAX_BYTES", limits.urls_max_bytes, number),
     setting!("limits.decode_cache_bytes", "IMGCAS_DECODE_CACHE_BYTES", limits.decode_cache_bytes, number),
     setting!("limits.background_queue", "IMGCAS_BACKGROUND_QUEUE", limits.background_queue, number),
+    setting!("limits.allocator_arenas", "IMGCAS_ALLOCATOR_ARENAS", limits.allocator_arenas, number),
     setting!("limits.mezzanine", "IMGCAS_MEZZANINE", limits.mezzanine, boolean),
     setting!("limits.max_url_bytes", "IMGCAS_MAX_URL_BYTES", limits.max_url_bytes, number),
     setting!("limits.max_cost", "IMGCAS_MAX_COST", limits.max_cost, number),

@@ -252,6 +252,13 @@ pub struct LimitsConfig {
     /// the request that needs it or to the next start's backfill, so a bulk migration of
     /// millions of originals holds no task per original.
     pub background_queue: usize,
+    /// Extension: the most arenas the allocator (glibc's) keeps free memory in
+    /// (`IMGCAS_ALLOCATOR_ARENAS`; 0: the allocator's own bound, eight per core). Every
+    /// thread that allocates at a busy moment may get an arena of its own, and what it frees
+    /// stays there, split into pieces that are not given back: under a flood of uploads a
+    /// node's memory crept by about 200 bytes per original with glibc's bound, and stayed
+    /// flat with two arenas (`bench/memory_uploads.py`). Defaults to the number of cores.
+    pub allocator_arenas: usize,
     /// Extension: large originals get a mezzanine, a derivative a power of two smaller that
     /// most outputs are made from (`IMGCAS_MEZZANINE`, default on). Which outputs use it
     /// follows from the spec and the source's header alone; turning it off changes the bytes
@@ -395,6 +402,7 @@ impl Default for LimitsConfig {
             max_pixels: 50_000_000,
             max_frames: 500,
             process_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            allocator_arenas: std::thread::available_parallelism().map_or(2, |n| n.get()),
             queue_target: Duration::from_millis(500),
             hot_cache_bytes: 256 << 20,
             variants_max_bytes: 10 << 30,
@@ -813,6 +821,7 @@ mod tests {
             ("IMGCAS_MAX_CONNECTIONS", ("500", "500")),
             ("IMGCAS_SHUTDOWN_TIMEOUT", (r#""5s""#, "5s")),
             ("IMGCAS_BACKGROUND_QUEUE", ("64", "64")),
+            ("IMGCAS_ALLOCATOR_ARENAS", ("4", "4")),
             ("IMGCAS_MAPS_CACHE_BYTES", ("1048576", "1048576")),
             ("IMGCAS_MAPS_ENTRIES_CACHE_BYTES", ("2_097_152", "2097152")),
             ("IMGCAS_S3_CONNECT_TIMEOUT", (r#""1s""#, "1s")),

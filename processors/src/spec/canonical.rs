@@ -3,6 +3,7 @@
 //! [`ResolvedSpec::canonical`] string is what variant keys are made of.
 
 use super::accept::negotiate_animated;
+use super::options::request_parts;
 use super::*;
 
 impl Spec {
@@ -11,31 +12,7 @@ impl Spec {
     pub fn canonical(&self) -> String {
         let mut parts = Vec::new();
         self.shape.parts(&mut parts);
-        if self.width_auto {
-            parts.push(("w", "auto".into()));
-        }
-        if self.dpr_auto {
-            parts.push(("dpr", "auto".into()));
-        } else if self.dpr != Spec::default().dpr {
-            parts.push(("dpr", self.dpr.to_string()));
-        }
-        match self.format {
-            FormatRequest::Original => {}
-            FormatRequest::Auto => parts.push(("format", "auto".into())),
-            FormatRequest::Exact(f) => parts.push(("format", f.name().into())),
-        }
-        if let Some(q) = self.quality {
-            parts.push(("q", q.to_string()));
-        }
-        if self.lossless {
-            parts.push(("lossless", "1".into()));
-        }
-        if self.progressive {
-            parts.push(("progressive", "1".into()));
-        }
-        if !self.animated {
-            parts.push(("animated", "0".into()));
-        }
+        request_parts(self, &mut parts);
         join(parts)
     }
 
@@ -139,32 +116,6 @@ impl Spec {
             progressive: self.progressive && format == OutputFormat::Jpeg,
             animated: animate && format.animates(),
         }
-    }
-}
-
-pub(super) fn fit_name(f: Fit) -> &'static str {
-    match f {
-        Fit::Contain => "contain",
-        Fit::Cover => "cover",
-        Fit::Fill => "fill",
-        Fit::Pad => "pad",
-        Fit::Crop => "crop",
-        Fit::Auto => "auto",
-    }
-}
-
-pub(super) fn gravity_name(g: Gravity) -> &'static str {
-    match g {
-        Gravity::Center => "center",
-        Gravity::North => "north",
-        Gravity::South => "south",
-        Gravity::East => "east",
-        Gravity::West => "west",
-        Gravity::NorthEast => "northeast",
-        Gravity::NorthWest => "northwest",
-        Gravity::SouthEast => "southeast",
-        Gravity::SouthWest => "southwest",
-        Gravity::Smart => "smart",
     }
 }
 

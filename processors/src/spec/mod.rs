@@ -7,25 +7,26 @@
 //! dropped. The resolved form's [`ResolvedSpec::canonical`] string is what variant keys are
 //! made of, so requests that must produce the same bytes share one variant.
 //!
-//! Here: the option types and the [`Spec`] itself. Parsing is in `parse.rs`, the two
+//! Here: the option types and the [`Spec`] itself. Each option's name, reading, canonical form and doc line are its entry in `options.rs`;
+//! parsing is in `parse.rs`, the two
 //! canonical forms and the resolution in `canonical.rs`, client hints in `hints.rs`, and
 //! `Accept` negotiation in `accept.rs`.
 
 mod accept;
 mod canonical;
 mod hints;
+mod options;
 mod parse;
 mod region;
+mod values;
 mod watermark;
 
 pub use accept::{accept_class, negotiate};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
-pub use parse::OPTION_NAMES;
+pub use options::{option, Doc, OptionDef, OPTIONS};
 pub use region::{Extent, Placed, Region};
 pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
-
-use canonical::{fit_name, gravity_name};
 
 use std::fmt;
 
@@ -288,55 +289,8 @@ impl Shape {
     }
 
     /// Its non-default options as `(name, value)` pairs.
-    fn parts(&self, out: &mut Vec<(&'static str, String)>) {
-        let d = Shape::default();
-        if self.background != d.background {
-            out.push(("bg", self.background.to_string()));
-        }
-        if let Some(b) = self.blur {
-            out.push(("blur", b.to_string()));
-        }
-        if let Some(region) = self.crop {
-            out.push(("crop", region.to_string()));
-        }
-        if self.crop_gravity != d.crop_gravity {
-            out.push(("crop_gravity", gravity_name(self.crop_gravity).into()));
-        }
-        if self.enlarge {
-            out.push(("enlarge", "1".into()));
-        }
-        if self.fit != d.fit {
-            out.push(("fit", fit_name(self.fit).into()));
-        }
-        if self.gravity != d.gravity {
-            out.push(("gravity", gravity_name(self.gravity).into()));
-        }
-        let numbers = [
-            ("h", self.height),
-            ("min_h", self.min_height),
-            ("min_w", self.min_width),
-            ("w", self.width),
-        ];
-        for (name, value) in numbers {
-            if let Some(v) = value {
-                out.push((name, v.to_string()));
-            }
-        }
-        if self.rotate != 0 {
-            out.push(("rotate", self.rotate.to_string()));
-        }
-        if let Some(threshold) = self.trim {
-            out.push(("trim", threshold.to_string()));
-        }
-        if let Some(colour) = self.trim_color {
-            out.push(("trim_color", colour.to_string()));
-        }
-        if let Some(s) = self.sharpen {
-            out.push(("sharpen", s.to_string()));
-        }
-        if let Some(w) = &self.watermark {
-            w.parts(out);
-        }
+    fn parts(&self, out: &mut options::Parts) {
+        options::shape_parts(self, out);
     }
 }
 

@@ -9,7 +9,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{gravity_name, Gravity, Hundredths, SpecError};
+use super::values::{gravity, gravity_name, parse_u32};
+use super::{Gravity, Hundredths, SpecError};
 
 /// The settings a configured watermark gives when a request does not override them.
 pub const DEFAULT_POSITION: Gravity = Gravity::SouthEast;
@@ -76,7 +77,7 @@ impl Placement {
                 "scale" => placement.scale = scale(name, value)?,
                 "opacity" => placement.opacity = opacity(name, value)?,
                 "margin" => {
-                    placement.margin = super::parse::parse_u32(name, value, 0, MAX_MARGIN)?;
+                    placement.margin = parse_u32(name, value, 0, MAX_MARGIN)?;
                 }
                 _ => {
                     return Err(SpecError::new(
@@ -152,7 +153,7 @@ impl Watermark {
 
 /// `wm_pos`: a compass point or `center` (no `smart`: an overlay has no content to look at).
 pub(super) fn position(option: &str, value: &str) -> Result<Gravity, SpecError> {
-    match super::parse::gravity(option, value)? {
+    match gravity(option, value)? {
         Gravity::Smart => Err(SpecError::new(
             option,
             "a watermark sits by a compass point",
