@@ -14,13 +14,12 @@ use std::collections::BTreeMap;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use imgcas_processors::Spec;
 
-use super::answer::{client_hints, respond};
+use super::answer::respond;
 use super::error::Failed;
+use super::request::ImageRequest;
 use super::Service;
 use crate::config::FallbackSource;
-use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::pipeline::{Pipeline, Source};
 
@@ -80,22 +79,15 @@ async fn stored(
     }
 }
 
-/// What a failed request asked for, as its handler parses it again (only failures pay that).
-pub(super) struct Asked {
-    pub spec: Spec,
-    pub preset: Option<String>,
-    /// `format=json`: facts, not pixels; no fallback.
-    pub json: bool,
-}
-
-/// `answer`, or in its place the fallback image processed as `asked` says, when `answer` is a
-/// source's failure and a fallback applies. A fallback that cannot be made (not stored,
-/// taken down, failing itself) leaves `answer` as it was.
+/// `answer`, or in its place the fallback image processed as `asked` says (its spec, hints
+/// applied, as read once), when `answer` is a source's failure (its error's code and kind,
+/// which every error answer carries as [`Failed`]) and a fallback applies. A fallback that
+/// cannot be made (not stored, taken down, failing itself) leaves `answer` as it was.
 pub(super) async fn instead_of(
     service: &Service,
     answer: Response,
     headers: &HeaderMap,
-    asked: impl FnOnce() -> Result<Asked, Error>,
+    asked: &ImageRequest,
 ) -> Response {
     let Some(failed) = answer.extensions().get::<Failed>().copied() else {
         return answer;
@@ -103,9 +95,6 @@ pub(super) async fn instead_of(
     if !failed.source_failure {
         return answer;
     }
-    let Ok(asked) = asked() else {
-        return answer;
-    };
     let Some(image) = service
         .fallbacks()
         .for_request(asked.preset.as_deref())
@@ -116,10 +105,9 @@ pub(super) async fn instead_of(
     let settings = &service.config().fallback;
     let cache_control = format!("public, max-age={}", settings.ttl.as_secs());
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let spec = asked.spec.with_hints(&client_hints(headers));
     let Ok(target) = service
         .pipeline()
-        .locate(&Source::Hash(image), &spec, accept)
+        .locate(&Source::Hash(image), &asked.spec, accept)
         .await
     else {
         return answer;

@@ -34,6 +34,7 @@ mod moderation;
 mod observe;
 pub mod ops;
 pub mod originals;
+mod request;
 
 /// What every handler shares: the pipeline, the settings HTTP reads, the signing keys, the
 /// presets, the admin token and the metrics recorder. Clones share one state.
