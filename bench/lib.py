@@ -379,11 +379,12 @@ def tiny_png(n):
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def rss_mb(pid):
-    """A process's resident memory in MB (None once it is gone)."""
+def rss_mb(pid, field="VmRSS"):
+    """A process's resident memory in MB (None once it is gone); `field` picks another line of
+    /proc/PID/status: `RssAnon` (what the allocator holds) or `RssFile` (the binary's pages)."""
     try:
         for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None

@@ -10,7 +10,11 @@ Configurations, on the same binary in one run (`CONFIGS=defaults,small` picks):
 - `small`: the same bounds set small (16 MiB of pages, 4 MiB of entries, 64 queued tasks):
   what the settings buy;
 - `unbounded`: redb's own page cache (1 GiB) and no bound on queued background work, as
-  the node was before audit #3.
+  the node was before audit #3;
+- `small_allocator_own`: `small` with glibc's own arena bound (`limits.allocator_arenas` 0).
+
+`UPLOADS_<NAME>` sets one configuration's count (a plateau at the defaults shows only once
+the redb file outgrows its 64 MiB page cache, about 270,000 originals).
 
 Audit #3 measured 100,000 uploads taking a node from 100 MB to 529 MB (573 MB after 20 s
 idle) and 15 s to stop. All traffic stays on loopback. The run is added to
@@ -33,18 +37,23 @@ CONFIGS = {
     "small": dict(IMGCAS_MAPS_CACHE_BYTES=str(16 << 20), IMGCAS_MAPS_ENTRIES_CACHE_BYTES=str(4 << 20),
                   IMGCAS_BACKGROUND_QUEUE="64"),
     "unbounded": dict(IMGCAS_MAPS_CACHE_BYTES=str(1 << 30), IMGCAS_BACKGROUND_QUEUE=str(10**9)),
+    # The small bounds with glibc's own arena bound (eight per core) instead of
+    # `limits.allocator_arenas`' default (the number of cores).
+    "small_allocator_own": dict(IMGCAS_MAPS_CACHE_BYTES=str(16 << 20), IMGCAS_MAPS_ENTRIES_CACHE_BYTES=str(4 << 20),
+                                IMGCAS_BACKGROUND_QUEUE="64", IMGCAS_ALLOCATOR_ARENAS="0"),
 }
 CLIENTS = 8
 IDLE_S = 20
 
 
 def run(binary, name, env):
+    uploads = int(os.environ.get(f"UPLOADS_{name.upper()}", UPLOADS))
     work = lib.tempdir(f"memory-{name}")
     with lib.Procs() as procs:
         base, proc = lib.start_imgcas(procs, binary, work, **env)
         time.sleep(1)
         before = lib.rss_mb(proc.pid)
-        counter, lock, statuses, curve = iter(range(UPLOADS)), threading.Lock(), {}, []
+        counter, lock, statuses, curve = iter(range(uploads)), threading.Lock(), {}, []
         started = time.monotonic()
 
         def client():
@@ -53,8 +62,8 @@ def run(binary, name, env):
                     n = next(counter, None)
                 if n is None:
                     return
-                if n % max(1, UPLOADS // 10) == 0:
-                    curve.append((n, lib.rss_mb(proc.pid)))
+                if n % max(1, uploads // 20) == 0:
+                    curve.append((n, lib.rss_mb(proc.pid), lib.rss_mb(proc.pid, "RssAnon")))
                 request = urllib.request.Request(base + "/v1/originals", data=lib.tiny_png(n), method="POST",
                                                  headers={"content-type": "image/png"})
                 try:
@@ -71,14 +80,14 @@ def run(binary, name, env):
         took = time.monotonic() - started
         end = lib.rss_mb(proc.pid)
         time.sleep(IDLE_S)
-        idle = lib.rss_mb(proc.pid)
+        idle, idle_anon = lib.rss_mb(proc.pid), lib.rss_mb(proc.pid, "RssAnon")
         asked = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         stop_s = time.monotonic() - asked
-    result = dict(uploads=UPLOADS, per_second=round(UPLOADS / took), statuses=statuses,
+    result = dict(uploads=uploads, per_second=round(uploads / took), statuses=statuses,
                   rss_before_mb=before, rss_end_mb=end, rss_idle_mb=idle, stop_s=round(stop_s, 2),
-                  rss_mb_at_uploads=sorted(curve))
+                  rss_mb_at_uploads=sorted(curve), rss_anon_idle_mb=idle_anon)
     print(name, result, flush=True)
     return result
 

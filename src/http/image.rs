@@ -153,10 +153,10 @@ pub(super) async fn by_url(
 
 pub(super) async fn by_hash(
     State(service): State<Service>,
-    Path(hash): Path<String>,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    Path(hash): Path<String>,
     looked: Option<Extension<Looked>>,
 ) -> Response {
     let named = Named::Hash(&hash);
