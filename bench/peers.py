@@ -28,6 +28,10 @@ Peers install into ignored folders, never into the project: ipx with npm into
 bench/.peers/ipx; thumbor and pyvips are bench/requirements.txt (bench/.venv). ipx has no
 progressive JPEG option: its JPEGs are baseline (cheaper to write).
 
+`IMGCAS_PREV_BIN` adds the engine `imgcas_prev`: an earlier build of imgcas, run as imgcas is,
+in the same run (a renovation's "no slower than before"); such a run is written to
+bench/results/peers-vs-previous.json, leaving the published peers.json as it is.
+
 `--report` prints the table and draws the chart again from bench/results/peers.json.
 
 Env: PHASE (seconds per run, default 15), SETS (default `photos,large,png,webp`), FORMATS
@@ -57,6 +61,9 @@ CLIENTS = 2
 SETS = os.environ.get("SETS", "photos,large,png,webp").split(",")
 FORMATS = os.environ.get("FORMATS", "jpeg,webp,avif").split(",")
 ENGINES = os.environ.get("ENGINES", "imgcas,ipx,thumbor").split(",")
+PREV_BIN = os.environ.get("IMGCAS_PREV_BIN")
+if PREV_BIN and "imgcas_prev" not in ENGINES:
+    ENGINES.append("imgcas_prev")
 PHOTOS = int(os.environ.get("PHOTOS", "40"))
 SAMPLES = int(os.environ.get("SAMPLES", "0")) or None
 QUALITY = {"jpeg": 80, "webp": 75, "avif": 65}
@@ -276,11 +283,13 @@ def main():
             samples = files[:: max(1, len(files) // SAMPLES)][:SAMPLES] if SAMPLES else files
             for fmt in FORMATS:
                 for engine in ENGINES:
-                    make_path = {"imgcas": imgcas_path, "thumbor": thumbor_path, "ipx": ipx_path}[engine](origin.host, fmt)
+                    make_path = {"imgcas": imgcas_path, "imgcas_prev": imgcas_path, "thumbor": thumbor_path,
+                                 "ipx": ipx_path}[engine](origin.host, fmt)
                     imgcas_proc = None
-                    if engine == "imgcas":
+                    if engine.startswith("imgcas"):
                         # A fresh data dir per set and format: every request stores a new original.
-                        base, imgcas_proc = lib.start_imgcas(procs, binary, work / f"data-{set_name}-{fmt}")
+                        build = Path(PREV_BIN) if engine == "imgcas_prev" else binary
+                        base, imgcas_proc = lib.start_imgcas(procs, build, work / f"data-{set_name}-{fmt}")
                     else:
                         base = bases[engine]
                     run += 1
@@ -298,7 +307,7 @@ def main():
                         imgcas_proc.wait(timeout=30)
                         shutil.rmtree(work / f"data-{set_name}-{fmt}", ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
-    lib.save("peers", {"phase_s": PHASE, "clients": CLIENTS, "box": BOX, "quality": QUALITY, "results": results})
+    lib.save("peers-vs-previous" if PREV_BIN else "peers", {"phase_s": PHASE, "clients": CLIENTS, "box": BOX, "quality": QUALITY, "results": results})
     report(results)
 
 
@@ -308,7 +317,8 @@ def report(results):
     rows = []
     for s, f in cells:
         row = [f"{s} -> {f}"]
-        best_peer = max((by[(s, f, e)]["rps"] for e in ENGINES if e != "imgcas" and (s, f, e) in by), default=None)
+        against = ["imgcas_prev"] if PREV_BIN else [e for e in ENGINES if e != "imgcas"]
+        best_peer = max((by[(s, f, e)]["rps"] for e in against if (s, f, e) in by), default=None)
         for e in ENGINES:
             r = by.get((s, f, e))
             row.append(f"{r['rps']:.1f} / {r['p95_ms']:.0f} ms / {r['out_bytes'] / 1000:.1f} KB / {r['psnr_db']:.2f} dB" if r else "-")
@@ -316,9 +326,9 @@ def report(results):
         row.append(f"{mine['rps'] / best_peer:.2f}x" if mine and best_peer else "-")
         rows.append(row)
     print()
-    lib.table(["set -> output"] + [f"{e}: req/s / p95 / bytes / PSNR" for e in ENGINES] + ["imgcas / faster peer"], rows)
+    lib.table(["set -> output"] + [f"{e}: req/s / p95 / bytes / PSNR" for e in ENGINES] + [("imgcas / imgcas_prev" if PREV_BIN else "imgcas / faster peer")], rows)
     lib.chart(
-        "peers",
+        "peers-vs-previous" if PREV_BIN else "peers",
         f"imgproxy's benchmark shape: fit {BOX}x{BOX}, {CLIENTS} clients, every request a new original",
         [f"{s}\n{f}" for s, f in cells],
         {e: [by[(s, f, e)]["rps"] if (s, f, e) in by else 0 for s, f in cells] for e in ENGINES},

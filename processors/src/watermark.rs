@@ -103,23 +103,15 @@ fn prepare(
 fn place(position: Gravity, output: (u32, u32), size: (u32, u32), margin: u32) -> (i64, i64) {
     let (w, h) = (i64::from(output.0), i64::from(output.1));
     let (ow, oh, m) = (i64::from(size.0), i64::from(size.1), i64::from(margin));
-    let west = m;
-    let east = w - ow - m;
-    let middle_x = (w - ow) / 2;
-    let north = m;
-    let south = h - oh - m;
-    let middle_y = (h - oh) / 2;
-    let (x, y) = match position {
-        Gravity::NorthWest => (west, north),
-        Gravity::North => (middle_x, north),
-        Gravity::NorthEast => (east, north),
-        Gravity::West => (west, middle_y),
-        Gravity::East => (east, middle_y),
-        Gravity::SouthWest => (west, south),
-        Gravity::South => (middle_x, south),
-        Gravity::SouthEast => (east, south),
-        Gravity::Center | Gravity::Smart => (middle_x, middle_y),
+    // By the gravity's anchor, so that a new gravity needs no arm here: each axis sits at
+    // its low edge (0), its middle, or its high edge (1), `margin` in from an edge.
+    let (ax, ay) = position.anchor();
+    let along = |anchor: f64, room: i64| match anchor {
+        a if a <= 0.0 => m,
+        a if a >= 1.0 => room - m,
+        _ => room / 2,
     };
+    let (x, y) = (along(ax, w - ow), along(ay, h - oh));
     (x.max(0), y.max(0))
 }
 
