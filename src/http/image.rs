@@ -13,7 +13,7 @@ use imgcas_processors::accept_class;
 use super::answer::{respond, tag_hashes, url_tag, HINT_HEADERS, IMMUTABLE};
 use super::dialects;
 use super::fallback;
-use super::request::{ImageRequest, Named};
+use super::request::{not_a_hash, ImageRequest, Named};
 use super::Service;
 use crate::error::Error;
 use crate::pipeline::{Failure, Source, Target};
@@ -213,7 +213,7 @@ async fn answer(
     looked: Option<Extension<Looked>>,
 ) -> Response {
     let Some(source) = &request.source else {
-        let answer = Error::NotFound("not a SHA-256 hex digest".into()).into_response();
+        let answer = not_a_hash().into_response();
         return fallback::instead_of(service, answer, headers, request).await;
     };
     let cache_control = match (source, request.json) {

@@ -38,7 +38,8 @@ pub(super) struct ImageRequest {
 impl ImageRequest {
     /// Reads a request's option pairs (a native query's, or a dialect's URL said in imgcas's
     /// options) and its source. Errors are the request's own (options, presets, the URL),
-    /// never a source's: no fallback answers them.
+    /// which no fallback answers, and the 404 of a path that is no SHA-256 when its options
+    /// do not read either.
     pub(super) fn read(
         service: &Service,
         pairs: &[(String, String)],
@@ -51,7 +52,6 @@ impl ImageRequest {
             Named::Hash(hash) => Some(hash.parse().ok()),
             _ => None,
         };
-        let not_a_hash = || Error::NotFound("not a SHA-256 hex digest".into());
         let parsed = match parse_query(service, pairs, matches!(named, Named::UrlOption)) {
             Ok(parsed) => parsed,
             Err(_) if hash == Some(None) => return Err(not_a_hash()),
@@ -75,6 +75,11 @@ impl ImageRequest {
             preset: parsed.preset,
         })
     }
+}
+
+/// The answer to a hash route whose path is no SHA-256.
+pub(super) fn not_a_hash() -> Error {
+    Error::NotFound("not a SHA-256 hex digest".into())
 }
 
 /// A source URL in its canonical form, within `limits.max_url_bytes`.
