@@ -45,6 +45,7 @@
 //! for it refused a new original's first request on an idle server.
 
 mod book;
+mod memory;
 mod niced;
 mod pressure;
 mod slots;
@@ -54,7 +55,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use book::{TenantReading, Totals};
-pub use niced::{bound_arenas, give_memory_back, ThreadClock};
+pub use memory::{bound_arenas, give_memory_back};
+pub use niced::ThreadClock;
 pub use slots::Slot;
 use slots::{Slots, Want};
 

@@ -79,6 +79,15 @@ async fn stored(
     }
 }
 
+/// Whether a fallback may take `answer`'s place: it is a source's failure (its error's code
+/// and kind, which every error answer carries as [`Failed`]).
+pub(super) fn may_replace(answer: &Response) -> bool {
+    answer
+        .extensions()
+        .get::<Failed>()
+        .is_some_and(|failed| failed.source_failure)
+}
+
 /// `answer`, or in its place the fallback image processed as `asked` says (its spec, hints
 /// applied, as read once), when `answer` is a source's failure (its error's code and kind,
 /// which every error answer carries as [`Failed`]) and a fallback applies. A fallback that
@@ -89,12 +98,10 @@ pub(super) async fn instead_of(
     headers: &HeaderMap,
     asked: &ImageRequest,
 ) -> Response {
-    let Some(failed) = answer.extensions().get::<Failed>().copied() else {
+    let failed = answer.extensions().get::<Failed>().copied();
+    let Some(failed) = failed.filter(|f| f.source_failure) else {
         return answer;
     };
-    if !failed.source_failure {
-        return answer;
-    }
     let Some(image) = service
         .fallbacks()
         .for_request(asked.preset.as_deref())

@@ -163,7 +163,7 @@ pub(super) async fn by_hash(
     native(&service, named, &uri, query.as_deref(), &headers, looked).await
 }
 
-/// A native image route: its signature checked, its request read, then [`answer`]ed.
+/// A native image route: its signature checked, then [`answer`]ed.
 async fn native(
     service: &Service,
     named: Named<'_>,
@@ -175,11 +175,10 @@ async fn native(
     if let Err(e) = service.check_signature(uri) {
         return e.into_response();
     }
+    let by_url = matches!(named, Named::UrlOption);
     let pairs = crate::config::option_pairs(query.unwrap_or(""));
-    match ImageRequest::read(service, &pairs, named, headers) {
-        Ok(request) => answer(service, &request, uri, headers, looked).await,
-        Err(e) => e.into_response(),
-    }
+    let read = || ImageRequest::read(service, &pairs, named, headers);
+    answer(service, by_url, read, uri, headers, looked).await
 }
 
 /// `GET /imgproxy/{signature}/{options}/…` and `GET /thumbor/{hmac|unsafe}/…`: read by the
@@ -192,29 +191,52 @@ pub(super) async fn by_dialect(
     headers: HeaderMap,
     looked: Option<Extension<Looked>>,
 ) -> Response {
-    let request = dialects::read(service.dialect(), &uri).and_then(|translated| {
+    let translated = match dialects::read(service.dialect(), &uri) {
+        Ok(translated) => translated,
+        Err(e) => return e.into_response(),
+    };
+    let read = || {
         let named = Named::Url(&translated.source);
         ImageRequest::read(&service, &translated.pairs, named, &headers)
-    });
-    match request {
-        Ok(request) => answer(&service, &request, &uri, &headers, looked).await,
-        Err(e) => e.into_response(),
-    }
+    };
+    answer(&service, true, read, &uri, &headers, looked).await
 }
 
-/// The one flow of every image route once its request is read: the request cache, then
-/// the variant (or the facts) located and answered; a source's failure is then answered by
-/// the fallback image, processed as the same request asks (`fallback.rs`).
+/// The one flow of every image route once its signature is checked: the request cache,
+/// then the request read (once) and its variant (or facts) located and answered; a
+/// source's failure is then answered by the fallback image, processed as the same request
+/// asks (`fallback.rs`). A remembered request is answered without reading its options:
+/// they are read only when that answer failed and a fallback may take its place.
 async fn answer(
     service: &Service,
-    request: &ImageRequest,
+    by_url: bool,
+    read: impl FnOnce() -> Result<ImageRequest, Error>,
     uri: &Uri,
     headers: &HeaderMap,
     looked: Option<Extension<Looked>>,
 ) -> Response {
+    let remembered = if by_url {
+        service.url_cache_control()
+    } else {
+        IMMUTABLE
+    };
+    let key = match recalled(service, uri, headers, looked, remembered).await {
+        Ok(key) => key,
+        Err(answer) if !fallback::may_replace(&answer) => return answer,
+        Err(answer) => {
+            return match read() {
+                Ok(request) => fallback::instead_of(service, answer, headers, &request).await,
+                Err(_) => answer,
+            }
+        }
+    };
+    let request = match read() {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
     let Some(source) = &request.source else {
         let answer = not_a_hash().into_response();
-        return fallback::instead_of(service, answer, headers, request).await;
+        return fallback::instead_of(service, answer, headers, &request).await;
     };
     let cache_control = match (source, request.json) {
         (Source::Url(_), _) => service.url_cache_control(),
@@ -222,12 +244,11 @@ async fn answer(
         (Source::Hash(_), true) => FACTS_BY_HASH,
         (Source::Hash(_), false) => IMMUTABLE,
     };
-    let answer = match recalled(service, uri, headers, looked, cache_control).await {
-        Err(answer) => answer,
-        Ok(_) if request.json => facts_response(service, source.clone(), cache_control).await,
-        Ok(key) => locate_and_respond(service, key, source, request, headers, cache_control).await,
+    let answer = match request.json {
+        true => facts_response(service, source.clone(), cache_control).await,
+        false => locate_and_respond(service, key, source, &request, headers, cache_control).await,
     };
-    fallback::instead_of(service, answer, headers, request).await
+    fallback::instead_of(service, answer, headers, &request).await
 }
 
 /// A request the request cache did not know: the pipeline finds its variant (remembered for

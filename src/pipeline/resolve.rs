@@ -448,13 +448,11 @@ impl Pipeline {
             requested_at_ms: now,
             canonical: None,
         };
-        // Taken-down bytes are not stored: the URL is remembered as naming them (so that its
-        // requests answer `taken_down` without a download each), and `locate` refuses it.
-        // (Indexed bytes are in the blob store already — the blob is written before the
-        // index points at it — so a duplicate URL or a changed-validators 200 uploads
-        // nothing: both questions in one read.)
-        // Blocked bytes (the blocklist, the validation hook) are not stored either: the URL
-        // is remembered the same way, and `locate` refuses it as `blocked`.
+        // Taken-down and blocked bytes (the blocklist, the validation hook) are not stored:
+        // the URL is remembered as naming them (so that its requests answer without a
+        // download each), and `locate` refuses it. (Indexed bytes are in the blob store
+        // already — the blob is written before the index points at it — so a duplicate URL
+        // or a changed-validators 200 uploads nothing.)
         let (indexed, mut computed) = match self.may_store(&hash, &info, &bytes).await {
             Ok(allowed) => (allowed.indexed, allowed.fingerprint),
             Err(Error::TakenDown(_)) => {

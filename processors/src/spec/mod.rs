@@ -24,7 +24,7 @@ mod watermark;
 pub use accept::{accept_class, negotiate};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
-pub use options::{option, Doc, OptionDef, OPTIONS};
+pub use options::{Doc, OptionDef, OPTIONS};
 pub use region::{Extent, Placed, Region};
 pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
 

@@ -37,8 +37,10 @@ impl Pipeline {
         };
         let with_hash = |hash: ContentHash, error: Error| Failure::from(error).with_hash(hash);
         let maps = &self.shared.maps;
-        let asked: Vec<ContentHash> = [Some(hash), own].into_iter().flatten().collect();
-        self.may_serve(&asked)?;
+        match own {
+            Some(own) => self.may_serve(&[hash, own])?,
+            None => self.may_serve(&[hash])?,
+        }
         let mut info = maps
             .original(&hash)
             .await
