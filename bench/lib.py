@@ -391,6 +391,22 @@ def rss_mb(pid, field="VmRSS"):
     return None
 
 
+def each_on_threads(items, count, work):
+    """Calls `work(item)` for every item of `items`, on `count` threads that take the next
+    item as they finish one, and waits for them all."""
+    pending, lock = iter(items), threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                item = next(pending, None)
+            if item is None:
+                return
+            work(item)
+
+    run_threads(worker, count)
+
+
 def run_threads(target, count):
     """Runs `target` on `count` threads at once and waits for them all."""
     threads = [threading.Thread(target=target) for _ in range(count)]

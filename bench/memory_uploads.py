@@ -53,30 +53,25 @@ def run(binary, name, env):
         base, proc = lib.start_imgcas(procs, binary, work, **env)
         time.sleep(1)
         before = lib.rss_mb(proc.pid)
-        counter, lock, statuses, curve = iter(range(uploads)), threading.Lock(), {}, []
+        lock, statuses, curve = threading.Lock(), {}, []
         started = time.monotonic()
 
-        def client():
-            while True:
-                with lock:
-                    n = next(counter, None)
-                if n is None:
-                    return
-                if n % max(1, uploads // 20) == 0:
-                    curve.append((n, lib.rss_mb(proc.pid), lib.rss_mb(proc.pid, "RssAnon")))
-                request = urllib.request.Request(base + "/v1/originals", data=lib.tiny_png(n), method="POST",
-                                                 headers={"content-type": "image/png"})
-                try:
-                    with urllib.request.urlopen(request, timeout=60) as r:
-                        status = r.status
-                except urllib.error.HTTPError as e:
-                    status = e.code
-                except Exception:
-                    status = 0
-                with lock:
-                    statuses[status] = statuses.get(status, 0) + 1
+        def upload(n):
+            if n % max(1, uploads // 20) == 0:
+                curve.append((n, lib.rss_mb(proc.pid), lib.rss_mb(proc.pid, "RssAnon")))
+            request = urllib.request.Request(base + "/v1/originals", data=lib.tiny_png(n), method="POST",
+                                             headers={"content-type": "image/png"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as r:
+                    status = r.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            except Exception:
+                status = 0
+            with lock:
+                statuses[status] = statuses.get(status, 0) + 1
 
-        lib.run_threads(client, CLIENTS)
+        lib.each_on_threads(range(uploads), CLIENTS, upload)
         took = time.monotonic() - started
         end = lib.rss_mb(proc.pid)
         time.sleep(IDLE_S)

@@ -70,36 +70,30 @@ def run(urls):
     """Asks every URL, THREADS at a time; returns the latencies (ms) and the failures."""
     latencies, failures = [], []
     lock = threading.Lock()
-    queue = iter(urls)
 
-    def worker():
-        while True:
-            with lock:
-                url = next(queue, None)
-            if url is None:
-                return
-            start = time.perf_counter()
-            for attempt in range(20):
-                try:
-                    urllib.request.urlopen(url, timeout=120).read()
-                    with lock:
-                        latencies.append((time.perf_counter() - start) * 1000)
-                    break
-                except urllib.error.HTTPError as e:
-                    # Refused while at capacity: asked again after Retry-After, as a CDN or
-                    # a browser's retry would (the run it wants may have started meanwhile).
-                    if e.code == 503 and attempt < 19:
-                        time.sleep(float(e.headers.get("retry-after") or 1))
-                        continue
-                    with lock:
-                        failures.append(str(e))
-                    break
-                except Exception as e:
-                    with lock:
-                        failures.append(str(e))
-                    break
+    def ask(url):
+        start = time.perf_counter()
+        for attempt in range(20):
+            try:
+                urllib.request.urlopen(url, timeout=120).read()
+                with lock:
+                    latencies.append((time.perf_counter() - start) * 1000)
+                break
+            except urllib.error.HTTPError as e:
+                # Refused while at capacity: asked again after Retry-After, as a CDN or
+                # a browser's retry would (the run it wants may have started meanwhile).
+                if e.code == 503 and attempt < 19:
+                    time.sleep(float(e.headers.get("retry-after") or 1))
+                    continue
+                with lock:
+                    failures.append(str(e))
+                break
+            except Exception as e:
+                with lock:
+                    failures.append(str(e))
+                break
 
-    lib.run_threads(worker, THREADS)
+    lib.each_on_threads(urls, THREADS, ask)
     return latencies, failures
 
 

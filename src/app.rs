@@ -250,8 +250,9 @@ fn spawn_flusher(pipeline: Pipeline, metrics: Metrics) -> JoinHandle<()> {
     })
 }
 
-/// Seconds between two returns of the allocator's free memory to the system. glibc keeps
-/// what a thread frees in that thread's arena, and the blocking pool's many threads each
-/// keep some: under heaptrack, 60,000 uploads held 25 MB of heap while RSS crept past 90 MB
-/// (bounded settings; audit #3). A return costs a walk of the free lists: milliseconds.
+/// Seconds between two returns of the allocators' free memory to the system. glibc keeps
+/// what a thread frees in that thread's arena (under heaptrack, 60,000 uploads held 25 MB of
+/// heap while RSS crept past 90 MB, before the service's heap moved to jemalloc), and
+/// jemalloc purges what it kept dirty only when an arena is next used, so an idle node would
+/// keep it. A return costs a walk of the free lists: milliseconds.
 const GIVE_BACK_EVERY: u64 = 10;

@@ -17,7 +17,7 @@
 //! The command line (`src/main.rs`, `src/cli/`) is the binary's, not part of this library.
 //!
 //! No unsafe code, but for a few system calls: a thread's priority and CPU clock
-//! (`admission/niced.rs`) and the allocator's tuning (`admission/memory.rs`), each saying
+//! (`admission/niced.rs`) and the allocators' tuning (`admission/memory.rs`), each saying
 //! why it is sound.
 
 #![deny(unsafe_code)]
