@@ -2,7 +2,7 @@
 """Memory under a flood of new originals (issue 50, item 8): one node on the embedded default
 takes UPLOADS uploads of distinct tiny PNGs from 8 clients, and its RSS is read before, at
 the end, and after IDLE_S idle seconds; then it is stopped with SIGTERM and the time to exit
-measured; RSS is also sampled at every tenth of the uploads, so that a plateau shows as one.
+measured; RSS is also sampled at every twentieth of the uploads, so that a plateau shows as one.
 Configurations, on the same binary in one run (`CONFIGS=defaults,small` picks):
 
 - `defaults`: `maps.cache_bytes` 64 MiB, `maps.entries_cache_bytes` 32 MiB,
@@ -13,8 +13,8 @@ Configurations, on the same binary in one run (`CONFIGS=defaults,small` picks):
   the node was before audit #3;
 - `small_allocator_own`: `small` with glibc's own arena bound (`limits.allocator_arenas` 0).
 
-`UPLOADS_<NAME>` sets one configuration's count (a plateau at the defaults shows only once
-the redb file outgrows its 64 MiB page cache, about 270,000 originals).
+`UPLOADS_<NAME>` sets one configuration's count (at the defaults the caches fill for about
+120,000 uploads; a plateau shows from about 150,000).
 
 Audit #3 measured 100,000 uploads taking a node from 100 MB to 529 MB (573 MB after 20 s
 idle) and 15 s to stop. All traffic stays on loopback. The run is added to

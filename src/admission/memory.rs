@@ -6,7 +6,7 @@
 //! (`limits.allocator_arenas`), and the hand-back of both allocators' free pages after large
 //! runs and every few seconds. Each step is a no-op where its allocator is not present.
 
-/// Hands the memory the allocator holds free back to the system, after a large run: glibc
+/// Hands the memory both allocators hold free back to the system, after a large run: glibc
 /// keeps what a thread freed in that thread's arena, and a node that made a 12 MP source
 /// into a 3000-pixel AVIF kept 42–111 MB more for good (audit #3); jemalloc returns pages
 /// it kept dirty only when an arena is next used, so an idle node would keep them too. A
