@@ -88,6 +88,7 @@ mod tests {
             format: OutputFormat::Jpeg,
             width: 1,
             height: 1,
+            chosen: None,
             body: VariantBody::Inline(bytes::Bytes::from(vec![0u8; len])),
         }
     }

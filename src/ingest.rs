@@ -187,8 +187,13 @@ pub async fn warm_variants(
     let mut out: Vec<WarmResult> = Vec::new();
     let source = Source::Hash(hash);
     for w in warm {
+        // `quality.default` reaches a warm spec as it reaches the requests it warms for.
+        let mut warm_spec = w.spec.clone();
+        if warm_spec.quality.is_none() {
+            warm_spec.quality = pipeline.default_quality();
+        }
         for accept in w.accepts() {
-            let target = match pipeline.locate(&source, &w.spec, *accept).await {
+            let target = match pipeline.locate(&source, &warm_spec, *accept).await {
                 Ok(t) => t,
                 Err(f) => {
                     out.push(WarmResult::failed(w.spec.canonical(), (&f.error).into()));
@@ -214,6 +219,8 @@ async fn warm_one(pipeline: &Pipeline, target: &Target, spec: String, asker: &As
                     spec,
                     format: Some(served.format.name().to_string()),
                     bytes: Some(served.bytes.len() as u64),
+                    quality: served.chosen.map(|c| c.quality),
+                    score: served.chosen.and_then(|c| c.score()),
                     processed: served.ran_here,
                     error: None,
                 }

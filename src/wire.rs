@@ -195,7 +195,7 @@ pub enum Status {
 }
 
 /// One warmed variant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WarmResult {
     /// The canonical spec built (a `format=auto` spec warms one variant per output format).
     pub spec: String,
@@ -203,6 +203,12 @@ pub struct WarmResult {
     pub format: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// For `q=auto`: the encoder quality its search chose (`X-Imgcas-Quality`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<u8>,
+    /// For `q=auto`: the SSIMULACRA2 score reached, one decimal (`X-Imgcas-Score`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
     /// `true` when this call ran the processing (`false`: it was stored already).
     #[serde(default)]
     pub processed: bool,
@@ -216,6 +222,8 @@ impl WarmResult {
             spec,
             format: None,
             bytes: None,
+            quality: None,
+            score: None,
             processed: false,
             error: Some(error),
         }
@@ -223,7 +231,7 @@ impl WarmResult {
 }
 
 /// A stored item: what its original is and how this call found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredItem {
     pub original: OriginalAnswer,
     /// The bytes were stored already (no new original).
@@ -238,14 +246,14 @@ pub struct StoredItem {
 }
 
 /// What became of an item.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Stored(StoredItem),
     Failed(ErrorBody),
 }
 
 /// One ingested item.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(into = "ItemWire", try_from = "ItemWire")]
 pub struct ItemResult {
     /// The URL as given (`POST /v1/ingest`), or the file's path (`imgcas ingest`).

@@ -130,9 +130,10 @@ pub(crate) fn process(
     };
     let (width, height) = writer.size();
     decodes.check()?;
-    let bytes = writer.finish()?;
+    let encoded = writer.finish()?;
     Ok(Some(Processed {
-        bytes,
+        bytes: encoded.bytes,
+        chosen: encoded.chosen,
         format: spec.format,
         width,
         height,

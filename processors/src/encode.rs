@@ -4,9 +4,10 @@ use image::codecs::gif::{GifEncoder, Repeat};
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ImageEncoder};
 
+use crate::auto_quality::Chosen;
 use crate::error::ProcessError;
 use crate::ops::flatten;
-use crate::spec::{OutputFormat, ResolvedSpec};
+use crate::spec::{OutputFormat, Quality, ResolvedSpec};
 
 /// libaom speed for AVIF (0 slowest … 10 fastest): a service answers while the client waits.
 /// Measured on `bench/peers.py`'s photos fed the reference resize (q65, 512 px): speed 8
@@ -114,8 +115,8 @@ impl AnimationWriter {
         let failed = |e: &dyn std::fmt::Display| animation_failed(spec.format, e);
         let kind = match spec.format {
             OutputFormat::Webp => {
-                let q = spec.quality.or(spec.format.default_quality()).unwrap_or(80);
-                let config = webp_config(spec, q)?;
+                // An animation's frames are not searched: `q=auto` takes its starting quality.
+                let config = webp_config(spec, spec.encoder_quality())?;
                 // WebP counts plays in 16 bits; more is as good as for ever.
                 let loops = if plays > 0xFFFF { 0 } else { plays as i32 };
                 let writer = crate::webp_anim::AnimWriter::new(size.0, size.1, &config, loops)
@@ -180,16 +181,27 @@ impl AnimationWriter {
         self.size
     }
 
-    /// The encoded animation.
-    pub(crate) fn finish(self) -> Result<Vec<u8>, ProcessError> {
+    /// The encoded animation (an animation's frames are not searched: under `q=auto` it
+    /// is encoded at the search's starting quality, reported without a score).
+    pub(crate) fn finish(self) -> Result<Encoded, ProcessError> {
         let format = self.spec.format;
+        let unscored = |bytes| Encoded {
+            bytes,
+            chosen: matches!(self.spec.quality, Some(Quality::Auto { .. })).then(|| Chosen {
+                quality: self.spec.encoder_quality(),
+                score_tenths: None,
+            }),
+        };
         match self.kind {
-            Writing::Webp(writer) => writer.finish().map_err(|e| animation_failed(format, &e)),
+            Writing::Webp(writer) => writer
+                .finish()
+                .map(unscored)
+                .map_err(|e| animation_failed(format, &e)),
             Writing::Gif { encoder, out } => {
                 // Dropping the encoder writes the trailer.
                 drop(encoder);
                 let bytes = out.0.borrow().clone();
-                Ok(bytes)
+                Ok(unscored(bytes))
             }
             Writing::Still(first) => {
                 let first = first
@@ -200,19 +212,49 @@ impl AnimationWriter {
     }
 }
 
-/// Encodes `image` as `spec` says: its format, quality, `lossless`/`progressive`, and `bg` for
-/// formats without alpha.
-pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, ProcessError> {
+/// An encoded output, and for `q=auto` the quality chosen and its score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub bytes: Vec<u8>,
+    pub chosen: Option<Chosen>,
+}
+
+/// Encodes `image` as `spec` says: its format, quality (searched, for `q=auto`),
+/// `lossless`/`progressive`, and `bg` for formats without alpha.
+pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Encoded, ProcessError> {
+    // The pixels handed to the encoder, once: what a search scores every attempt against.
+    let image = match spec.format {
+        OutputFormat::Jpeg => DynamicImage::ImageRgb8(flatten(image, spec.shape.background)),
+        _ => image,
+    };
+    match spec.quality {
+        Some(Quality::Auto { target, .. }) => {
+            crate::auto_quality::search(&image, spec.format, target, |q| encode_at(&image, spec, q))
+        }
+        _ => Ok(Encoded {
+            bytes: encode_at(&image, spec, spec.encoder_quality())?,
+            chosen: None,
+        }),
+    }
+}
+
+/// Encodes `image` at encoder quality `q` (JPEG's pixels already flattened).
+fn encode_at(image: &DynamicImage, spec: &ResolvedSpec, q: u8) -> Result<Vec<u8>, ProcessError> {
     let format = spec.format;
-    let background = spec.shape.background;
-    let q = spec.quality.or(format.default_quality()).unwrap_or(80);
     let internal = |what: &str, e: &dyn std::fmt::Display| {
         ProcessError::Internal(format!("{what} encoding failed: {e}"))
     };
     let mut out = Vec::new();
     match format {
         OutputFormat::Jpeg => {
-            let rgb = flatten(image, background);
+            let flattened;
+            let rgb = match image.as_rgb8() {
+                Some(rgb) => rgb,
+                None => {
+                    flattened = flatten(image.clone(), spec.shape.background);
+                    &flattened
+                }
+            };
             let (w, h) = rgb.dimensions();
             if w > crate::jpeg_encode::MAX_SIDE || h > crate::jpeg_encode::MAX_SIDE {
                 return Err(ProcessError::too_many_pixels(
@@ -221,7 +263,7 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
                     u64::from(crate::jpeg_encode::MAX_SIDE),
                 ));
             }
-            out = crate::jpeg_encode::encode(&rgb, q, spec.progressive)?;
+            out = crate::jpeg_encode::encode(rgb, q, spec.progressive)?;
         }
         OutputFormat::Png => {
             let encoder =
@@ -241,7 +283,7 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
                     limit: u64::from(WEBP_MAX_SIDE) * u64::from(WEBP_MAX_SIDE),
                 });
             }
-            let (pixels, alpha) = match &image {
+            let (pixels, alpha) = match image {
                 DynamicImage::ImageRgba8(img) => (img.as_raw(), true),
                 DynamicImage::ImageRgb8(img) => (img.as_raw(), false),
                 _ => return Err(ProcessError::Internal("WebP expects RGB or RGBA".into())),
@@ -252,7 +294,7 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Vec<u8>, Proce
             out.extend_from_slice(&encoded);
         }
         OutputFormat::Gif => {
-            let rgba = image.into_rgba8();
+            let rgba = image.to_rgba8();
             let mut encoder = GifEncoder::new(&mut out);
             encoder
                 .encode(

@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 pub mod animation;
+pub mod auto_quality;
 pub mod bytes;
 pub mod color;
 pub mod compare;
@@ -48,6 +49,7 @@ mod webp_anim;
 #[allow(unsafe_code)]
 mod webp_encode;
 
+pub use auto_quality::Chosen;
 pub use decode::{probe, probe_upright, Limits, SourceInfo};
 pub use error::{decoder_panics, ProcessError, ProcessFailure};
 pub use facts::{Facts, FACTS_VERSION};
@@ -60,14 +62,17 @@ pub use plan::{
     cost, drawing_cost, plan, processor_version, vector_size, Header, Plan, PlannedRoute,
 };
 pub use spec::{
-    accept_class, negotiate, ClientHints, FormatRequest, HintsConsulted, OutputFormat,
-    OverlaySource, Placement, ResolvedSpec, Shape, Spec, SpecError, Watermark, PROCESSOR_VERSION,
+    accept_class, negotiate, AutoLevel, AutoTargets, ClientHints, FormatRequest, HintsConsulted,
+    OutputFormat, OverlaySource, Placement, Quality, QualityRequest, ResolvedSpec, Shape, Spec,
+    SpecError, Watermark, PROCESSOR_VERSION,
 };
 
 /// A finished variant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Processed {
     pub bytes: Vec<u8>,
+    /// For `q=auto`: the encoder quality chosen and its score.
+    pub chosen: Option<Chosen>,
     pub format: OutputFormat,
     pub width: u32,
     pub height: u32,
@@ -348,9 +353,10 @@ fn run(
     )?;
     let (width, height) = (image.width(), image.height());
     decodes.check()?;
-    let bytes = encode::encode(image, spec)?;
+    let encoded = encode::encode(image, spec)?;
     Ok(Processed {
-        bytes,
+        bytes: encoded.bytes,
+        chosen: encoded.chosen,
         format: spec.format,
         width,
         height,

@@ -164,6 +164,7 @@ pub fn build(
     framed.extend_from_slice(&bottom);
     Ok(Processed {
         bytes: framed,
+        chosen: None,
         format: OutputFormat::Jpeg,
         width: size.0,
         height: size.1,

@@ -297,7 +297,21 @@ fn output_passes(spec: &ResolvedSpec) -> u64 {
         OutputFormat::Gif if spec.animated => 5,
         OutputFormat::Gif => 50,
     };
-    encoder + spec.shape.filter_passes()
+    encoder + search_passes(spec, encoder) + spec.shape.filter_passes()
+}
+
+/// What a `q=auto` search adds (0 without one, and for an animation, whose frames are not
+/// searched): the metric's reference side once, then for each attempt it may make, another
+/// encode, a decode of its bytes and a comparison. Measured at 512 px against the decode and
+/// JPEG encode of a camera photo: the reference about 2 passes, a decode and comparison 4.
+fn search_passes(spec: &ResolvedSpec, encoder: u64) -> u64 {
+    match spec.quality {
+        Some(crate::spec::Quality::Auto { .. }) if !spec.animated => {
+            let attempts = u64::from(crate::auto_quality::max_attempts(spec.format)) + 1;
+            2 + attempts * (4 + encoder.max(1))
+        }
+        _ => 0,
+    }
 }
 
 /// The work of drawing a vector source for `spec`, beyond the pixels [`cost`] counts for it

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use imgcas_processors::{AutoLevel, AutoTargets, QualityRequest};
 use serde::{Deserialize, Deserializer};
 
 mod env;
@@ -56,6 +57,7 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub maintenance: MaintenanceConfig,
     pub dedup: DedupConfig,
+    pub quality: QualityConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -147,6 +149,79 @@ impl Default for DedupConfig {
             near: NearDedup::Report,
             report_radius: 8,
             radius: 4,
+        }
+    }
+}
+
+/// What a request that names no `q` gets, and what each `q=auto` level aims at.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QualityConfig {
+    /// `IMGCAS_QUALITY_DEFAULT`: `fixed` (each format's own number: JPEG 82, WebP 80, AVIF
+    /// 60) or `auto[:<level>]`, as if every request without `q` said that.
+    #[serde(deserialize_with = "quality_default_of_toml")]
+    pub default: QualityDefault,
+    /// The SSIMULACRA2 score each `q=auto` level reaches (`IMGCAS_QUALITY_TARGET_<LEVEL>`).
+    pub target_best: u8,
+    pub target_good: u8,
+    pub target_eco: u8,
+    pub target_low: u8,
+}
+
+/// `quality.default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QualityDefault {
+    Fixed,
+    Auto(AutoLevel),
+}
+
+impl QualityDefault {
+    pub fn parse(v: &str) -> Result<QualityDefault, String> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "fixed" => Ok(QualityDefault::Fixed),
+            other => match QualityRequest::from_value(other) {
+                Some(QualityRequest::Auto(level)) => Ok(QualityDefault::Auto(level)),
+                _ => Err("must be `fixed`, `auto` or `auto:best|good|eco|low`".into()),
+            },
+        }
+    }
+
+    /// The `q` a request without one gets.
+    pub fn request(self) -> Option<QualityRequest> {
+        match self {
+            QualityDefault::Fixed => None,
+            QualityDefault::Auto(level) => Some(QualityRequest::Auto(level)),
+        }
+    }
+}
+
+fn quality_default_of_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<QualityDefault, D::Error> {
+    let text = String::deserialize(d)?;
+    QualityDefault::parse(&text).map_err(serde::de::Error::custom)
+}
+
+impl Default for QualityConfig {
+    fn default() -> Self {
+        let targets = AutoTargets::default();
+        QualityConfig {
+            default: QualityDefault::Fixed,
+            target_best: targets.best,
+            target_good: targets.good,
+            target_eco: targets.eco,
+            target_low: targets.low,
+        }
+    }
+}
+
+impl QualityConfig {
+    pub fn targets(&self) -> AutoTargets {
+        AutoTargets {
+            best: self.target_best,
+            good: self.target_good,
+            eco: self.target_eco,
+            low: self.target_low,
         }
     }
 }
@@ -354,6 +429,7 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             maintenance: MaintenanceConfig::default(),
             dedup: DedupConfig::default(),
+            quality: QualityConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -637,6 +713,17 @@ impl Config {
                 "is on but no preset is defined, so every image request would be refused",
             ));
         }
+        let targets = [
+            ("quality.target_best", self.quality.target_best),
+            ("quality.target_good", self.quality.target_good),
+            ("quality.target_eco", self.quality.target_eco),
+            ("quality.target_low", self.quality.target_low),
+        ];
+        for (key, target) in targets {
+            if !(10..=95).contains(&target) {
+                return Err(bad(key, "must be a SSIMULACRA2 score from 10 to 95"));
+            }
+        }
         if self.dedup.report_radius > 16 {
             return Err(bad(
                 "dedup.report_radius",
@@ -850,6 +937,11 @@ mod tests {
             ("IMGCAS_VALIDATION_ON_ERROR", (r#""open""#, "open")),
             ("IMGCAS_VALIDATION_TIMEOUT", (r#""3s""#, "3s")),
             ("IMGCAS_BLOCKLIST_RADIUS", ("6", "6")),
+            ("IMGCAS_QUALITY_DEFAULT", (r#""auto:eco""#, "auto:eco")),
+            ("IMGCAS_QUALITY_TARGET_BEST", ("85", "85")),
+            ("IMGCAS_QUALITY_TARGET_GOOD", ("72", "72")),
+            ("IMGCAS_QUALITY_TARGET_ECO", ("61", "61")),
+            ("IMGCAS_QUALITY_TARGET_LOW", ("45", "45")),
             (
                 "IMGCAS_PRESETS",
                 (

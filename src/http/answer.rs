@@ -7,7 +7,7 @@
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use imgcas_processors::ClientHints;
+use imgcas_processors::{Chosen, ClientHints};
 
 use super::{etag_matches, Service};
 use crate::hash::ContentHash;
@@ -79,6 +79,7 @@ pub(super) async fn respond(
                 HeaderValue::from_static(served.format.mime()),
             );
             decorate(&mut response, target, served.provenance, cache_control);
+            quality_headers(response.headers_mut(), served.chosen);
             response
         }
         Err(f) => {
@@ -150,6 +151,24 @@ pub(super) fn decorate_headers(
         h.insert(header::VARY, v);
     }
     tag(h, target);
+}
+
+/// `X-Imgcas-Quality` (the encoder quality) and `X-Imgcas-Score` (its SSIMULACRA2 score, one
+/// decimal) of a `q=auto` variant: what its search chose.
+pub(super) fn quality_headers(h: &mut HeaderMap, chosen: Option<Chosen>) {
+    let Some(chosen) = chosen else {
+        return;
+    };
+    h.insert(
+        "x-imgcas-quality",
+        HeaderValue::from(u16::from(chosen.quality)),
+    );
+    if let Some(v) = chosen
+        .score()
+        .and_then(|s| HeaderValue::from_str(&format!("{s:.1}")).ok())
+    {
+        h.insert("x-imgcas-score", v);
+    }
 }
 
 /// The `Cache-Tag` of what a URL (in canonical form) served.

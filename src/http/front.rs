@@ -128,7 +128,7 @@ impl Front {
             return None;
         }
         let started = std::time::Instant::now();
-        let (bytes, format) = service.pipeline().hot_answer(recalled, key)?;
+        let (bytes, format, chosen) = service.pipeline().hot_answer(recalled, key)?;
         // The headers depend on the target and the route alone (both fixed by the key): made
         // once per remembered request, then a clone of shared values.
         let answer_headers = recalled.memo(|target| {
@@ -143,6 +143,7 @@ impl Front {
             );
             // A remembered request's mapping is fresh: a stored variant is a plain hit.
             answer::decorate_headers(&mut h, target, Provenance::Stored, cache_control);
+            answer::quality_headers(&mut h, chosen);
             // As the image routes' layer adds to every answer.
             h.insert("accept-ch", HeaderValue::from_static(answer::ACCEPT_CH));
             AnswerHeaders(h)

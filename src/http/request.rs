@@ -57,6 +57,7 @@ impl ImageRequest {
             Err(_) if hash == Some(None) => return Err(not_a_hash()),
             Err(e) => return Err(e),
         };
+        let dialect = matches!(named, Named::Url(_));
         let source = match (hash, named) {
             (Some(hash), _) => hash.map(Source::Hash),
             (None, Named::Url(raw)) => Some(Source::Url(url(service, raw)?)),
@@ -68,9 +69,15 @@ impl ImageRequest {
                 Some(Source::Url(url(service, raw)?))
             }
         };
+        let mut spec = parsed.spec;
+        // `quality.default`: a native request (or its preset) that names no `q`; a dialect's
+        // URL keeps the numeric quality its own reader gave.
+        if spec.quality.is_none() && !dialect {
+            spec.quality = service.config().quality.default.request();
+        }
         Ok(ImageRequest {
             source,
-            spec: parsed.spec.with_hints(&client_hints(headers)),
+            spec: spec.with_hints(&client_hints(headers)),
             json: parsed.json,
             preset: parsed.preset,
         })

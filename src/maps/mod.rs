@@ -34,7 +34,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use imgcas_processors::Fingerprint;
-use imgcas_processors::{OutputFormat, ProcessFailure, SourceFormat};
+use imgcas_processors::{Chosen, OutputFormat, ProcessFailure, SourceFormat};
 
 use crate::hash::ContentHash;
 
@@ -266,6 +266,8 @@ pub enum VariantRow {
         format: OutputFormat,
         width: u32,
         height: u32,
+        /// For `q=auto`: the encoder quality its search chose and the score reached.
+        chosen: Option<Chosen>,
         body: VariantBody,
     },
     Failed {

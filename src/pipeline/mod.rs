@@ -248,6 +248,12 @@ impl Pipeline {
         &self.shared.structured
     }
 
+    /// The `q` a request that names none gets (`quality.default`): `None` for each format's
+    /// own number, or a `q=auto` level.
+    pub fn default_quality(&self) -> Option<imgcas_processors::QualityRequest> {
+        self.shared.config.quality.default.request()
+    }
+
     /// This node's name in claims, logs and metrics.
     pub fn node_id(&self) -> &str {
         &self.shared.node_id

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use imgcas_processors::OutputFormat;
+use imgcas_processors::{Chosen, OutputFormat};
 use moka::sync::Cache;
 
 use super::Target;
@@ -161,8 +161,13 @@ impl Pipeline {
 
     /// The image of a remembered request when the hot cache holds it (`None`: anything else,
     /// which [`Pipeline::variant`] then answers), counted and noted as that path counts and
-    /// notes a hot hit. `request` is the key it was recalled by.
-    pub fn hot_answer(&self, recalled: &Recalled, request: &[u8]) -> Option<(Bytes, OutputFormat)> {
+    /// notes a hot hit, with what a `q=auto` search chose. `request` is the key it was
+    /// recalled by.
+    pub fn hot_answer(
+        &self,
+        recalled: &Recalled,
+        request: &[u8],
+    ) -> Option<(Bytes, OutputFormat, Option<Chosen>)> {
         let s = &self.shared;
         let entry = &recalled.entry;
         let touched = entry.touched_ms.load(Ordering::Relaxed);
@@ -206,6 +211,7 @@ impl Pipeline {
         };
         let VariantRow::Image {
             format,
+            chosen,
             body: VariantBody::Inline(bytes),
             ..
         } = &*row
@@ -216,7 +222,7 @@ impl Pipeline {
         if recalled.note {
             self.note_variant_served(&entry.target.key);
         }
-        Some((bytes.clone(), *format))
+        Some((bytes.clone(), *format, *chosen))
     }
 
     /// Remembers what `request` resolved to, while that holds: a URL's mapping while it is

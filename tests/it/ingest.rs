@@ -8,7 +8,7 @@ use std::path::Path;
 use common::*;
 use serde_json::{json, Value};
 
-async fn ingest(app: &TestApp, body: Value) -> (u16, Value) {
+pub(crate) async fn ingest(app: &TestApp, body: Value) -> (u16, Value) {
     let r = app
         .client
         .post(app.url("/v1/ingest"))

@@ -9,6 +9,7 @@ mod common;
 
 mod admin;
 mod animation;
+mod auto_quality;
 mod blob_contract;
 mod bounded_growth;
 mod cache_tags;

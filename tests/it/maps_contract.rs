@@ -72,6 +72,7 @@ fn image(maps: &dyn MapStore, bytes: &'static [u8]) -> VariantRow {
         format: OutputFormat::Webp,
         width: 400,
         height: 300,
+        chosen: None,
         body: body(maps, Bytes::from_static(bytes)),
     }
 }
@@ -253,11 +254,39 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
         format: OutputFormat::Jpeg,
         width: 1,
         height: 1,
+        chosen: None,
         body: body(&*maps, Bytes::from(vec![fill; 50_000])),
     };
     maps.put_variant(&short, &big(1)).await.unwrap();
     maps.put_variant(&long, &big(2)).await.unwrap();
     assert_eq!(maps.variant(&short).await.unwrap(), Some(big(1)));
+    // What a `q=auto` search chose comes back with the row, small or in pieces, with a score
+    // or without one (an animation's).
+    let mut searched = Vec::new();
+    for (i, (len, score)) in [(10, Some(712)), (50_000, Some(-35)), (10, None)]
+        .into_iter()
+        .enumerate()
+    {
+        let k = key(a, &format!("q=auto:good:70&w={i}"));
+        searched.push(k.clone());
+        let row = VariantRow::Image {
+            format: OutputFormat::Avif,
+            width: 2,
+            height: 3,
+            chosen: Some(imgcas_processors::Chosen {
+                quality: 57,
+                score_tenths: score,
+            }),
+            body: body(&*maps, Bytes::from(vec![7u8; len])),
+        };
+        maps.put_variant(&k, &row).await.unwrap();
+        assert_eq!(
+            maps.variant(&k).await.unwrap(),
+            Some(row),
+            "{len} {score:?}"
+        );
+    }
+    maps.remove_variants(&searched).await.unwrap();
     assert_eq!(maps.variant(&long).await.unwrap(), Some(big(2)));
     maps.put_variant(&short, &big(3)).await.unwrap();
     maps.remove_variants(std::slice::from_ref(&short))
@@ -860,6 +889,7 @@ async fn postgres_nodes_share_one_truth() {
         format: OutputFormat::Png,
         width: 1,
         height: 1,
+        chosen: None,
         body: VariantBody::Inline(Bytes::from_static(b"x")),
     };
     assert!(a.put_variant(&k, &inline).await.is_err());

@@ -99,14 +99,20 @@ impl Spec {
             shape.crop_gravity = Gravity::Center;
         }
         let lossless = self.lossless && format == OutputFormat::Webp;
+        let targets = AutoTargets::default();
         let quality = format
             .default_quality()
             .filter(|_| !lossless)
-            .map(|default| {
-                self.quality.unwrap_or(match self.save_data {
+            .map(|default| match self.quality {
+                Some(QualityRequest::Fixed(q)) => Quality::Fixed(q),
+                Some(QualityRequest::Auto(level)) => Quality::Auto {
+                    level,
+                    target: targets.of(level),
+                },
+                None => Quality::Fixed(match self.save_data {
                     true => default.saturating_sub(SAVE_DATA_STEP).max(1),
                     false => default,
-                })
+                }),
             });
         ResolvedSpec {
             shape,
@@ -118,6 +124,10 @@ impl Spec {
         }
     }
 }
+
+/// The highest `q=auto` target whose outputs hide a coarse shrink-on-load as a JPEG or WebP
+/// at quality 90 does (a score of 80 is about JPEG 88 on the shared photos).
+const AUTO_HIDES_COARSE_DECODE: u8 = 80;
 
 /// Renders `name=value` pairs sorted by name, `&`-separated.
 fn join(mut parts: Vec<(&'static str, String)>) -> String {
@@ -133,7 +143,7 @@ pub struct ResolvedSpec {
     pub shape: Shape,
     pub format: OutputFormat,
     /// `None` for lossless formats.
-    pub quality: Option<u8>,
+    pub quality: Option<Quality>,
     /// Lossless WebP (only ever set with `format == Webp`).
     pub lossless: bool,
     /// Progressive JPEG (only ever set with `format == Jpeg`).
@@ -161,11 +171,36 @@ impl ResolvedSpec {
     pub fn hides_coarse_decode(&self) -> bool {
         let lossy =
             matches!(self.format, OutputFormat::Jpeg | OutputFormat::Webp) && !self.lossless;
-        let quality = self
-            .quality
-            .or(self.format.default_quality())
-            .unwrap_or(100);
+        // A searched quality may land anywhere up to its ceiling: its target decides.
+        let quality = match self.quality {
+            Some(Quality::Fixed(q)) => q,
+            Some(Quality::Auto { target, .. }) if target <= AUTO_HIDES_COARSE_DECODE => 90,
+            Some(Quality::Auto { .. }) => 100,
+            None => self.format.default_quality().unwrap_or(100),
+        };
         lossy && quality <= 90
+    }
+
+    /// This spec with its `q=auto` target taken from `targets` (the service's settings;
+    /// [`Spec::resolve`] gives the defaults).
+    pub fn with_targets(mut self, targets: &AutoTargets) -> ResolvedSpec {
+        if let Some(Quality::Auto { level, target }) = &mut self.quality {
+            *target = targets.of(*level);
+        }
+        self
+    }
+
+    /// The fixed quality the encoder takes for this spec: the spec's own, or the format's
+    /// default; for `q=auto`, the quality its search starts from (what an animation, whose
+    /// frames are not searched, is encoded at).
+    pub fn encoder_quality(&self) -> u8 {
+        match self.quality {
+            Some(Quality::Fixed(q)) => q,
+            Some(Quality::Auto { target, .. }) => {
+                crate::auto_quality::starting_quality(self.format, target)
+            }
+            None => self.format.default_quality().unwrap_or(80),
+        }
     }
 
     /// The variant-key form: every field that shapes the output, defaults dropped, sorted.
@@ -174,10 +209,10 @@ impl ResolvedSpec {
         let mut parts = Vec::new();
         self.shape.parts(&mut parts);
         parts.push(("format", self.format.name().into()));
-        if let (Some(q), Some(default)) = (self.quality, self.format.default_quality()) {
-            if q != default {
-                parts.push(("q", q.to_string()));
-            }
+        match (self.quality, self.format.default_quality()) {
+            (Some(Quality::Fixed(q)), Some(default)) if q == default => {}
+            (Some(quality), _) => parts.push(("q", quality.to_string())),
+            (None, _) => {}
         }
         if self.lossless {
             parts.push(("lossless", "1".into()));

@@ -1,6 +1,6 @@
 //! Client hints: `dpr=auto` and `w=auto` decided by `Sec-CH-DPR` and `Sec-CH-Width`, rounded
 //! up to fixed ladders so hints never multiply variants, and `Save-Data` lowering a default
-//! quality.
+//! quality or a `q=auto` level.
 
 use super::*;
 
@@ -94,14 +94,14 @@ fn round_up(ladder: &[u32], value: f64) -> u32 {
 impl Spec {
     /// The client hints this spec consults. `Save-Data` is consulted by a request that asks
     /// for client hints (`dpr=auto` or `w=auto`) and leaves a lossy format's quality to its
-    /// default: a page opts into adaptation, and every other answer stays the same for every
-    /// client.
+    /// default, and by every `q=auto` request: a page opts into adaptation, and every other
+    /// answer stays the same for every client.
     pub fn consults(&self) -> HintsConsulted {
         HintsConsulted {
             dpr: self.dpr_auto,
             width: self.width_auto,
-            save_data: (self.dpr_auto || self.width_auto)
-                && self.quality.is_none()
+            save_data: (matches!(self.quality, Some(QualityRequest::Auto(_)))
+                || ((self.dpr_auto || self.width_auto) && self.quality.is_none()))
                 && !self.lossless
                 && !matches!(self.format, FormatRequest::Exact(f) if f.default_quality().is_none()),
         }
@@ -116,7 +116,8 @@ impl Spec {
     ///   so it is not multiplied by the ratio: the ratio is folded into the height instead,
     ///   and the spec is left in device pixels with a ratio of 1. Without a hint, no width
     ///   (the source's).
-    /// - `Save-Data: on`, when consulted: the default quality lowered by [`SAVE_DATA_STEP`].
+    /// - `Save-Data: on`, when consulted: the default quality lowered by [`SAVE_DATA_STEP`],
+    ///   or a `q=auto` level lowered by one ([`AutoLevel::lower`]).
     ///
     /// What was consulted is kept in `consulted`, for the answer's `Vary`.
     pub fn with_hints(&self, hints: &ClientHints) -> Spec {
@@ -143,6 +144,9 @@ impl Spec {
             }
         }
         spec.save_data = consults.save_data && hints.save_data;
+        if let (true, Some(QualityRequest::Auto(level))) = (spec.save_data, spec.quality) {
+            spec.quality = Some(QualityRequest::Auto(level.lower()));
+        }
         spec
     }
 }

@@ -17,6 +17,7 @@ mod canonical;
 mod hints;
 mod options;
 mod parse;
+mod quality;
 mod region;
 mod values;
 mod watermark;
@@ -25,6 +26,7 @@ pub use accept::{accept_class, negotiate};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use options::{Doc, OptionDef, OPTIONS};
+pub use quality::{AutoLevel, AutoTargets, Quality, QualityRequest};
 pub use region::{Extent, Placed, Region};
 pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
 
@@ -311,7 +313,8 @@ pub struct Spec {
     /// The hints [`Spec::with_hints`] consulted (none before it runs).
     pub consulted: HintsConsulted,
     pub format: FormatRequest,
-    pub quality: Option<u8>,
+    /// `q`: a fixed quality or `q=auto:<level>`; `None`: the format's default.
+    pub quality: Option<QualityRequest>,
     /// `lossless=1`: lossless WebP (other formats are lossless already or cannot be).
     pub lossless: bool,
     /// `progressive=1`: progressive JPEG.

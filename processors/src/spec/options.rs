@@ -247,12 +247,14 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "q",
         doc: Doc::Row {
-            values: "1–100",
-            default: "jpeg 82, webp 80, avif 60",
+            values: "1–100, `auto`, `auto:best`, `auto:good`, `auto:eco`, `auto:low`",
+            default: "jpeg 82, webp 80, avif 60 (`quality.default`)",
             extension: false,
         },
         read: Read::Spec(|s, name, value| {
-            s.quality = Some(parse_u32(name, value, 1, 100)? as u8);
+            s.quality = Some(QualityRequest::from_value(value).ok_or_else(|| {
+                SpecError::new(name, "must be 1-100, auto or auto:best|good|eco|low")
+            })?);
             Ok(())
         }),
         shape_form: |_, _| {},

@@ -3,6 +3,7 @@
 //! references, near-duplicate accuracy on photographs, and the fuzz finds replayed.
 
 mod animation;
+mod auto_quality;
 mod colour_quality;
 mod common;
 mod fuzz_replay;

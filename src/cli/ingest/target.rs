@@ -242,6 +242,8 @@ impl Remote {
                 .map(str::to_string)
         };
         let processed = header("x-imgcas-cache").as_deref() == Some("miss");
+        let quality = header("x-imgcas-quality").and_then(|q| q.parse().ok());
+        let score = header("x-imgcas-score").and_then(|s| s.parse().ok());
         let format = header("content-type").map(|t| t.trim_start_matches("image/").to_string());
         let body = response.bytes().await.unwrap_or_default();
         if !status.is_success() {
@@ -251,6 +253,8 @@ impl Remote {
             spec: spec.to_string(),
             format,
             bytes: Some(body.len() as u64),
+            quality,
+            score,
             processed,
             error: None,
         }

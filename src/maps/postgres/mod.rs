@@ -34,7 +34,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use imgcas_processors::{OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
+use imgcas_processors::{Chosen, OutputFormat, ProcessFailure, FINGERPRINT_VERSION};
 
 use super::cache::Cached;
 use super::{
@@ -381,10 +381,21 @@ fn variant_row(row: &Row) -> Result<VariantRow, MapError> {
     let width: Option<i32> = row.try_get("width").map_err(store_error)?;
     let height: Option<i32> = row.try_get("height").map_err(store_error)?;
     let len: Option<i64> = row.try_get("body_bytes").map_err(store_error)?;
+    let quality: Option<i16> = row.try_get("chosen_quality").map_err(store_error)?;
+    let score: Option<i16> = row.try_get("chosen_score").map_err(store_error)?;
+    let chosen = match quality {
+        Some(q) => Some(Chosen {
+            quality: u8::try_from(q)
+                .map_err(|_| MapError::Corrupt(format!("variant chosen quality {q}")))?,
+            score_tenths: score,
+        }),
+        None => None,
+    };
     Ok(VariantRow::Image {
         format,
         width: dimension(width).unwrap_or(0),
         height: dimension(height).unwrap_or(0),
+        chosen,
         body: VariantBody::InBlobStore {
             len: unsigned(len.unwrap_or(0)),
         },
@@ -400,6 +411,8 @@ struct VariantColumns {
     failure: Option<i16>,
     message: Option<String>,
     counted_bytes: i64,
+    chosen_quality: Option<i16>,
+    chosen_score: Option<i16>,
 }
 
 impl VariantColumns {
@@ -410,6 +423,7 @@ impl VariantColumns {
                 format,
                 width,
                 height,
+                chosen,
                 body,
             } => {
                 let VariantBody::InBlobStore { len } = body else {
@@ -426,6 +440,8 @@ impl VariantColumns {
                     failure: None,
                     message: None,
                     counted_bytes: key_bytes + len + ROW_OVERHEAD,
+                    chosen_quality: chosen.map(|c| i16::from(c.quality)),
+                    chosen_score: chosen.and_then(|c| c.score_tenths),
                 }
             }
             VariantRow::Failed { kind, message } => VariantColumns {
@@ -436,6 +452,8 @@ impl VariantColumns {
                 failure: Some(i16::from(kind.to_byte())),
                 message: Some(message.clone()),
                 counted_bytes: key_bytes + message.len() as i64 + ROW_OVERHEAD,
+                chosen_quality: None,
+                chosen_score: None,
             },
         })
     }

@@ -133,6 +133,10 @@ const MIGRATIONS: &[&str] = &[
     // 7: a variant row keeps, when rewritten, the count it replaced, so that one statement
     // can both rewrite it and move the byte total by the difference (`PUT_VARIANT`).
     "ALTER TABLE imgcas_variants ADD COLUMN prior_counted bigint NOT NULL DEFAULT 0;",
+    // 8: what a `q=auto` search chose for a variant: the encoder quality and the SSIMULACRA2
+    // score in tenths (NULL for other variants, and a score NULL for an animation's).
+    "ALTER TABLE imgcas_variants ADD COLUMN chosen_quality smallint,
+        ADD COLUMN chosen_score smallint;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

@@ -4,7 +4,8 @@ use super::*;
 
 const VARIANT: Statement = Statement {
     op: "variant",
-    sql: "SELECT format, width, height, body_bytes, failure, message FROM imgcas_variants
+    sql: "SELECT format, width, height, body_bytes, failure, message, chosen_quality,
+                 chosen_score FROM imgcas_variants
           WHERE hash = $1 AND processor_version = $2 AND spec = $3",
 };
 
@@ -219,21 +220,22 @@ impl PostgresStore {
 /// `prior_counted`, so the statement learns the difference from its own `RETURNING` even
 /// when another node wrote the same key in between (the insert then waits for that write's
 /// commit and takes the update path). `$1`–`$3` the key, `$4`–`$10` the row, `$11` now,
-/// `$12` the counter row.
+/// `$12` the counter row, `$13`–`$14` a `q=auto` search's choice.
 macro_rules! upsert_variant {
     ($source:literal) => {
         concat!(
             "up AS (
                INSERT INTO imgcas_variants (hash, processor_version, spec, format, width,
                    height, body_bytes, failure, message, counted_bytes, served_at_ms,
-                   prior_counted)
-               SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0 ",
+                   prior_counted, chosen_quality, chosen_score)
+               SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, $13, $14 ",
             $source,
             "
                ON CONFLICT (hash, processor_version, spec) DO UPDATE SET
                    format = EXCLUDED.format, width = EXCLUDED.width, height = EXCLUDED.height,
                    body_bytes = EXCLUDED.body_bytes, failure = EXCLUDED.failure,
-                   message = EXCLUDED.message,
+                   message = EXCLUDED.message, chosen_quality = EXCLUDED.chosen_quality,
+                   chosen_score = EXCLUDED.chosen_score,
                    prior_counted = imgcas_variants.counted_bytes,
                    counted_bytes = EXCLUDED.counted_bytes,
                    served_at_ms = GREATEST(imgcas_variants.served_at_ms, EXCLUDED.served_at_ms)
@@ -257,15 +259,15 @@ const PUT_VARIANT: Statement = Statement {
 /// A variant written under a claim, which the same statement gives up: the claim's row
 /// becomes a tombstone (see `claims.rs`) on the condition that its token is still ours, and
 /// the row is written only if it was (so a node that lost its claim writes nothing over a
-/// newer owner's row). `$13` the claim's key, `$14` its token, `$15` the tombstone's life in
+/// newer owner's row). `$15` the claim's key, `$16` its token, `$17` the tombstone's life in
 /// seconds.
 const PUT_VARIANT_CLAIMED: Statement = Statement {
     op: "put_variant_claimed",
     sql: concat!(
         "WITH held AS (
         UPDATE imgcas_claims SET owner = '', token = 0,
-               expires_at = now() + $15 * interval '1 second', renewed_at = now()
-         WHERE key = $13 AND token = $14 RETURNING 1), ",
+               expires_at = now() + $17 * interval '1 second', renewed_at = now()
+         WHERE key = $15 AND token = $16 RETURNING 1), ",
         upsert_variant!("FROM held")
     ),
 };
@@ -296,7 +298,9 @@ impl PostgresStore {
             c.message,
             c.counted_bytes,
             now,
-            shard
+            shard,
+            c.chosen_quality,
+            c.chosen_score
         ];
         let written = match claim {
             None => self.query(&PUT_VARIANT, row_params).await?,

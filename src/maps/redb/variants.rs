@@ -6,7 +6,10 @@
 //!   (every release so far wrote this; now only for images that fit one page with their key);
 //! - tag `1`: the failure kind's byte ([`ProcessFailure::to_byte`]), then the message;
 //! - tag `2`: as tag `0` up to the height, then the image's length (u64 LE); the bytes are in
-//!   `variant_chunks`, under the key's length (u16 BE), the key and the chunk's index (u32 BE).
+//!   `variant_chunks`, under the key's length (u16 BE), the key and the chunk's index (u32 BE);
+//! - tags `3` and `4`: as tags `0` and `2`, with what a `q=auto` search chose after the height:
+//!   the encoder quality (one byte) and the score in tenths (i16 LE, `i16::MIN` for none).
+//!   Rows without a search keep tags `0` and `2`, so files older releases wrote read the same.
 //!
 //! Why chunks: redb gives a pair larger than a page a run of pages rounded up to a power of
 //! two, so a 40 KiB image inline takes 64 KiB and the file would hold up to twice what the
@@ -20,7 +23,7 @@
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use imgcas_processors::{OutputFormat, ProcessFailure};
+use imgcas_processors::{Chosen, OutputFormat, ProcessFailure};
 
 use super::super::{Evicted, MapError, VariantBody, VariantKey, VariantRow, VariantTotals};
 
@@ -45,6 +48,8 @@ const PAIR_IN_A_PAGE: usize = 4000;
 const INLINE: u8 = 0;
 const FAILED: u8 = 1;
 const CHUNKED: u8 = 2;
+const INLINE_CHOSEN: u8 = 3;
+const CHUNKED_CHOSEN: u8 = 4;
 
 /// Opens the tables; on a file written before the bookkeeping, fills it for every variant
 /// stored (stamped as served `now_ms`), so they count against the budget from this open.
@@ -73,18 +78,32 @@ struct Head {
     format: OutputFormat,
     width: u32,
     height: u32,
+    chosen: Option<Chosen>,
 }
 
-fn encode_head(tag: u8, head: &Head) -> Vec<u8> {
+/// The head of a row of tag `plain` (`INLINE` or `CHUNKED`): that tag, or its counterpart
+/// with a search's choice.
+fn encode_head(plain: u8, head: &Head) -> Vec<u8> {
     let name = head.format.name().as_bytes();
-    let mut out = Vec::with_capacity(HEAD_FIXED + name.len() + 8);
-    out.push(tag);
+    let mut out = Vec::with_capacity(HEAD_FIXED + CHOSEN_LEN + name.len() + 8);
+    out.push(match (plain, head.chosen) {
+        (INLINE, Some(_)) => INLINE_CHOSEN,
+        (CHUNKED, Some(_)) => CHUNKED_CHOSEN,
+        (tag, _) => tag,
+    });
     out.push(name.len() as u8);
     out.extend_from_slice(name);
     out.extend_from_slice(&head.width.to_le_bytes());
     out.extend_from_slice(&head.height.to_le_bytes());
+    if let Some(chosen) = head.chosen {
+        out.push(chosen.quality);
+        out.extend_from_slice(&chosen.score_tenths.unwrap_or(i16::MIN).to_le_bytes());
+    }
     out
 }
+
+/// Bytes of a search's choice in a head: quality, score.
+const CHOSEN_LEN: usize = 3;
 
 /// Bytes of a head besides the format's name: tag, name length, width, height.
 const HEAD_FIXED: usize = 10;
@@ -97,14 +116,18 @@ fn encode<'r>(key: &[u8], row: &'r VariantRow) -> Result<(Vec<u8>, Vec<&'r [u8]>
             format,
             width,
             height,
+            chosen,
             body: VariantBody::Inline(bytes),
         } => {
             let head = Head {
                 format: *format,
                 width: *width,
                 height: *height,
+                chosen: *chosen,
             };
-            let inline_len = key.len() + HEAD_FIXED + format.name().len() + bytes.len();
+            let chosen_len = if chosen.is_some() { CHOSEN_LEN } else { 0 };
+            let inline_len =
+                key.len() + HEAD_FIXED + chosen_len + format.name().len() + bytes.len();
             if inline_len <= PAIR_IN_A_PAGE {
                 let mut value = encode_head(INLINE, &head);
                 value.extend_from_slice(bytes);
@@ -148,9 +171,10 @@ fn decode(raw: &[u8]) -> Result<Decoded, MapError> {
         let message = String::from_utf8_lossy(raw.get(2..).unwrap_or_default()).into();
         return Ok(Decoded::Row(VariantRow::Failed { kind, message }));
     }
-    if tag != INLINE && tag != CHUNKED {
+    if ![INLINE, CHUNKED, INLINE_CHOSEN, CHUNKED_CHOSEN].contains(&tag) {
         return Err(corrupt());
     }
+    let has_chosen = tag == INLINE_CHOSEN || tag == CHUNKED_CHOSEN;
     let len = usize::from(*raw.get(1).ok_or_else(corrupt)?);
     let name = raw.get(2..2 + len).ok_or_else(corrupt)?;
     let format = std::str::from_utf8(name)
@@ -164,20 +188,34 @@ fn decode(raw: &[u8]) -> Result<Decoded, MapError> {
             field(i, 4)?.try_into().map_err(|_| corrupt())?,
         ))
     };
+    let chosen = match has_chosen {
+        true => {
+            let quality = *field(8, 1)?.first().ok_or_else(corrupt)?;
+            let score = i16::from_le_bytes(field(9, 2)?.try_into().map_err(|_| corrupt())?);
+            Some(Chosen {
+                quality,
+                score_tenths: (score != i16::MIN).then_some(score),
+            })
+        }
+        false => None,
+    };
+    let after = if has_chosen { 8 + CHOSEN_LEN } else { 8 };
     let head = Head {
         format,
         width: num(0)?,
         height: num(4)?,
+        chosen,
     };
-    if tag == CHUNKED {
-        let total = u64::from_le_bytes(field(8, 8)?.try_into().map_err(|_| corrupt())?);
+    if tag == CHUNKED || tag == CHUNKED_CHOSEN {
+        let total = u64::from_le_bytes(field(after, 8)?.try_into().map_err(|_| corrupt())?);
         return Ok(Decoded::Chunked(head, total as usize));
     }
-    let bytes = bytes::Bytes::copy_from_slice(rest.get(8..).ok_or_else(corrupt)?);
+    let bytes = bytes::Bytes::copy_from_slice(rest.get(after..).ok_or_else(corrupt)?);
     Ok(Decoded::Row(VariantRow::Image {
         format: head.format,
         width: head.width,
         height: head.height,
+        chosen: head.chosen,
         body: VariantBody::Inline(bytes),
     }))
 }
@@ -223,6 +261,7 @@ pub(super) fn get(txn: &ReadTransaction, key: &VariantKey) -> Result<Option<Vari
         format: head.format,
         width: head.width,
         height: head.height,
+        chosen: head.chosen,
         body: VariantBody::Inline(bytes.into()),
     }))
 }
@@ -549,6 +588,7 @@ mod tests {
                     format: head.format,
                     width: head.width,
                     height: head.height,
+                    chosen: head.chosen,
                     body: VariantBody::Inline(bytes.into()),
                 }
             }
@@ -557,15 +597,25 @@ mod tests {
 
     #[test]
     fn values_round_trip() {
-        let image = |bytes: Vec<u8>| VariantRow::Image {
+        let image = |bytes: Vec<u8>, chosen| VariantRow::Image {
             format: OutputFormat::Webp,
             width: 400,
             height: 300,
+            chosen,
             body: VariantBody::Inline(bytes.into()),
         };
+        let searched = |score_tenths| {
+            Some(Chosen {
+                quality: 77,
+                score_tenths,
+            })
+        };
         for v in [
-            image(b"RIFF....".to_vec()),
-            image(vec![7; 100_000]),
+            image(b"RIFF....".to_vec(), None),
+            image(vec![7; 100_000], None),
+            image(b"RIFF....".to_vec(), searched(Some(703))),
+            image(vec![7; 100_000], searched(Some(-12))),
+            image(b"RIFF....".to_vec(), searched(None)),
             VariantRow::Failed {
                 kind: ProcessFailure::Undecodable,
                 message: "bad huffman table".into(),
@@ -577,6 +627,8 @@ mod tests {
         assert!(decode(&[]).is_err());
         assert!(decode(&[1, 9]).is_err());
         assert!(decode(&[2, 4, b'w', b'e', b'b', b'p', 0, 0]).is_err());
+        // A search's choice cut short.
+        assert!(decode(&[3, 4, b'w', b'e', b'b', b'p', 1, 0, 0, 0, 1, 0, 0, 0, 70]).is_err());
     }
 
     #[test]
@@ -586,6 +638,7 @@ mod tests {
             format: OutputFormat::Jpeg,
             width: 1,
             height: 1,
+            chosen: None,
             body: VariantBody::Inline(vec![1; 50_000].into()),
         };
         let (value, chunks) = encode(&key, &row).unwrap();

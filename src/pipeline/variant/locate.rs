@@ -87,7 +87,9 @@ impl Pipeline {
         } else {
             1
         };
-        let resolved = spec.resolve_frames(output, info.has_alpha, source_frames, accept);
+        let resolved = spec
+            .resolve_frames(output, info.has_alpha, source_frames, accept)
+            .with_targets(&self.shared.config.quality.targets());
         let header = processors::Header {
             format: source_format,
             size: info.width.zip(info.height),

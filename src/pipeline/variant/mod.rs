@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use url::Url;
 
-use imgcas_processors::{self as processors, OutputFormat, ResolvedSpec, SourceInfo};
+use imgcas_processors::{self as processors, Chosen, OutputFormat, ResolvedSpec, SourceInfo};
 
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::{Asker, Tenant, Tier};
@@ -155,6 +155,8 @@ impl Target {
 pub struct Served {
     pub bytes: Bytes,
     pub format: OutputFormat,
+    /// For `q=auto`: the quality its search chose and the score reached.
+    pub chosen: Option<Chosen>,
     pub provenance: Provenance,
     /// This caller ran the processing (a concurrent caller that shared the run sees `Made`
     /// too, but not this).
@@ -222,11 +224,13 @@ impl Pipeline {
         match row {
             VariantRow::Image {
                 format,
+                chosen,
                 body: VariantBody::Inline(bytes),
                 ..
             } => Ok(Served {
                 bytes,
                 format,
+                chosen,
                 ran_here,
                 provenance: if processed {
                     Provenance::Made

@@ -272,6 +272,7 @@ impl Pipeline {
                 format: p.format,
                 width: p.width,
                 height: p.height,
+                chosen: p.chosen,
                 body: VariantBody::Inline(Bytes::from(p.bytes)),
             }),
             // A failure the configured limits decided is answered, not stored: under other

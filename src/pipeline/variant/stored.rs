@@ -26,6 +26,7 @@ pub(in crate::pipeline) async fn row_for(
             format,
             width,
             height,
+            chosen,
             body: VariantBody::Inline(bytes),
         } if !maps.holds_variant_bytes() => {
             let len = bytes.len() as u64;
@@ -34,6 +35,7 @@ pub(in crate::pipeline) async fn row_for(
                 format,
                 width,
                 height,
+                chosen,
                 body: VariantBody::InBlobStore { len },
             })
         }
@@ -53,6 +55,7 @@ pub(in crate::pipeline) async fn with_bytes_in_hand(
         format,
         width,
         height,
+        chosen,
         body: VariantBody::InBlobStore { len },
     } = row
     else {
@@ -67,6 +70,7 @@ pub(in crate::pipeline) async fn with_bytes_in_hand(
                     format,
                     width,
                     height,
+                    chosen,
                     body: VariantBody::Inline(bytes),
                 }))
             }

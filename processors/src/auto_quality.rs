@@ -1,0 +1,266 @@
+//! `q=auto`: the encoder quality searched per variant, so that each output reaches its
+//! level's look, a SSIMULACRA2 score against the exact pixels handed to the encoder, in the
+//! fewest bytes the search finds. One fixed quality per format wastes bytes on easy pictures
+//! and falls short on hard ones; a variant is made once per content and spec, so the few
+//! extra encodes are paid once for every later request.
+//!
+//! The search: the pixels are scored against once (the metric's reference side precomputed),
+//! then each attempt is an encode, a decode of its bytes and one comparison. It starts at the
+//! quality that reaches the target on a typical photo ([`starting_quality`]), steps by the
+//! score's distance from the target until it has an attempt on each side, then narrows
+//! between them by the line through the two, until they are [`ENOUGH`] apart or the
+//! format's attempts are spent. The answer is the lowest quality tried that reached the
+//! target; when none did, the format's ceiling. Every step is integer arithmetic on
+//! deterministic encodes and scores (the metric's SIMD and scalar kernels give the same
+//! bits), so every node and every rebuild makes the same bytes.
+//!
+//! A picture with alpha is scored as SSIMULACRA2's own tool scores it: composited on a dark
+//! and on a light background, the lower of the two scores.
+
+use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
+use image::{DynamicImage, GenericImageView, RgbImage};
+
+use crate::error::ProcessError;
+use crate::spec::OutputFormat;
+use crate::Limits;
+
+/// What a search chose: the encoder quality and the score its output reached, in tenths
+/// (the header's one decimal); no score for an animation, whose frames are not searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen {
+    pub quality: u8,
+    pub score_tenths: Option<i16>,
+}
+
+impl Chosen {
+    /// The score as a number with one decimal.
+    pub fn score(&self) -> Option<f64> {
+        self.score_tenths.map(|t| f64::from(t) / 10.0)
+    }
+}
+
+/// The qualities a search stays within, per format: below the floor an encoder's artefacts
+/// are of another kind than the metric ranks well (blocks, smears); above the ceiling bytes
+/// grow much faster than the score.
+pub fn bounds(format: OutputFormat) -> (u8, u8) {
+    match format {
+        OutputFormat::Jpeg => (30, 95),
+        OutputFormat::Webp => (30, 95),
+        OutputFormat::Avif => (20, 90),
+        OutputFormat::Png | OutputFormat::Gif => (100, 100),
+    }
+}
+
+/// Most attempts one search makes, per format (its encode, decode and comparison each):
+/// what admission charges. AVIF's encoder is the dearest, so it gets one fewer.
+pub fn max_attempts(format: OutputFormat) -> u32 {
+    match format {
+        OutputFormat::Avif => 4,
+        _ => 5,
+    }
+}
+
+/// The search stops once its passing and failing attempts are this many qualities apart:
+/// a step of one costs an encode for about 2 % of bytes.
+const ENOUGH: u8 = 2;
+
+/// The quality that reaches `target` on a typical photo, where a search starts; measured
+/// per format on the shared photos at 512 px (`bench/quality.py`): a line through the
+/// median qualities of the four levels.
+pub fn starting_quality(format: OutputFormat, target: u8) -> u8 {
+    let (floor, ceiling) = bounds(format);
+    let (at_70, per_point) = match format {
+        OutputFormat::Jpeg => (74.0, 1.45),
+        OutputFormat::Webp => (76.0, 1.5),
+        OutputFormat::Avif => (50.0, 1.3),
+        OutputFormat::Png | OutputFormat::Gif => return 100,
+    };
+    let q = at_70 + per_point * (f64::from(target) - 70.0);
+    (q.round() as i64).clamp(i64::from(floor), i64::from(ceiling)) as u8
+}
+
+/// Score points per quality step assumed before two attempts give the real slope.
+fn assumed_slope(format: OutputFormat) -> f64 {
+    match format {
+        OutputFormat::Avif => 0.75,
+        _ => 0.65,
+    }
+}
+
+/// Searches the quality of `format` whose output of `pixels` scores at least `target`, in
+/// the fewest bytes; `encode_at` encodes them at a quality.
+pub(crate) fn search(
+    pixels: &DynamicImage,
+    format: OutputFormat,
+    target: u8,
+    mut encode_at: impl FnMut(u8) -> Result<Vec<u8>, ProcessError>,
+) -> Result<crate::encode::Encoded, ProcessError> {
+    let reference = Scorer::new(pixels)?;
+    let target = f64::from(target);
+    let (floor, ceiling) = bounds(format);
+    let mut attempt = |q: u8| -> Result<Attempt, ProcessError> {
+        let bytes = encode_at(q)?;
+        let score = reference.score(&bytes)?;
+        Ok(Attempt {
+            quality: q,
+            bytes,
+            score,
+        })
+    };
+    // The lowest quality that passed, and the highest that failed.
+    let mut passed: Option<Attempt> = None;
+    let mut failed: Option<Attempt> = None;
+    let mut q = starting_quality(format, target as u8);
+    for _ in 0..max_attempts(format) {
+        let tried = attempt(q)?;
+        if tried.score >= target {
+            if passed.as_ref().is_none_or(|p| tried.quality < p.quality) {
+                passed = Some(tried);
+            }
+        } else if failed.as_ref().is_none_or(|f| tried.quality > f.quality) {
+            failed = Some(tried);
+        }
+        let next = match (&passed, &failed) {
+            (Some(p), Some(f)) if p.quality <= f.quality.saturating_add(ENOUGH) => None,
+            (Some(p), Some(f)) => {
+                // The line through the two, aimed a little above the target, strictly
+                // between them.
+                let slope = (p.score - f.score) / f64::from(p.quality - f.quality);
+                let over = (target + 0.5 - f.score) / slope.max(0.05);
+                let q = f64::from(f.quality) + over.ceil();
+                Some((q as i64).clamp(i64::from(f.quality) + 1, i64::from(p.quality) - 1) as u8)
+            }
+            (Some(p), None) if p.quality == floor => None,
+            (Some(p), None) => {
+                let down = ((p.score - target) / assumed_slope(format))
+                    .floor()
+                    .max(1.0);
+                Some((f64::from(p.quality) - down).max(f64::from(floor)) as u8)
+            }
+            (None, Some(f)) if f.quality == ceiling => None,
+            (None, Some(f)) => {
+                let up = ((target + 0.5 - f.score) / assumed_slope(format))
+                    .ceil()
+                    .max(1.0);
+                Some((f64::from(f.quality) + up).min(f64::from(ceiling)) as u8)
+            }
+            (None, None) => None,
+        };
+        match next {
+            Some(n) => q = n,
+            None => break,
+        }
+    }
+    let chosen = match (passed, failed) {
+        (Some(p), _) => p,
+        // Nothing reached the target: the ceiling is the closest the format comes.
+        (None, Some(f)) if f.quality == ceiling => f,
+        (None, _) => attempt(ceiling)?,
+    };
+    Ok(crate::encode::Encoded {
+        chosen: Some(Chosen {
+            quality: chosen.quality,
+            score_tenths: Some((chosen.score * 10.0).round().clamp(-9999.0, 1000.0) as i16),
+        }),
+        bytes: chosen.bytes,
+    })
+}
+
+/// The SSIMULACRA2 score of `distorted` against `reference` (two pictures of one size), as a
+/// search scores its attempts: for the tests and `bench/quality.py`'s checks.
+pub fn score(reference: &DynamicImage, distorted: &DynamicImage) -> Result<f64, ProcessError> {
+    if reference.dimensions() != distorted.dimensions() {
+        return Err(ProcessError::Internal(
+            "pictures of different sizes cannot be compared".into(),
+        ));
+    }
+    Scorer::new(reference)?.compare(distorted)
+}
+
+struct Attempt {
+    quality: u8,
+    bytes: Vec<u8>,
+    score: f64,
+}
+
+/// The light and dark backgrounds a picture with alpha is scored on.
+const BACKGROUNDS: [[u8; 3]; 2] = [[26, 26, 26], [230, 230, 230]];
+
+/// The reference side of the metric, computed once per search.
+struct Scorer {
+    /// One reference per background (one for an opaque picture).
+    references: Vec<Ssimulacra2Reference>,
+    alpha: bool,
+    size: (u32, u32),
+}
+
+impl Scorer {
+    fn new(pixels: &DynamicImage) -> Result<Scorer, ProcessError> {
+        let alpha = pixels.color().has_alpha();
+        let planes = on_backgrounds(pixels, alpha);
+        let references = planes
+            .iter()
+            .map(|rgb| Ssimulacra2Reference::new(&slice(rgb)?).map_err(metric_failed))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Scorer {
+            references,
+            alpha,
+            size: (pixels.width(), pixels.height()),
+        })
+    }
+
+    /// The score of an encoded output: its decode compared with the reference, the lowest
+    /// over the backgrounds.
+    fn score(&self, bytes: &[u8]) -> Result<f64, ProcessError> {
+        let (w, h) = self.size;
+        let limits = Limits {
+            max_pixels: u64::from(w) * u64::from(h),
+            max_frames: 1,
+            ..Limits::default()
+        };
+        let (_, decoded) = crate::decode::decode(bytes, &limits)?;
+        if decoded.width() != w || decoded.height() != h {
+            return Err(ProcessError::Internal(
+                "an encoded output decodes to another size".into(),
+            ));
+        }
+        self.compare(&decoded)
+    }
+
+    /// The score of a decoded picture of the reference's size.
+    fn compare(&self, decoded: &DynamicImage) -> Result<f64, ProcessError> {
+        let planes = on_backgrounds(decoded, self.alpha);
+        let mut lowest = f64::INFINITY;
+        for (reference, rgb) in self.references.iter().zip(&planes) {
+            let score = reference.compare(&slice(rgb)?).map_err(metric_failed)?;
+            lowest = lowest.min(score);
+        }
+        Ok(lowest)
+    }
+}
+
+/// The picture as opaque RGB: itself, or composited on each of [`BACKGROUNDS`].
+fn on_backgrounds(pixels: &DynamicImage, alpha: bool) -> Vec<RgbImage> {
+    if !alpha {
+        return vec![pixels.to_rgb8()];
+    }
+    BACKGROUNDS
+        .iter()
+        .map(|bg| crate::ops::flatten(pixels.clone(), crate::spec::Rgb(*bg)))
+        .collect()
+}
+
+fn slice(rgb: &RgbImage) -> Result<PixelSlice<'_>, ProcessError> {
+    PixelSlice::new(
+        rgb.as_raw(),
+        rgb.width(),
+        rgb.height(),
+        rgb.width() as usize * 3,
+        PixelDescriptor::RGB8_SRGB,
+    )
+    .map_err(|e| ProcessError::Internal(format!("SSIMULACRA2 input: {e}")))
+}
+
+fn metric_failed(e: fast_ssim2::Ssimulacra2Error) -> ProcessError {
+    ProcessError::Internal(format!("SSIMULACRA2 failed: {e}"))
+}
