@@ -281,10 +281,20 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
         } => {
             let config = configure(config_path, &Flags::default())?;
             let limits = config.limits.processing();
-            match cli::process::run(&input, &spec, &output, accept.as_deref(), &limits) {
+            let targets = config.quality.targets();
+            let run =
+                cli::process::run(&input, &spec, &output, accept.as_deref(), &limits, &targets);
+            match run {
                 Ok(done) => {
+                    let chosen = match done.chosen {
+                        Some(c) => match c.score() {
+                            Some(score) => format!(" (q={}, SSIMULACRA2 {score:.1})", c.quality),
+                            None => format!(" (q={})", c.quality),
+                        },
+                        None => String::new(),
+                    };
                     eprintln!(
-                        "{}x{} {} {} bytes",
+                        "{}x{} {} {} bytes{chosen}",
                         done.width, done.height, done.format, done.bytes
                     );
                     Ok(Outcome::Done)

@@ -93,6 +93,14 @@ fn describe() {
         Unit::Seconds,
         "Wall time of processing runs, from taking a CPU slot to the result (a run waiting for a core counts)"
     );
+    describe_counter!(
+        "imgcas_quality_searches_total",
+        "Variants whose q=auto quality was searched"
+    );
+    describe_counter!(
+        "imgcas_quality_search_encodes_total",
+        "Encodes those searches made (each decoded and scored)"
+    );
     describe_histogram!(
         "imgcas_queue_wait_seconds",
         Unit::Seconds,

@@ -7,6 +7,9 @@
 // - NEXT_PUBLIC_IMGCAS_URL: where imgcas answers, e.g. https://img.example.com (required);
 // - NEXT_PUBLIC_IMGCAS_FORMAT: the output format, `auto` unless set (AVIF or WebP as the
 //   browser accepts);
+// - NEXT_PUBLIC_IMGCAS_QUALITY: the quality of an image whose component sets none, 75
+//   (next/image's own default) unless set; `auto` or `auto:<level>` (best, good, eco, low)
+//   lets imgcas choose per image the fewest bytes that keep the look asked for;
 // - NEXT_PUBLIC_IMGCAS_SIGN_ROUTE: when imgcas signs its URLs (IMGCAS_SIGNING_KEY), the path
 //   of the app's route that signs them (`imgcas-sign-route.js`), e.g. /api/imgcas; the
 //   key itself never reaches the browser.
@@ -31,7 +34,7 @@ export function imgcasQuery({ src, width, quality }) {
   const query = new URLSearchParams({
     url: absolute(src),
     w: String(width),
-    q: String(quality || DEFAULT_QUALITY),
+    q: String(quality || process.env.NEXT_PUBLIC_IMGCAS_QUALITY || DEFAULT_QUALITY),
     format: process.env.NEXT_PUBLIC_IMGCAS_FORMAT || "auto",
   });
   return query.toString();

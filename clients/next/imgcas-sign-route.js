@@ -11,7 +11,8 @@
 // - IMGCAS_SIGN_ORIGINS: the origins whose images it signs (a comma list, e.g.
 //   https://cdn.shop.example), besides the site's own (NEXT_PUBLIC_IMGCAS_SITE_URL), so that a
 //   visitor cannot have imgcas fetch any URL;
-// - IMGCAS_SIGN_QUALITIES: the qualities it signs (a comma list; 75, next/image's default).
+// - IMGCAS_SIGN_QUALITIES: the qualities it signs (a comma list; the loader's default:
+//   NEXT_PUBLIC_IMGCAS_QUALITY, else 75, next/image's).
 // The format it signs is the loader's (NEXT_PUBLIC_IMGCAS_FORMAT, `auto` unless set).
 //
 // The signature is imgcas's: HMAC-SHA256 (hex) of `/v1/image?<query sorted by name then
@@ -46,7 +47,8 @@ export function refusal(params) {
   if (!list("IMGCAS_SIGN_WIDTHS", NEXT_WIDTHS.join(",")).includes(params.get("w"))) {
     return "a width next/image does not use";
   }
-  if (!list("IMGCAS_SIGN_QUALITIES", "75").includes(params.get("q"))) return "a quality not allowed";
+  const loaderDefault = process.env.NEXT_PUBLIC_IMGCAS_QUALITY || "75";
+  if (!list("IMGCAS_SIGN_QUALITIES", loaderDefault).includes(params.get("q"))) return "a quality not allowed";
   if (params.get("format") !== (process.env.NEXT_PUBLIC_IMGCAS_FORMAT || "auto")) {
     return "a format the loader does not ask for";
   }

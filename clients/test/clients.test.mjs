@@ -18,8 +18,12 @@ test("the Next.js loader asks imgcas for the width next/image wants", () => {
   assert.equal(url.searchParams.get("w"), "640");
   assert.equal(url.searchParams.get("q"), "60");
   assert.equal(url.searchParams.get("format"), "auto");
-  // A quality left out is next/image's default, 75.
+  // A quality left out is next/image's default, 75, or the configured one (q=auto).
   assert.equal(new URL(imgcasLoader({ src: PHOTO, width: 32 })).searchParams.get("q"), "75");
+  process.env.NEXT_PUBLIC_IMGCAS_QUALITY = "auto:eco";
+  assert.equal(new URL(imgcasLoader({ src: PHOTO, width: 32 })).searchParams.get("q"), "auto:eco");
+  assert.equal(new URL(imgcasLoader({ src: PHOTO, width: 32, quality: 60 })).searchParams.get("q"), "60");
+  delete process.env.NEXT_PUBLIC_IMGCAS_QUALITY;
 });
 
 test("a path is the app's own file, fetched from its public URL", () => {
@@ -60,6 +64,11 @@ test("with a signing route, the loader points at it and the route signs as imgca
     assert.equal((await ask(query)).status, 400, query);
   }
   assert.equal((await ask(`url=${photo}&w=640&q=75&format=auto`)).status, 307);
+  // With q=auto as the loader's default, that is what the route signs.
+  process.env.NEXT_PUBLIC_IMGCAS_QUALITY = "auto";
+  assert.equal((await ask(`url=${photo}&w=640&q=auto&format=auto`)).status, 307);
+  assert.equal((await ask(`url=${photo}&w=640&q=75&format=auto`)).status, 400);
+  delete process.env.NEXT_PUBLIC_IMGCAS_QUALITY;
   delete process.env.NEXT_PUBLIC_IMGCAS_SIGN_ROUTE;
 });
 
@@ -79,4 +88,9 @@ test("the Nuxt provider maps its modifiers onto imgcas's options", () => {
     format: "webp",
   });
   assert.throws(() => getImage(PHOTO, { modifiers: { fit: "weird" }, baseURL: "https://img.example" }), /fit/);
+  // The provider's quality option is the default of images that set none.
+  const auto = (modifiers) =>
+    new URL(getImage(PHOTO, { modifiers, baseURL: "https://img.example", quality: "auto" }).url).searchParams.get("q");
+  assert.equal(auto({ width: 300 }), "auto");
+  assert.equal(auto({ width: 300, quality: 55 }), "55");
 });

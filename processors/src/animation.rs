@@ -134,6 +134,7 @@ pub(crate) fn process(
     Ok(Some(Processed {
         bytes: encoded.bytes,
         chosen: encoded.chosen,
+        search_encodes: encoded.search_encodes,
         format: spec.format,
         width,
         height,

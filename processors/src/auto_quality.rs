@@ -5,12 +5,15 @@
 //! extra encodes are paid once for every later request.
 //!
 //! The search: the pixels are scored against once (the metric's reference side precomputed),
-//! then each attempt is an encode, a decode of its bytes and one comparison. It starts at the
-//! quality that reaches the target on a typical photo ([`starting_quality`]), steps by the
-//! score's distance from the target until it has an attempt on each side, then narrows
-//! between them by the line through the two, until they are [`ENOUGH`] apart or the
-//! format's attempts are spent. The answer is the lowest quality tried that reached the
-//! target; when none did, the format's ceiling. Every step is integer arithmetic on
+//! then each attempt is an encode, a decode of its bytes and one comparison, by far the
+//! dearest part at web sizes. So the search makes as few as it can: it starts at the quality
+//! that reaches the target on a typical photo ([`starting_quality`]) and takes a passing
+//! attempt within [`SLACK`] of the target at once; otherwise it steps by the score's distance
+//! from a point just above the target, at the slope the last two attempts measured (an
+//! assumed one after the first), never past a quality already known to pass or fail, until
+//! an attempt lands within the slack, the passing and failing qualities are [`ENOUGH`] apart,
+//! or the format's attempts are spent. The answer is the lowest quality tried that reached
+//! the target; when none did, the format's ceiling. Every step is integer arithmetic on
 //! deterministic encodes and scores (the metric's SIMD and scalar kernels give the same
 //! bits), so every node and every rebuild makes the same bytes.
 //!
@@ -64,18 +67,25 @@ pub fn max_attempts(format: OutputFormat) -> u32 {
 /// a step of one costs an encode for about 2 % of bytes.
 const ENOUGH: u8 = 2;
 
-/// The quality that reaches `target` on a typical photo, where a search starts; measured
-/// per format on the shared photos at 512 px (`bench/quality.py`): a line through the
-/// median qualities of the four levels.
+/// A passing attempt this close above the target is taken without trying lower: another
+/// encode and scoring would save a few per cent of bytes at the cost of most of a fixed
+/// variant's work. Steps aim at half of it above the target, so that they land in it.
+const SLACK: f64 = 2.0;
+
+/// The quality that reaches `target` on a typical photo, where a search starts: measured per
+/// format on the shared photos at 512 px (the median quality each level's search chose), a
+/// line through them on each side of 70.
 pub fn starting_quality(format: OutputFormat, target: u8) -> u8 {
     let (floor, ceiling) = bounds(format);
-    let (at_70, per_point) = match format {
-        OutputFormat::Jpeg => (74.0, 1.45),
-        OutputFormat::Webp => (76.0, 1.5),
-        OutputFormat::Avif => (50.0, 1.3),
+    // Quality at 70, and qualities per score point above and below it.
+    let (at_70, above, below) = match format {
+        OutputFormat::Jpeg => (69.0, 1.6, 2.0),
+        OutputFormat::Webp => (76.0, 1.0, 2.2),
+        OutputFormat::Avif => (56.0, 1.4, 1.0),
         OutputFormat::Png | OutputFormat::Gif => return 100,
     };
-    let q = at_70 + per_point * (f64::from(target) - 70.0);
+    let from_70 = f64::from(target) - 70.0;
+    let q = at_70 + from_70 * if from_70 >= 0.0 { above } else { below };
     (q.round() as i64).clamp(i64::from(floor), i64::from(ceiling)) as u8
 }
 
@@ -98,7 +108,9 @@ pub(crate) fn search(
     let reference = Scorer::new(pixels)?;
     let target = f64::from(target);
     let (floor, ceiling) = bounds(format);
+    let mut encodes = 0;
     let mut attempt = |q: u8| -> Result<Attempt, ProcessError> {
+        encodes += 1;
         let bytes = encode_at(q)?;
         let score = reference.score(&bytes)?;
         Ok(Attempt {
@@ -107,12 +119,24 @@ pub(crate) fn search(
             score,
         })
     };
-    // The lowest quality that passed, and the highest that failed.
+    // The lowest quality that passed, and the highest that failed; the last two scored,
+    // for the slope.
     let mut passed: Option<Attempt> = None;
     let mut failed: Option<Attempt> = None;
+    let mut last: Option<(u8, f64)> = None;
+    let mut slope = assumed_slope(format);
+    let aim = target + SLACK / 2.0;
     let mut q = starting_quality(format, target as u8);
     for _ in 0..max_attempts(format) {
         let tried = attempt(q)?;
+        if let Some((q0, s0)) = last {
+            if q0 != tried.quality {
+                let measured = (tried.score - s0) / (f64::from(tried.quality) - f64::from(q0));
+                // A flat or inverted stretch says little about the next step.
+                slope = measured.clamp(0.15, 3.0);
+            }
+        }
+        last = Some((tried.quality, tried.score));
         if tried.score >= target {
             if passed.as_ref().is_none_or(|p| tried.quality < p.quality) {
                 passed = Some(tried);
@@ -120,34 +144,31 @@ pub(crate) fn search(
         } else if failed.as_ref().is_none_or(|f| tried.quality > f.quality) {
             failed = Some(tried);
         }
+        let step_to = |from: &Attempt| {
+            let steps = (aim - from.score) / slope;
+            let steps = if steps > 0.0 {
+                steps.ceil()
+            } else {
+                steps.floor()
+            };
+            f64::from(from.quality) + steps
+        };
         let next = match (&passed, &failed) {
+            (Some(p), _) if p.score < target + SLACK => None,
             (Some(p), Some(f)) if p.quality <= f.quality.saturating_add(ENOUGH) => None,
             (Some(p), Some(f)) => {
-                // The line through the two, aimed a little above the target, strictly
-                // between them.
-                let slope = (p.score - f.score) / f64::from(p.quality - f.quality);
-                let over = (target + 0.5 - f.score) / slope.max(0.05);
-                let q = f64::from(f.quality) + over.ceil();
-                Some((q as i64).clamp(i64::from(f.quality) + 1, i64::from(p.quality) - 1) as u8)
+                Some(step_to(p).clamp(f64::from(f.quality) + 1.0, f64::from(p.quality) - 1.0))
             }
             (Some(p), None) if p.quality == floor => None,
-            (Some(p), None) => {
-                let down = ((p.score - target) / assumed_slope(format))
-                    .floor()
-                    .max(1.0);
-                Some((f64::from(p.quality) - down).max(f64::from(floor)) as u8)
-            }
+            (Some(p), None) => Some(step_to(p).clamp(f64::from(floor), f64::from(p.quality) - 1.0)),
             (None, Some(f)) if f.quality == ceiling => None,
             (None, Some(f)) => {
-                let up = ((target + 0.5 - f.score) / assumed_slope(format))
-                    .ceil()
-                    .max(1.0);
-                Some((f64::from(f.quality) + up).min(f64::from(ceiling)) as u8)
+                Some(step_to(f).clamp(f64::from(f.quality) + 1.0, f64::from(ceiling)))
             }
             (None, None) => None,
         };
         match next {
-            Some(n) => q = n,
+            Some(n) => q = n as u8,
             None => break,
         }
     }
@@ -163,6 +184,7 @@ pub(crate) fn search(
             score_tenths: Some((chosen.score * 10.0).round().clamp(-9999.0, 1000.0) as i16),
         }),
         bytes: chosen.bytes,
+        search_encodes: encodes,
     })
 }
 

@@ -191,6 +191,7 @@ impl AnimationWriter {
                 quality: self.spec.encoder_quality(),
                 score_tenths: None,
             }),
+            search_encodes: 0,
         };
         match self.kind {
             Writing::Webp(writer) => writer
@@ -217,6 +218,8 @@ impl AnimationWriter {
 pub struct Encoded {
     pub bytes: Vec<u8>,
     pub chosen: Option<Chosen>,
+    /// Encodes a `q=auto` search made (0 without one).
+    pub search_encodes: u32,
 }
 
 /// Encodes `image` as `spec` says: its format, quality (searched, for `q=auto`),
@@ -234,6 +237,7 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Encoded, Proce
         _ => Ok(Encoded {
             bytes: encode_at(&image, spec, spec.encoder_quality())?,
             chosen: None,
+            search_encodes: 0,
         }),
     }
 }

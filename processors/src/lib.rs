@@ -73,6 +73,8 @@ pub struct Processed {
     pub bytes: Vec<u8>,
     /// For `q=auto`: the encoder quality chosen and its score.
     pub chosen: Option<Chosen>,
+    /// Encodes its `q=auto` search made (0 without one).
+    pub search_encodes: u32,
     pub format: OutputFormat,
     pub width: u32,
     pub height: u32,
@@ -357,6 +359,7 @@ fn run(
     Ok(Processed {
         bytes: encoded.bytes,
         chosen: encoded.chosen,
+        search_encodes: encoded.search_encodes,
         format: spec.format,
         width,
         height,

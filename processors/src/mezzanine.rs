@@ -165,6 +165,7 @@ pub fn build(
     Ok(Processed {
         bytes: framed,
         chosen: None,
+        search_encodes: 0,
         format: OutputFormat::Jpeg,
         width: size.0,
         height: size.1,

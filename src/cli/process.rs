@@ -15,6 +15,8 @@ pub struct Outcome {
     pub height: u32,
     pub format: &'static str,
     pub bytes: usize,
+    /// For `q=auto`: the quality chosen and its score.
+    pub chosen: Option<processors::Chosen>,
 }
 
 /// Reads `input`, applies `spec` (a query string such as `w=400&format=webp`), writes `output`
@@ -25,6 +27,7 @@ pub fn run(
     output: &Path,
     accept: Option<&str>,
     limits: &Limits,
+    targets: &processors::AutoTargets,
 ) -> Result<Outcome, Error> {
     let spec = Spec::parse(spec)?;
     let bytes = std::fs::read(input)
@@ -32,12 +35,14 @@ pub fn run(
     let info = processors::probe(&bytes, limits)?;
     // As the service resolves it: an animated source stays animated in GIF and WebP.
     let frames = processors::animation::frame_count(&bytes);
-    let resolved = spec.resolve_frames(
-        SourceFormat::as_output(info.format),
-        info.has_alpha,
-        frames,
-        accept,
-    );
+    let resolved = spec
+        .resolve_frames(
+            SourceFormat::as_output(info.format),
+            info.has_alpha,
+            frames,
+            accept,
+        )
+        .with_targets(targets);
     let processed = processors::process(&bytes, &resolved, limits)?;
     let written = if output == Path::new("-") {
         use std::io::Write;
@@ -51,6 +56,7 @@ pub fn run(
         height: processed.height,
         format: processed.format.name(),
         bytes: processed.bytes.len(),
+        chosen: processed.chosen,
     })
 }
 

@@ -268,13 +268,15 @@ impl Pipeline {
         });
         Stats::bump(&s.stats.processing_runs);
         match result {
-            Ok(p) => Ok(VariantRow::Image {
-                format: p.format,
-                width: p.width,
-                height: p.height,
-                chosen: p.chosen,
-                body: VariantBody::Inline(Bytes::from(p.bytes)),
-            }),
+            Ok(p) if p.search_encodes > 0 => {
+                s.metrics.with(|| {
+                    metrics::counter!("imgcas_quality_searches_total").increment(1);
+                    metrics::counter!("imgcas_quality_search_encodes_total")
+                        .increment(u64::from(p.search_encodes));
+                });
+                Ok(row_of(p))
+            }
+            Ok(p) => Ok(row_of(p)),
             // A failure the configured limits decided is answered, not stored: under other
             // limits the same bytes and spec succeed. Its check reads only the header, so
             // answering it again costs little.
@@ -334,5 +336,16 @@ impl Pipeline {
             ),
             retry_after_secs: o.retry_after.as_secs().max(1),
         }
+    }
+}
+
+/// The variants row of a finished run.
+fn row_of(p: processors::Processed) -> VariantRow {
+    VariantRow::Image {
+        format: p.format,
+        width: p.width,
+        height: p.height,
+        chosen: p.chosen,
+        body: VariantBody::Inline(Bytes::from(p.bytes)),
     }
 }
