@@ -54,6 +54,17 @@ pub fn bounds(format: OutputFormat) -> (u8, u8) {
     }
 }
 
+/// The largest output searched, in pixels (2048 × 1220, a 1920 × 1080 screen with room): the
+/// metric holds its reference's planes at every scale in memory, about 50 bytes a pixel, and
+/// a comparison as much again. A larger output is encoded at the level's starting quality,
+/// answered without a score, as an animation's frames are.
+pub const SEARCH_MAX_PIXELS: u64 = 2_500_000;
+
+/// Whether an output of `pixels` is searched.
+pub fn searches(pixels: u64) -> bool {
+    pixels <= SEARCH_MAX_PIXELS
+}
+
 /// Most attempts one search makes, per format (its encode, decode and comparison each):
 /// what admission charges. AVIF's encoder is the dearest, so it gets one fewer.
 pub fn max_attempts(format: OutputFormat) -> u32 {
@@ -256,6 +267,10 @@ impl Scorer {
         for (reference, rgb) in self.references.iter().zip(&planes) {
             let score = reference.compare(&slice(rgb)?).map_err(metric_failed)?;
             lowest = lowest.min(score);
+        }
+        // A score that is no number would steer the search anywhere.
+        if !lowest.is_finite() {
+            return Err(ProcessError::Internal(format!("SSIMULACRA2 gave {lowest}")));
         }
         Ok(lowest)
     }

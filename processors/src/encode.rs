@@ -230,10 +230,20 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Encoded, Proce
         OutputFormat::Jpeg => DynamicImage::ImageRgb8(flatten(image, spec.shape.background)),
         _ => image,
     };
+    let pixels = u64::from(image.width()) * u64::from(image.height());
     match spec.quality {
-        Some(Quality::Auto { target, .. }) => {
+        Some(Quality::Auto { target, .. }) if crate::auto_quality::searches(pixels) => {
             crate::auto_quality::search(&image, spec.format, target, |q| encode_at(&image, spec, q))
         }
+        // Too large to search: the level's starting quality, reported without a score.
+        Some(Quality::Auto { .. }) => Ok(Encoded {
+            bytes: encode_at(&image, spec, spec.encoder_quality())?,
+            chosen: Some(Chosen {
+                quality: spec.encoder_quality(),
+                score_tenths: None,
+            }),
+            search_encodes: 0,
+        }),
         _ => Ok(Encoded {
             bytes: encode_at(&image, spec, spec.encoder_quality())?,
             chosen: None,

@@ -275,7 +275,7 @@ fn cost_with(
     let output = u64::from(ow) * u64::from(oh);
     let cost = decoded
         .max(output)
-        .saturating_add(output.saturating_mul(output_passes(spec)))
+        .saturating_add(output.saturating_mul(output_passes(spec, output)))
         .max(1);
     (drawing, cost)
 }
@@ -286,7 +286,7 @@ fn cost_with(
 /// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8, lossless WebP about 40 and
 /// GIF (the best palette search) about 50, 5 for an animation's frames (a faster search);
 /// the shaping options' own passes ([`Shape::filter_passes`]).
-fn output_passes(spec: &ResolvedSpec) -> u64 {
+fn output_passes(spec: &ResolvedSpec, output: u64) -> u64 {
     let encoder = match spec.format {
         OutputFormat::Jpeg => 0,
         OutputFormat::Png => 1,
@@ -297,16 +297,18 @@ fn output_passes(spec: &ResolvedSpec) -> u64 {
         OutputFormat::Gif if spec.animated => 5,
         OutputFormat::Gif => 50,
     };
-    encoder + search_passes(spec, encoder) + spec.shape.filter_passes()
+    encoder + search_passes(spec, encoder, output) + spec.shape.filter_passes()
 }
 
-/// What a `q=auto` search adds (0 without one, and for an animation, whose frames are not
-/// searched): the metric's reference side once, then for each attempt it may make, another
+/// What a `q=auto` search adds (0 without one, for an animation, whose frames are not
+/// searched, and for an output too large to search, [`crate::auto_quality::searches`]): the metric's reference side once, then for each attempt it may make, another
 /// encode, a decode of its bytes and a comparison. Measured at 512 px against the decode and
 /// JPEG encode of a camera photo: the reference about 2 passes, a decode and comparison 4.
-fn search_passes(spec: &ResolvedSpec, encoder: u64) -> u64 {
+fn search_passes(spec: &ResolvedSpec, encoder: u64, output: u64) -> u64 {
     match spec.quality {
-        Some(crate::spec::Quality::Auto { .. }) if !spec.animated => {
+        Some(crate::spec::Quality::Auto { .. })
+            if !spec.animated && crate::auto_quality::searches(output) =>
+        {
             let attempts = u64::from(crate::auto_quality::max_attempts(spec.format)) + 1;
             2 + attempts * (4 + encoder.max(1))
         }

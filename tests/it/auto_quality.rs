@@ -211,12 +211,12 @@ async fn quality_default_auto_applies_to_native_requests_only() {
 
 #[tokio::test]
 async fn a_search_too_costly_is_refused_before_any_decode() {
-    let app = spawn_app().await;
+    // A cost limit that a 1800×1200 JPEG takes at a fixed quality (2.2 M) but not with a
+    // search's encodes and scorings charged (33 times as much).
+    let app = spawn_app_with(|c| c.limits.max_cost = 20_000_000).await;
     let hash = stored(&app).await;
     let decodes = app.stats().decodes_original;
-    // 8192×5461 is within the limit at a fixed quality, not with a search's encodes and
-    // scorings charged.
-    let query = "w=8192&enlarge=1&format=jpeg";
+    let query = "w=1800&enlarge=1&format=jpeg";
     let searched = app.get(&format!("/v1/image/{hash}?{query}&q=auto")).await;
     assert_eq!(searched.status(), 422);
     assert_eq!(json(searched).await["error"]["code"], "too_costly");
@@ -226,6 +226,25 @@ async fn a_search_too_costly_is_refused_before_any_decode() {
         "refused before any decode"
     );
     assert_eq!(app.stats().processing_runs, 0);
+    let fixed = app.get(&format!("/v1/image/{hash}?{query}")).await;
+    assert_eq!(fixed.status(), 200);
+    // An output over the searched size (2.5 MP) is not searched: the level's starting
+    // quality, no score, and no search charged.
+    let large = app
+        .get(&format!(
+            "/v1/image/{hash}?w=2100&enlarge=1&format=jpeg&q=auto"
+        ))
+        .await;
+    assert_eq!(large.status(), 200);
+    let start = imgcas_processors::auto_quality::starting_quality(
+        imgcas_processors::OutputFormat::Jpeg,
+        70,
+    );
+    assert_eq!(
+        header(&large, "x-imgcas-quality"),
+        Some(start.to_string().as_str())
+    );
+    assert_eq!(header(&large, "x-imgcas-score"), None);
 }
 
 #[tokio::test]
