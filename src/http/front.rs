@@ -90,7 +90,7 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
         if let Some(route) = image_route(request.uri()) {
             // The request key and the request cache are looked up once, here: a hit in memory
             // is answered now, and anything else carries what was found to the handler.
-            let key = image::request_key(request.uri(), request.headers());
+            let key = image::request_key(&self.service, request.uri(), request.headers());
             let recalled = self.service.pipeline().recall_entry(&key);
             if let Some(response) = recalled
                 .as_ref()

@@ -68,7 +68,7 @@ async fn facts_response(service: &Service, source: Source, cache_control: &str) 
 
 /// What identifies a request to the request cache: its path, its whole query (`sig`
 /// included) and the class of its `Accept` (all that negotiation reads of it).
-pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
+pub(super) fn request_key(service: &Service, uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -84,7 +84,10 @@ pub(super) fn request_key(uri: &Uri, headers: &HeaderMap) -> Vec<u8> {
     // value that may spell either): the key is made before the query is parsed, and leaving
     // them out of the others' keys keeps one entry per request however the hints vary.
     // A dialect's URL (`dialects/`) says its options in its path, a preset among them.
-    let may_read_hints = query.contains("auto")
+    // With `quality.default=auto`, a request without `q` is a `q=auto` one, which reads
+    // `Save-Data`.
+    let may_read_hints = service.config().quality.default.request().is_some()
+        || query.contains("auto")
         || query.contains("preset")
         || query.contains('%')
         || !path.starts_with("/v1/image");
@@ -119,7 +122,7 @@ async fn recalled(
     let looked = match looked {
         Some(Extension(looked)) => looked,
         None => {
-            let key = request_key(uri, headers);
+            let key = request_key(service, uri, headers);
             let target = service.pipeline().recall(&key);
             Looked { key, target }
         }

@@ -188,6 +188,23 @@ async fn quality_default_auto_applies_to_native_requests_only() {
     assert_eq!(header(&explicit, "x-imgcas-cache"), Some("hit"));
     assert_eq!(explicit.bytes().await.unwrap(), plain_bytes);
     assert_eq!(app.stats().processing_runs, runs);
+    // Its answers vary by Save-Data, which takes it one level down (low), also when the
+    // request is remembered (its key holds the hint).
+    let again = app
+        .get(&format!("/v1/image/{hash}?w=300&format=webp"))
+        .await;
+    assert_eq!(header(&again, "vary"), Some("Save-Data"));
+    assert_eq!(again.bytes().await.unwrap(), plain_bytes);
+    let saving = get_with(
+        &app,
+        &format!("/v1/image/{hash}?w=300&format=webp"),
+        &[("save-data", "on")],
+    )
+    .await;
+    let low = app
+        .get(&format!("/v1/image/{hash}?w=300&format=webp&q=auto:low"))
+        .await;
+    assert_eq!(saving.bytes().await.unwrap(), low.bytes().await.unwrap());
     // A numeric q still wins.
     let numeric = app
         .get(&format!("/v1/image/{hash}?w=300&format=webp&q=80"))
