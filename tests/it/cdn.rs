@@ -252,3 +252,38 @@ async fn nginx_caches_revalidates_varies_and_expires_errors() {
     let cc = header(&r, "cache-control").unwrap_or("").to_string();
     assert_eq!(cc, "public, max-age=60");
 }
+
+/// `q=auto` reads `Save-Data` (a level down): nginx keys its answers on the hint, so a client
+/// saving data is never served the full level's copy, nor the other way round.
+#[tokio::test]
+async fn nginx_keys_q_auto_on_save_data() {
+    let Some(binary) = nginx::binary_or_skip() else {
+        return;
+    };
+    let app = spawn_app().await;
+    let cdn = start_cdn(&binary, app.addr);
+    let client = client();
+    let hash = {
+        let r = app.upload(jpeg(640, 480, 3)).await;
+        json(r).await["hash"].as_str().unwrap().to_string()
+    };
+    let url = format!("{}/v1/image/{hash}?w=300&format=jpeg&q=auto", cdn.base);
+    let ask = |save: bool| {
+        let mut request = client.get(&url);
+        if save {
+            request = request.header("save-data", "on");
+        }
+        async move {
+            let r = request.send().await.expect("nginx answers");
+            let cache = header(&r, "x-cache-status").unwrap_or("").to_string();
+            (cache, r.bytes().await.unwrap().to_vec())
+        }
+    };
+    let (cache, full) = ask(false).await;
+    assert_eq!(cache, "MISS");
+    let (cache, saving) = ask(true).await;
+    assert_eq!(cache, "MISS", "another key");
+    assert_ne!(saving, full);
+    assert_eq!(ask(false).await, ("HIT".to_string(), full));
+    assert_eq!(ask(true).await, ("HIT".to_string(), saving));
+}
