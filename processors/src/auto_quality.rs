@@ -115,7 +115,7 @@ pub(crate) fn search(
     format: OutputFormat,
     target: u8,
     mut encode_at: impl FnMut(u8) -> Result<Vec<u8>, ProcessError>,
-) -> Result<crate::encode::Encoded, ProcessError> {
+) -> Result<Searched, ProcessError> {
     let reference = Scorer::new(pixels)?;
     let target = f64::from(target);
     let (floor, ceiling) = bounds(format);
@@ -189,14 +189,21 @@ pub(crate) fn search(
         (None, Some(f)) if f.quality == ceiling => f,
         (None, _) => attempt(ceiling)?,
     };
-    Ok(crate::encode::Encoded {
-        chosen: Some(Chosen {
+    Ok(Searched {
+        chosen: Chosen {
             quality: chosen.quality,
             score_tenths: Some((chosen.score * 10.0).round().clamp(-9999.0, 1000.0) as i16),
-        }),
+        },
         bytes: chosen.bytes,
-        search_encodes: encodes,
+        encodes,
     })
+}
+
+/// What a search made: the output, what it chose, and the encodes it took.
+pub(crate) struct Searched {
+    pub bytes: Vec<u8>,
+    pub chosen: Chosen,
+    pub encodes: u32,
 }
 
 /// The SSIMULACRA2 score of `distorted` against `reference` (two pictures of one size), as a

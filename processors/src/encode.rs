@@ -116,7 +116,7 @@ impl AnimationWriter {
         let kind = match spec.format {
             OutputFormat::Webp => {
                 // An animation's frames are not searched: `q=auto` takes its starting quality.
-                let config = webp_config(spec, spec.encoder_quality())?;
+                let config = webp_config(spec, encoder_quality(spec))?;
                 // WebP counts plays in 16 bits; more is as good as for ever.
                 let loops = if plays > 0xFFFF { 0 } else { plays as i32 };
                 let writer = crate::webp_anim::AnimWriter::new(size.0, size.1, &config, loops)
@@ -188,7 +188,7 @@ impl AnimationWriter {
         let unscored = |bytes| Encoded {
             bytes,
             chosen: matches!(self.spec.quality, Some(Quality::Auto { .. })).then(|| Chosen {
-                quality: self.spec.encoder_quality(),
+                quality: encoder_quality(&self.spec),
                 score_tenths: None,
             }),
             search_encodes: 0,
@@ -213,6 +213,19 @@ impl AnimationWriter {
     }
 }
 
+/// The fixed quality the encoder takes for `spec`: the spec's own, or the format's default;
+/// for `q=auto`, the quality its search starts from (what an animation, whose frames are not
+/// searched, and an output too large to search are encoded at).
+pub fn encoder_quality(spec: &ResolvedSpec) -> u8 {
+    match spec.quality {
+        Some(Quality::Fixed(q)) => q,
+        Some(Quality::Auto { target, .. }) => {
+            crate::auto_quality::starting_quality(spec.format, target)
+        }
+        None => spec.format.default_quality().unwrap_or(80),
+    }
+}
+
 /// An encoded output, and for `q=auto` the quality chosen and its score.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
@@ -233,19 +246,26 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Encoded, Proce
     let pixels = u64::from(image.width()) * u64::from(image.height());
     match spec.quality {
         Some(Quality::Auto { target, .. }) if crate::auto_quality::searches(pixels) => {
-            crate::auto_quality::search(&image, spec.format, target, |q| encode_at(&image, spec, q))
+            let searched = crate::auto_quality::search(&image, spec.format, target, |q| {
+                encode_at(&image, spec, q)
+            })?;
+            Ok(Encoded {
+                bytes: searched.bytes,
+                chosen: Some(searched.chosen),
+                search_encodes: searched.encodes,
+            })
         }
         // Too large to search: the level's starting quality, reported without a score.
         Some(Quality::Auto { .. }) => Ok(Encoded {
-            bytes: encode_at(&image, spec, spec.encoder_quality())?,
+            bytes: encode_at(&image, spec, encoder_quality(spec))?,
             chosen: Some(Chosen {
-                quality: spec.encoder_quality(),
+                quality: encoder_quality(spec),
                 score_tenths: None,
             }),
             search_encodes: 0,
         }),
         _ => Ok(Encoded {
-            bytes: encode_at(&image, spec, spec.encoder_quality())?,
+            bytes: encode_at(&image, spec, encoder_quality(spec))?,
             chosen: None,
             search_encodes: 0,
         }),

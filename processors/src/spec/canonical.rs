@@ -190,19 +190,6 @@ impl ResolvedSpec {
         self
     }
 
-    /// The fixed quality the encoder takes for this spec: the spec's own, or the format's
-    /// default; for `q=auto`, the quality its search starts from (what an animation, whose
-    /// frames are not searched, is encoded at).
-    pub fn encoder_quality(&self) -> u8 {
-        match self.quality {
-            Some(Quality::Fixed(q)) => q,
-            Some(Quality::Auto { target, .. }) => {
-                crate::auto_quality::starting_quality(self.format, target)
-            }
-            None => self.format.default_quality().unwrap_or(80),
-        }
-    }
-
     /// The variant-key form: every field that shapes the output, defaults dropped, sorted.
     /// The format is always present.
     pub fn canonical(&self) -> String {
