@@ -189,9 +189,7 @@ pub async fn warm_variants(
     for w in warm {
         // `quality.default` reaches a warm spec as it reaches the requests it warms for.
         let mut warm_spec = w.spec.clone();
-        if warm_spec.quality.is_none() {
-            warm_spec.quality = pipeline.default_quality();
-        }
+        pipeline.quality_default().fill(&mut warm_spec);
         for accept in w.accepts() {
             let target = match pipeline.locate(&source, &warm_spec, *accept).await {
                 Ok(t) => t,

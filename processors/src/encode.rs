@@ -244,32 +244,29 @@ pub fn encode(image: DynamicImage, spec: &ResolvedSpec) -> Result<Encoded, Proce
         _ => image,
     };
     let pixels = u64::from(image.width()) * u64::from(image.height());
-    match spec.quality {
+    let chosen = match spec.quality {
         Some(Quality::Auto { target, .. }) if crate::auto_quality::searches(pixels) => {
             let searched = crate::auto_quality::search(&image, spec.format, target, |q| {
                 encode_at(&image, spec, q)
             })?;
-            Ok(Encoded {
+            return Ok(Encoded {
                 bytes: searched.bytes,
                 chosen: Some(searched.chosen),
                 search_encodes: searched.encodes,
-            })
+            });
         }
         // Too large to search: the level's starting quality, reported without a score.
-        Some(Quality::Auto { .. }) => Ok(Encoded {
-            bytes: encode_at(&image, spec, encoder_quality(spec))?,
-            chosen: Some(Chosen {
-                quality: encoder_quality(spec),
-                score_tenths: None,
-            }),
-            search_encodes: 0,
+        Some(Quality::Auto { .. }) => Some(Chosen {
+            quality: encoder_quality(spec),
+            score_tenths: None,
         }),
-        _ => Ok(Encoded {
-            bytes: encode_at(&image, spec, encoder_quality(spec))?,
-            chosen: None,
-            search_encodes: 0,
-        }),
-    }
+        _ => None,
+    };
+    Ok(Encoded {
+        bytes: encode_at(&image, spec, encoder_quality(spec))?,
+        chosen,
+        search_encodes: 0,
+    })
 }
 
 /// Encodes `image` at encoder quality `q` (JPEG's pixels already flattened).
@@ -281,14 +278,10 @@ fn encode_at(image: &DynamicImage, spec: &ResolvedSpec, q: u8) -> Result<Vec<u8>
     let mut out = Vec::new();
     match format {
         OutputFormat::Jpeg => {
-            let flattened;
-            let rgb = match image.as_rgb8() {
-                Some(rgb) => rgb,
-                None => {
-                    flattened = flatten(image.clone(), spec.shape.background);
-                    &flattened
-                }
-            };
+            // `encode` flattened it already.
+            let rgb = image
+                .as_rgb8()
+                .ok_or_else(|| ProcessError::Internal("JPEG expects RGB".into()))?;
             let (w, h) = rgb.dimensions();
             if w > crate::jpeg_encode::MAX_SIDE || h > crate::jpeg_encode::MAX_SIDE {
                 return Err(ProcessError::too_many_pixels(

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use imgcas_processors::{AutoLevel, AutoTargets, QualityRequest};
 use serde::{Deserialize, Deserializer};
 
 mod env;
@@ -18,12 +17,14 @@ pub mod maps;
 pub mod moderation;
 mod peers;
 mod presets;
+mod quality;
 mod sources;
 mod storage;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 pub use presets::{option_pairs, NamedFallback, Preset, Structured, Watermark, PRESET_FALLBACK};
+pub use quality::{QualityConfig, QualityDefault};
 pub use sources::SourceBucket;
 pub use storage::{S3Config, StorageBackend, StorageConfig};
 
@@ -149,79 +150,6 @@ impl Default for DedupConfig {
             near: NearDedup::Report,
             report_radius: 8,
             radius: 4,
-        }
-    }
-}
-
-/// What a request that names no `q` gets, and what each `q=auto` level aims at.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QualityConfig {
-    /// `IMGCAS_QUALITY_DEFAULT`: `fixed` (each format's own number: JPEG 82, WebP 80, AVIF
-    /// 60) or `auto[:<level>]`, as if every request without `q` said that.
-    #[serde(deserialize_with = "quality_default_of_toml")]
-    pub default: QualityDefault,
-    /// The SSIMULACRA2 score each `q=auto` level reaches (`IMGCAS_QUALITY_TARGET_<LEVEL>`).
-    pub target_best: u8,
-    pub target_good: u8,
-    pub target_eco: u8,
-    pub target_low: u8,
-}
-
-/// `quality.default`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QualityDefault {
-    Fixed,
-    Auto(AutoLevel),
-}
-
-impl QualityDefault {
-    pub fn parse(v: &str) -> Result<QualityDefault, String> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "fixed" => Ok(QualityDefault::Fixed),
-            other => match QualityRequest::from_value(other) {
-                Some(QualityRequest::Auto(level)) => Ok(QualityDefault::Auto(level)),
-                _ => Err("must be `fixed`, `auto` or `auto:best|good|eco|low`".into()),
-            },
-        }
-    }
-
-    /// The `q` a request without one gets.
-    pub fn request(self) -> Option<QualityRequest> {
-        match self {
-            QualityDefault::Fixed => None,
-            QualityDefault::Auto(level) => Some(QualityRequest::Auto(level)),
-        }
-    }
-}
-
-fn quality_default_of_toml<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<QualityDefault, D::Error> {
-    let text = String::deserialize(d)?;
-    QualityDefault::parse(&text).map_err(serde::de::Error::custom)
-}
-
-impl Default for QualityConfig {
-    fn default() -> Self {
-        let targets = AutoTargets::default();
-        QualityConfig {
-            default: QualityDefault::Fixed,
-            target_best: targets.best,
-            target_good: targets.good,
-            target_eco: targets.eco,
-            target_low: targets.low,
-        }
-    }
-}
-
-impl QualityConfig {
-    pub fn targets(&self) -> AutoTargets {
-        AutoTargets {
-            best: self.target_best,
-            good: self.target_good,
-            eco: self.target_eco,
-            low: self.target_low,
         }
     }
 }
@@ -713,17 +641,7 @@ impl Config {
                 "is on but no preset is defined, so every image request would be refused",
             ));
         }
-        let targets = [
-            ("quality.target_best", self.quality.target_best),
-            ("quality.target_good", self.quality.target_good),
-            ("quality.target_eco", self.quality.target_eco),
-            ("quality.target_low", self.quality.target_low),
-        ];
-        for (key, target) in targets {
-            if !(10..=95).contains(&target) {
-                return Err(bad(key, "must be a SSIMULACRA2 score from 10 to 95"));
-            }
-        }
+        self.quality.check().map_err(|(key, m)| bad(key, m))?;
         if self.dedup.report_radius > 16 {
             return Err(bad(
                 "dedup.report_radius",

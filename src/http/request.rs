@@ -72,8 +72,8 @@ impl ImageRequest {
         let mut spec = parsed.spec;
         // `quality.default`: a native request (or its preset) that names no `q`; a dialect's
         // URL keeps the numeric quality its own reader gave.
-        if spec.quality.is_none() && !dialect {
-            spec.quality = service.config().quality.default.request();
+        if !dialect {
+            service.config().quality.default.fill(&mut spec);
         }
         Ok(ImageRequest {
             source,

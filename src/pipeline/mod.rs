@@ -248,10 +248,9 @@ impl Pipeline {
         &self.shared.structured
     }
 
-    /// The `q` a request that names none gets (`quality.default`): `None` for each format's
-    /// own number, or a `q=auto` level.
-    pub fn default_quality(&self) -> Option<imgcas_processors::QualityRequest> {
-        self.shared.config.quality.default.request()
+    /// What a request that names no `q` gets (`quality.default`).
+    pub fn quality_default(&self) -> crate::config::QualityDefault {
+        self.shared.config.quality.default
     }
 
     /// This node's name in claims, logs and metrics.

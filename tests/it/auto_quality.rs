@@ -22,12 +22,14 @@ async fn stored(app: &TestApp) -> String {
     body["hash"].as_str().expect("hash").to_string()
 }
 
-async fn get_with(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut request = app.client.get(app.url(path));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    request.send().await.unwrap()
+/// A GET with `Save-Data: on`.
+async fn saving_data(app: &TestApp, path: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(path))
+        .header("save-data", "on")
+        .send()
+        .await
+        .unwrap()
 }
 
 /// The two headers of a `q=auto` answer: the quality and the score.
@@ -125,12 +127,7 @@ async fn save_data_lowers_the_level_by_one() {
     let eco_chosen = chosen(&eco);
     let eco_bytes = eco.bytes().await.unwrap();
     let runs = app.stats().processing_runs;
-    let saving = get_with(
-        &app,
-        &format!("/v1/image/{hash}?w=320&format=jpeg&q=auto"),
-        &[("save-data", "on")],
-    )
-    .await;
+    let saving = saving_data(&app, &format!("/v1/image/{hash}?w=320&format=jpeg&q=auto")).await;
     assert_eq!(header(&saving, "vary"), Some("Save-Data"));
     assert_eq!(
         header(&saving, "x-imgcas-cache"),
@@ -150,20 +147,14 @@ async fn save_data_lowers_the_level_by_one() {
         .get(&format!("/v1/image/{hash}?w=320&format=jpeg&q=auto:low"))
         .await;
     let low_bytes = low.bytes().await.unwrap();
-    let lowest = get_with(
+    let lowest = saving_data(
         &app,
         &format!("/v1/image/{hash}?w=320&format=jpeg&q=auto:low"),
-        &[("save-data", "on")],
     )
     .await;
     assert_eq!(lowest.bytes().await.unwrap(), low_bytes);
     // A numeric q does not read Save-Data.
-    let numeric = get_with(
-        &app,
-        &format!("/v1/image/{hash}?w=320&format=jpeg&q=70"),
-        &[("save-data", "on")],
-    )
-    .await;
+    let numeric = saving_data(&app, &format!("/v1/image/{hash}?w=320&format=jpeg&q=70")).await;
     assert_eq!(header(&numeric, "vary"), None);
 }
 
@@ -195,12 +186,7 @@ async fn quality_default_auto_applies_to_native_requests_only() {
         .await;
     assert_eq!(header(&again, "vary"), Some("Save-Data"));
     assert_eq!(again.bytes().await.unwrap(), plain_bytes);
-    let saving = get_with(
-        &app,
-        &format!("/v1/image/{hash}?w=300&format=webp"),
-        &[("save-data", "on")],
-    )
-    .await;
+    let saving = saving_data(&app, &format!("/v1/image/{hash}?w=300&format=webp")).await;
     let low = app
         .get(&format!("/v1/image/{hash}?w=300&format=webp&q=auto:low"))
         .await;
