@@ -114,7 +114,7 @@ pub struct TakedownsAnswer {
 }
 
 /// `GET /v1/originals/<hash>/info`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InfoAnswer {
     #[serde(flatten)]
     pub original: OriginalAnswer,
@@ -127,6 +127,20 @@ pub struct InfoAnswer {
     /// Placeholders and frames (null placeholders for bytes that are no picture).
     #[serde(flatten)]
     pub facts: FactsAnswer,
+    /// What `q=auto` chose for this original's stored `q=auto` variants, by canonical spec
+    /// (absent from answers of servers before it).
+    #[serde(default)]
+    pub auto_quality: Vec<AutoQualityAnswer>,
+}
+
+/// One `q=auto` variant of an original: its canonical spec, the encoder quality its search
+/// chose and the SSIMULACRA2 score reached (one decimal; null where nothing was searched:
+/// an animation, or an output over the searched size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoQualityAnswer {
+    pub spec: String,
+    pub quality: u8,
+    pub score: Option<f64>,
 }
 
 /// What a page may paint before the image loads, and whether it moves: part of `info` and

@@ -20,7 +20,8 @@ use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
 use crate::pipeline::Uploaded;
 use crate::wire::{
-    FactsAnswer, InfoAnswer, OriginalAnswer, SimilarAnswer, SimilarOriginal, UploadAnswer,
+    AutoQualityAnswer, FactsAnswer, InfoAnswer, OriginalAnswer, SimilarAnswer, SimilarOriginal,
+    UploadAnswer,
 };
 
 fn upload_answer(u: &Uploaded) -> UploadAnswer {
@@ -307,6 +308,21 @@ pub(super) async fn info_answer(
             frames: 1,
         },
     };
+    // Like the facts, a listing that fails leaves the rest of the answer standing.
+    let auto_quality = pipeline
+        .auto_qualities(&hash)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(%hash, error = %e, "q=auto choices unavailable");
+            Vec::new()
+        })
+        .into_iter()
+        .map(|(spec, chosen)| AutoQualityAnswer {
+            spec,
+            quality: chosen.quality,
+            score: chosen.score(),
+        })
+        .collect();
     let first_seen = UNIX_EPOCH + Duration::from_millis(info.first_seen_ms);
     Ok(InfoAnswer {
         original: OriginalAnswer::new(hash, info),
@@ -314,6 +330,7 @@ pub(super) async fn info_answer(
         fingerprint,
         near_duplicates,
         facts,
+        auto_quality,
     })
 }
 

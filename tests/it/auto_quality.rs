@@ -1,6 +1,6 @@
 //! `q=auto` (issue 52): one variant per spec and level, whatever the request's spelling; the
 //! quality chosen and its score answered as `X-Imgcas-Quality` and `X-Imgcas-Score` (and
-//! in a warm spec's result); `Save-Data` lowering the level; `quality.default=auto`; the
+//! in `format=json` and a warm spec's result); `Save-Data` lowering the level; `quality.default=auto`; the
 //! search charged before any decode; the same bytes on a rerun, after a shared decode, and
 //! on a second node.
 
@@ -87,7 +87,7 @@ async fn one_variant_serves_every_spelling_and_says_what_was_chosen() {
         assert_eq!(header(&fixed, "x-imgcas-quality"), None);
         assert_eq!(header(&fixed, "x-imgcas-score"), None);
         assert_eq!(header(&fixed, "vary"), None);
-        seen.push((format, quality, bytes.len()));
+        seen.push((format, quality, score, bytes.len()));
     }
     // Each level is a variant of its own; a lower level never takes more bytes here.
     let mut last = usize::MAX;
@@ -110,6 +110,28 @@ async fn one_variant_serves_every_spelling_and_says_what_was_chosen() {
         assert!(len <= last, "{level}: {len} bytes after {last}");
         last = len;
     }
+    // format=json lists each stored q=auto variant with what its search chose, as the
+    // headers said; the fixed-quality variants are not listed.
+    let info = json(app.get(&format!("/v1/image/{hash}?format=json")).await).await;
+    let listed = info["auto_quality"].as_array().expect("auto_quality");
+    assert_eq!(
+        listed.len(),
+        6,
+        "three formats, and WebP's other three levels: {info}"
+    );
+    for (format, quality, score, _) in &seen {
+        let entry = listed
+            .iter()
+            .find(|e| {
+                let spec = e["spec"].as_str().unwrap_or_default();
+                spec.contains(&format!("format={format}")) && spec.contains("q=auto:good:70")
+            })
+            .unwrap_or_else(|| panic!("{format} listed: {info}"));
+        assert_eq!(entry["quality"], u64::from(*quality), "{format}");
+        assert_eq!(entry["score"].as_f64(), Some(*score), "{format}");
+    }
+    let by_info = json(app.get(&format!("/v1/originals/{hash}/info")).await).await;
+    assert_eq!(by_info["auto_quality"], info["auto_quality"]);
     // An unknown level is the option's error.
     let bad = app.get(&format!("/v1/image/{hash}?q=auto:great")).await;
     assert_eq!(bad.status(), 400);

@@ -1,12 +1,21 @@
 //! The variants map's rows with their bytes in hand: where the maps keep no variant bytes,
-//! a row names an object in the blob store, written before the row and read after it.
+//! a row names an object in the blob store, written before the row and read after it. Also
+//! what the rows say of `q=auto`'s choices for one original, read back for `format=json`.
+
+use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
 use crate::blob::{BlobStore, VariantObject};
 use crate::error::Error;
+use crate::hash::ContentHash;
 use crate::maps::{Claim, ListedAtWrite, MapStore, VariantBody, VariantKey, VariantRow};
 use crate::pipeline::Pipeline;
+use imgcas_processors::Chosen;
+
+/// The most `q=auto` variants [`Pipeline::auto_qualities`] lists for one original: each is a
+/// row read, and an answer about an original should not grow with a site's every width.
+pub const AUTO_QUALITIES_LISTED: usize = 100;
 
 /// SHA-256 of a variant's key: its ETag (the first half) and its blob-store name.
 pub(super) fn key_digest(key: &VariantKey) -> [u8; 32] {
@@ -128,6 +137,37 @@ impl Pipeline {
                 None
             }
         })
+    }
+
+    /// What the `q=auto` searches of one original chose, variant by variant (the newest
+    /// processor's row of each spec, at most [`AUTO_QUALITIES_LISTED`], by canonical spec): what `format=json`
+    /// tells a merchant of the qualities its picture was given. Reads rows; makes nothing.
+    pub async fn auto_qualities(&self, hash: &ContentHash) -> Result<Vec<(String, Chosen)>, Error> {
+        let s = &self.shared;
+        // Per spec, the newest processor's row: an older one is what a rebuild replaced.
+        let mut newest: BTreeMap<String, VariantKey> = BTreeMap::new();
+        for (key, _) in s.maps.variants_of(hash).await? {
+            if !key.canonical_spec.contains("q=auto") {
+                continue;
+            }
+            match newest.get(&key.canonical_spec) {
+                Some(kept) if kept.processor_version >= key.processor_version => {}
+                _ => {
+                    newest.insert(key.canonical_spec.clone(), key);
+                }
+            }
+        }
+        let mut chosen = Vec::new();
+        for key in newest.into_values().take(AUTO_QUALITIES_LISTED) {
+            // A row evicted since the listing, or an error cached for the spec, chose nothing.
+            if let Some(VariantRow::Image {
+                chosen: Some(c), ..
+            }) = s.maps.variant(&key).await?
+            {
+                chosen.push((key.canonical_spec, c));
+            }
+        }
+        Ok(chosen)
     }
 
     /// Deletes the blob-store bytes of variants whose rows are gone, where the maps keep
