@@ -1,4 +1,5 @@
-//! Animated sources (GIF, WebP and APNG of more than one frame) in, animated GIF or WebP out.
+//! Animated sources (GIF, WebP, APNG and JPEG XL of more than one frame) in, animated GIF or
+//! WebP out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
 //! block headers alone by the format's room in `formats/` ([`header`], re-exported here; the
@@ -141,7 +142,8 @@ pub(crate) fn process(
     }))
 }
 
-/// The frames of an animated GIF, WebP or APNG, composited, decoded as they are asked for.
+/// The frames of an animated GIF, WebP, APNG or JPEG XL, composited, decoded as they are asked
+/// for.
 fn decoder<'a>(
     bytes: &'a [u8],
     format: SourceFormat,
@@ -167,6 +169,7 @@ fn decoder<'a>(
             decoder.set_limits(decoder_limits).map_err(map)?;
             decoder.apng().map_err(map)?.into_frames()
         }
+        SourceFormat::Jxl => crate::formats::jxl::frames(bytes, limits)?,
         other => {
             return Err(ProcessError::UnsupportedFormat(format!(
                 "{} sources are not animated",

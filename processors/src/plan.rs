@@ -370,6 +370,9 @@ fn drawing_work_of(
 /// and the variants map keeps refusals): every variant of a HEIC or SVG original. (An SVG
 /// stored by an earlier build is indexed with no format, like any bytes of no image format,
 /// whose stored refusals keep their version: it is read as SVG once stored again.)
+///
+/// 11: JPEG XL originals decode (builds before did not know the format: bytes of no image
+/// format, refused; such an original is read as JPEG XL once stored again, as an SVG is).
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
@@ -385,6 +388,9 @@ fn version_with(
     spec: &ResolvedSpec,
     fits: &mut Fits<'_>,
 ) -> u32 {
+    if format == Some(SourceFormat::Jxl) {
+        return 11;
+    }
     if matches!(format, Some(SourceFormat::Heic | SourceFormat::Svg)) {
         return 10;
     }
@@ -472,6 +478,13 @@ mod tests {
             assert_eq!(version(png, Some((4000, 3000)), &reduced_10), 4);
             let reduced_2 = [&[("w", "2000")][..], output].concat();
             assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
+        }
+        // Every variant of a JPEG XL original (decoded from 11 on).
+        for spec in [&[("w", "400")][..], &[("blur", "2"), ("format", "avif")]] {
+            assert_eq!(
+                version(Some(SourceFormat::Jxl), Some((4032, 3024)), spec),
+                11
+            );
         }
         // Every variant of a HEIC or SVG original (decoded from 10 on; refused before).
         for format in [Some(SourceFormat::Heic), Some(SourceFormat::Svg)] {

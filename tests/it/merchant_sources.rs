@@ -1,5 +1,6 @@
-//! The sources merchants send (issue 31): HEIC photos from phones and SVG logos, through HTTP
-//! from a real origin, come out upright at the asked size in a format browsers show.
+//! The sources merchants send (issues 31 and 53): HEIC photos from phones, SVG logos and JPEG
+//! XL pictures, through HTTP from a real origin, come out upright at the asked size in a
+//! format browsers show.
 
 use crate::common;
 
@@ -18,6 +19,24 @@ fn content_type(response: &reqwest::Response) -> String {
     header(response, "content-type")
         .unwrap_or_default()
         .to_string()
+}
+
+/// The type `format=auto` answers a client whose `Accept` is `accept` (asserted 200).
+async fn auto_format(app: &TestApp, source: &str, accept: &str) -> String {
+    let mut url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
+    url.query_pairs_mut()
+        .append_pair("url", source)
+        .append_pair("w", "120")
+        .append_pair("format", "auto");
+    let r = app
+        .client
+        .get(url)
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{accept}");
+    content_type(&r)
 }
 
 /// A source through a query: asserted 200, its type and size.
@@ -40,21 +59,8 @@ async fn a_portrait_heic_from_a_phone_comes_out_upright_as_webp_and_jpeg() {
     assert_eq!(webp, ("image/webp".into(), (300, 400)));
 
     // `auto` never answers HEIC, even to a client that says it takes it.
-    let mut auto_url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
-    auto_url
-        .query_pairs_mut()
-        .append_pair("url", &source)
-        .append_pair("w", "120")
-        .append_pair("format", "auto");
-    let auto = app
-        .client
-        .get(auto_url)
-        .header("accept", "image/heic,image/avif,image/webp,*/*")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(auto.status(), 200);
-    assert_eq!(content_type(&auto), "image/avif");
+    let auto = auto_format(&app, &source, "image/heic,image/avif,image/webp,*/*").await;
+    assert_eq!(auto, "image/avif");
 
     // `original` of a HEIC source answers JPEG.
     let original = served(&app, &source, "w=150&format=original").await;
@@ -249,4 +255,87 @@ async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() 
     let upload = app.upload(testdata("svg/hostile/text-400k.svg")).await;
     assert_eq!(upload.status(), 422);
     assert_eq!(json(upload).await["error"]["code"], "too_costly");
+}
+
+/// JPEG XL sources (issue 53): a lossy photo, an animation and a JPEG recompressed into JPEG
+/// XL through a real origin and an upload, at the asked size in formats browsers show; the
+/// animation stays one in WebP, and its frames are in `format=json`; `imgcas process` reads
+/// it offline on the same code.
+#[tokio::test]
+async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
+    let origin = Origin::start().await;
+    origin.put("/bicycles.jxl", testdata("jxl/bicycles.jxl"));
+    origin.put("/spline.jxl", testdata("jxl/animation_spline.jxl"));
+    let app = spawn_app().await;
+    let photo = origin.url("/bicycles.jxl");
+    assert_eq!(
+        served(&app, &photo, "w=512&format=webp").await,
+        ("image/webp".into(), (512, 316))
+    );
+    // `original` of a JPEG XL source answers JPEG; `auto` never answers JPEG XL.
+    assert_eq!(
+        served(&app, &photo, "w=256&format=original").await,
+        ("image/jpeg".into(), (256, 158))
+    );
+    let auto = auto_format(&app, &photo, "image/jxl,image/webp,*/*").await;
+    assert_eq!(auto, "image/webp");
+
+    // The animation stays one, every frame, and its facts say so.
+    let animated = app
+        .image_by_url(&origin.url("/spline.jxl"), "w=100&format=webp&animated=1")
+        .await;
+    assert_eq!(animated.status(), 200);
+    let frames = imgcas_processors::animation::header(&animated.bytes().await.unwrap())
+        .expect("an animated WebP")
+        .frames;
+    assert!(frames > 1, "{frames}");
+    let facts = json(
+        app.image_by_url(&origin.url("/spline.jxl"), "format=json")
+            .await,
+    )
+    .await;
+    assert_eq!(facts["format"], "jxl", "{facts}");
+    assert_eq!(facts["frames"], frames, "{facts}");
+    assert_eq!(facts["animated"], true, "{facts}");
+
+    // An upload of a JPEG recompressed into JPEG XL.
+    let uploaded = json(app.upload(testdata("jxl/grayscale_jpeg.jxl")).await).await;
+    assert_eq!(uploaded["format"], "jxl", "{uploaded}");
+    let hash = uploaded["hash"].as_str().unwrap().to_string();
+    let png = app.get(&format!("/v1/image/{hash}?w=100&format=png")).await;
+    assert_eq!(png.status(), 200);
+    assert_eq!(dimensions(&png.bytes().await.unwrap()), (100, 100));
+
+    // Damaged bytes are refused in the documented shape.
+    let whole = testdata("jxl/bicycles.jxl");
+    origin.put("/cut.jxl", whole[..whole.len() / 3].to_vec());
+    let refused = app
+        .image_by_url(&origin.url("/cut.jxl"), "w=200&format=webp")
+        .await;
+    assert_eq!(refused.status(), 422);
+    assert_eq!(json(refused).await["error"]["code"], "undecodable");
+}
+
+/// `imgcas process` reads JPEG XL offline, on the server's code path.
+#[test]
+fn imgcas_process_reads_jpeg_xl() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jxl");
+    std::fs::write(&input, testdata("jxl/bench_oriented_brg.jxl")).unwrap();
+    let output = dir.path().join("out.png");
+    let (code, _) = binary::run(
+        dir.path(),
+        &[],
+        &[
+            "process",
+            "--spec",
+            "w=303&format=png",
+            "-o",
+            output.to_str().unwrap(),
+            input.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    // The oriented picture comes out upright: 606 × 500 halved.
+    assert_eq!(dimensions(&std::fs::read(&output).unwrap()), (303, 250));
 }

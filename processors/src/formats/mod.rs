@@ -28,6 +28,7 @@ mod heif;
 mod ico;
 mod image_decoders;
 pub(crate) mod jpeg;
+pub(crate) mod jxl;
 mod png;
 mod riff;
 mod svg;
@@ -47,6 +48,7 @@ pub enum SourceFormat {
     Bmp,
     Ico,
     Svg,
+    Jxl,
 }
 
 /// A format's entry in [`FORMATS`].
@@ -73,7 +75,7 @@ const fn entry(
 }
 
 /// Every format, in the order bytes are tried against them.
-const FORMATS: [Entry; 10] = [
+const FORMATS: [Entry; 11] = [
     entry(SourceFormat::Jpeg, "jpeg", "image/jpeg", &jpeg::Jpeg),
     entry(SourceFormat::Png, "png", "image/png", &png::Png),
     entry(SourceFormat::Gif, "gif", "image/gif", &gif::Gif),
@@ -84,6 +86,7 @@ const FORMATS: [Entry; 10] = [
     entry(SourceFormat::Avif, "avif", "image/avif", &avif::Avif),
     entry(SourceFormat::Heic, "heic", "image/heic", &heic::Heic),
     entry(SourceFormat::Svg, "svg", "image/svg+xml", &svg::Svg),
+    entry(SourceFormat::Jxl, "jxl", "image/jxl", &jxl::Jxl),
 ];
 
 /// What one source format knows of itself.
@@ -366,6 +369,7 @@ mod tests {
             SourceFormat::Bmp,
             SourceFormat::Ico,
             SourceFormat::Svg,
+            SourceFormat::Jxl,
         ];
         assert_eq!(all.len(), FORMATS.len());
         for format in all {
@@ -397,6 +401,11 @@ mod tests {
         );
         assert_eq!(sniff(b"II*\0\x08\0\0\0"), Some(SourceFormat::Tiff));
         assert_eq!(sniff(b"\0\0\x01\0\x01\0rest"), Some(SourceFormat::Ico));
+        assert_eq!(sniff(b"\xFF\x0Arest"), Some(SourceFormat::Jxl));
+        assert_eq!(
+            sniff(b"\0\0\0\x0cJXL \r\n\x87\nrest"),
+            Some(SourceFormat::Jxl)
+        );
         assert_eq!(sniff(b"<html>not an image</html>"), None);
         assert_eq!(sniff(b""), None);
     }

@@ -7,6 +7,7 @@ mod auto_quality;
 mod colour_quality;
 mod common;
 mod fuzz_replay;
+mod jxl;
 mod mezzanine_quality;
 mod near_dup_accuracy;
 mod near_dup_corpus;
