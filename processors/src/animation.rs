@@ -1,5 +1,5 @@
-//! Animated sources (GIF, WebP, APNG and JPEG XL of more than one frame) in, animated GIF or
-//! WebP out.
+//! Animated sources (GIF, WebP, APNG and JPEG XL of more than one frame) in, animated GIF,
+//! WebP or AVIF out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
 //! block headers alone by the format's room in `formats/` ([`header`], re-exported here; the
@@ -119,6 +119,7 @@ pub(crate) fn process(
                 spec,
                 pixels.dimensions(),
                 header.plays,
+                source.info.has_alpha,
             )?),
         };
         writer.add(OutputFrame { pixels, delay_ms })?;

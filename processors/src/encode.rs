@@ -67,8 +67,10 @@ pub fn check_animation_size(format: OutputFormat, (w, h): (u32, u32)) -> Result<
 
 /// An animated output written frame by frame (issue 28: a run held every decoded frame, then
 /// the WebP encoder's copy of each, until the end): an animated WebP (libwebp's animation
-/// encoder, [`crate::webp_anim`]) or GIF, playing `plays` times (0: for ever); other formats
-/// keep the first frame as a still. A frame is encoded, or copied by the encoder, as it is
+/// encoder, [`crate::webp_anim`]), AVIF (an AV1 sequence through libavif,
+/// [`crate::avif_anim`]) or GIF, playing `plays` times (0: for ever), with an alpha plane
+/// where the source has alpha (AVIF decides its planes once); other formats keep the first
+/// frame as a still. A frame is encoded, or copied by the encoder, as it is
 /// added, so a run holds a few frames whatever their number.
 pub(crate) struct AnimationWriter {
     spec: ResolvedSpec,
@@ -78,6 +80,7 @@ pub(crate) struct AnimationWriter {
 
 enum Writing {
     Webp(crate::webp_anim::AnimWriter),
+    Avif(crate::avif_anim::AvifAnimWriter),
     Gif {
         encoder: GifEncoder<SharedBuffer>,
         out: SharedBuffer,
@@ -110,6 +113,7 @@ impl AnimationWriter {
         spec: &ResolvedSpec,
         size: (u32, u32),
         plays: u32,
+        alpha: bool,
     ) -> Result<AnimationWriter, ProcessError> {
         check_animation_size(spec.format, size)?;
         let failed = |e: &dyn std::fmt::Display| animation_failed(spec.format, e);
@@ -123,6 +127,17 @@ impl AnimationWriter {
                     .map_err(|e| failed(&e))?;
                 Writing::Webp(writer)
             }
+            OutputFormat::Avif => Writing::Avif(
+                crate::avif_anim::AvifAnimWriter::new(
+                    size.0,
+                    size.1,
+                    encoder_quality(spec),
+                    AVIF_SPEED,
+                    alpha,
+                    plays,
+                )
+                .map_err(|e| failed(&e))?,
+            ),
             OutputFormat::Gif => {
                 let out = SharedBuffer::default();
                 let mut encoder = GifEncoder::new_with_speed(out.clone(), GIF_ANIMATION_SPEED);
@@ -163,6 +178,9 @@ impl AnimationWriter {
                         false => failed(&e),
                     })
             }
+            Writing::Avif(writer) => writer
+                .add(frame.pixels.as_raw(), frame.delay_ms)
+                .map_err(|e| failed(&e)),
             Writing::Gif { encoder, .. } => {
                 let delay = image::Delay::from_numer_denom_ms(frame.delay_ms, 1);
                 encoder
@@ -195,6 +213,10 @@ impl AnimationWriter {
         };
         match self.kind {
             Writing::Webp(writer) => writer
+                .finish()
+                .map(unscored)
+                .map_err(|e| animation_failed(format, &e)),
+            Writing::Avif(writer) => writer
                 .finish()
                 .map(unscored)
                 .map_err(|e| animation_failed(format, &e)),

@@ -15,13 +15,16 @@
 // No unsafe code but in the modules that drive a C library for a setting its safe wrapper
 // cannot reach (`jpeg_encode`: libjpeg's progressive scan script; `webp_encode`: libwebp's
 // RGB import without an ARGB pass; `webp_anim`: libwebp's animation encoder fed one frame at
-// a time); they allow it alone.
+// a time; `avif_anim`: libavif's encoder with its loop count, fed one frame at a time); they
+// allow it alone.
 #![deny(unsafe_code)]
 
 use std::sync::Arc;
 
 pub mod animation;
 pub mod auto_quality;
+#[allow(unsafe_code)]
+mod avif_anim;
 pub mod bytes;
 pub mod color;
 pub mod compare;

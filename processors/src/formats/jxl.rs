@@ -177,8 +177,8 @@ impl JxlSource {
         keyframes(&self.image)
     }
 
-    /// `ticks` of the animation's clock in milliseconds, rounded, within what a frame may
-    /// show for.
+    /// `ticks` of the animation's clock in milliseconds, rounded (the animation's walk holds
+    /// it to what an output frame may show for).
     fn duration_ms(&self, ticks: u32) -> u32 {
         let Some(animation) = self.image.image_header().metadata.animation.as_ref() else {
             return 0;
@@ -192,7 +192,7 @@ impl JxlSource {
             return 0;
         }
         let ms = (u64::from(ticks) * 1000 * den + num / 2) / num;
-        u32::try_from(ms.min(u64::from(crate::animation::MAX_DELAY_MS))).unwrap_or(0)
+        u32::try_from(ms).unwrap_or(u32::MAX)
     }
 }
 

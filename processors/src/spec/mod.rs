@@ -160,9 +160,12 @@ impl OutputFormat {
         }
     }
 
-    /// Whether the format can hold an animation (imgcas writes animated GIF and WebP).
+    /// Whether the format can hold an animation (imgcas writes animated GIF, WebP and AVIF).
     pub fn animates(self) -> bool {
-        matches!(self, OutputFormat::Gif | OutputFormat::Webp)
+        matches!(
+            self,
+            OutputFormat::Gif | OutputFormat::Webp | OutputFormat::Avif
+        )
     }
 
     /// Whether the format keeps an alpha channel (JPEG output is flattened onto `bg`).

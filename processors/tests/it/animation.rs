@@ -1,5 +1,6 @@
 //! Animations through the processing core, on real files from `testdata/` (copied from the
-//! shared corpus): frames, delays and plays survive a resize into animated WebP and GIF;
+//! shared corpus): frames, delays and plays survive a resize into animated WebP, GIF and AVIF
+//! (the AVIF held to libavif's own `avifdec`);
 //! `animated=0` and still formats take the first frame; the limits refuse an animation from
 //! its headers before a frame is decoded.
 
@@ -100,7 +101,9 @@ fn animated_0_and_still_formats_take_the_first_frame() {
     let decoder = WebPDecoder::new(Cursor::new(&still)).unwrap();
     assert!(!decoder.has_animation());
     assert_eq!(animation::frame_count(&still), 1);
-    for format in ["png", "jpeg", "avif"] {
+    let avif = run(&gif, "format=avif&w=100&animated=0", &Limits::default()).unwrap();
+    assert_eq!(avif_sequence(&avif).0, 1, "animated=0: one AVIF image");
+    for format in ["png", "jpeg"] {
         let out = run(&gif, &format!("format={format}&w=100"), &Limits::default()).unwrap();
         let info = probe(&out, &Limits::default()).unwrap();
         assert_eq!((info.width, info.height), (100, 77), "{format}");
@@ -191,4 +194,96 @@ fn limits_refuse_an_animation_from_its_headers_before_any_frame_is_decoded() {
     let counting = Counting::default();
     process_input(Input::Original(&gif), &still, &few_pixels, &counting).unwrap();
     assert_eq!(counting.0.load(Ordering::Relaxed), 1);
+}
+
+/// An AVIF's frames and repetitions after the first play (-1: for ever), as libavif's decoder
+/// reads its container (no frame decoded).
+fn avif_sequence(bytes: &[u8]) -> (i32, i32) {
+    use libavif_sys as avif;
+    // SAFETY: the decoder reads `bytes` (alive for the call) and is destroyed before return.
+    unsafe {
+        let decoder = avif::avifDecoderCreate();
+        assert!(!decoder.is_null());
+        assert_eq!(
+            avif::avifDecoderSetIOMemory(decoder, bytes.as_ptr(), bytes.len()),
+            0
+        );
+        let parsed = avif::avifDecoderParse(decoder);
+        let found = ((*decoder).imageCount, (*decoder).repetitionCount);
+        avif::avifDecoderDestroy(decoder);
+        assert_eq!(parsed, 0, "libavif parses the output");
+        found
+    }
+}
+
+/// Frame durations in ms that libavif's own tool (`avifdec --info`, Debian's `libavif-bin`)
+/// reads, after decoding every frame; `None` where it is not installed (on a developer's
+/// machine only: under `CI`, where `.ci/run` installs it, its absence fails the test).
+fn avifdec_durations(bytes: &[u8]) -> Option<Vec<u32>> {
+    if std::process::Command::new("avifdec")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "avifdec (libavif-bin): CI must run this check (.ci/run installs it)"
+        );
+        eprintln!("avifdec not installed: the AVIF animation not held to it");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("anim.avif");
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new("avifdec")
+        .arg("--info")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "avifdec: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "* Decoded frame [3] [pts 9.00 (9000 timescales)] [duration 3.00 (3000 timescales)] ..."
+    Some(
+        text.lines()
+            .filter(|l| l.contains("Decoded frame"))
+            .map(|l| {
+                let duration = l.split("[duration ").nth(1).unwrap_or_default();
+                let ticks = duration
+                    .split('(')
+                    .nth(1)
+                    .and_then(|t| t.split(' ').next())
+                    .and_then(|t| t.parse::<u32>().ok())
+                    .unwrap_or_else(|| panic!("a duration in {l}"));
+                ticks
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn a_ten_frame_gif_becomes_an_animated_avif_with_its_delays_and_plays() {
+    let gif = testdata("sharp/animated-loop-3.gif");
+    let avif = run(&gif, "format=avif&w=100", &Limits::default()).unwrap();
+    // Ten frames, repeated twice after the first play (three plays, as the GIF says).
+    assert_eq!(avif_sequence(&avif), (10, 2));
+    if let Some(durations) = avifdec_durations(&avif) {
+        // A timescale of 1000: durations in ms, each as the GIF gave it.
+        assert_eq!(durations, LOOP_3_DELAYS);
+    }
+    // Smaller than the same animation as WebP at their default qualities.
+    let webp = run(&gif, "format=webp&w=100", &Limits::default()).unwrap();
+    eprintln!("animated AVIF {} bytes, WebP {}", avif.len(), webp.len());
+    // The first frame looks as the still AVIF of it does.
+    let first = run(&gif, "format=avif&w=100&animated=0", &Limits::default()).unwrap();
+    let (a, b) = (
+        imgcas_processors::decode::decode(&avif, &Limits::default())
+            .unwrap()
+            .1,
+        imgcas_processors::decode::decode(&first, &Limits::default())
+            .unwrap()
+            .1,
+    );
+    assert_eq!((a.width(), a.height()), (100, 77));
+    let score = imgcas_processors::auto_quality::score(&b, &a).unwrap();
+    assert!(score > 70.0, "first frame against the still: {score}");
 }
