@@ -1,5 +1,5 @@
-//! Animated sources (GIF, WebP, APNG and JPEG XL of more than one frame) in, animated GIF,
-//! WebP or AVIF out.
+//! Animated sources (GIF, WebP, APNG, JPEG XL and AVIF sequences of more than one frame) in,
+//! animated GIF, WebP or AVIF out.
 //!
 //! What an animation is — how many frames, how many plays — is read from the container's
 //! block headers alone by the format's room in `formats/` ([`header`], re-exported here; the
@@ -143,8 +143,8 @@ pub(crate) fn process(
     }))
 }
 
-/// The frames of an animated GIF, WebP, APNG or JPEG XL, composited, decoded as they are asked
-/// for.
+/// The frames of an animated GIF, WebP, APNG, JPEG XL or AVIF, composited, decoded as they
+/// are asked for.
 fn decoder<'a>(
     bytes: &'a [u8],
     format: SourceFormat,
@@ -171,6 +171,8 @@ fn decoder<'a>(
             decoder.apng().map_err(map)?.into_frames()
         }
         SourceFormat::Jxl => crate::formats::jxl::frames(bytes, limits)?,
+        SourceFormat::Avif => crate::avif_anim::frames(bytes, limits.max_pixels)
+            .map_err(|e| ProcessError::Undecodable(format!("AVIF: {e}")))?,
         other => {
             return Err(ProcessError::UnsupportedFormat(format!(
                 "{} sources are not animated",

@@ -1,8 +1,11 @@
-//! Animated AVIF (an AV1 image sequence) encoded through libavif directly (`libavif-sys`), one
-//! frame at a time, as `webp_anim.rs` does for WebP: a frame is converted to YUV, handed to the
-//! encoder (libaom keeps what it needs for its look-ahead, a bounded number of frames) and
-//! freed before the next is made. The `libavif` crate's encoder wrapper cannot set the loop
-//! count, which an animation keeps, hence the direct calls.
+//! Animated AVIF (an AV1 image sequence) through libavif directly (`libavif-sys`), one frame at
+//! a time both ways. Out, as `webp_anim.rs` does for WebP: a frame is converted to YUV, handed
+//! to the encoder (libaom keeps what it needs for its look-ahead, a bounded number of frames)
+//! and freed before the next is made; the `libavif` crate's encoder wrapper cannot set the loop
+//! count, which an animation keeps, hence the direct calls. In: the container's sample tables
+//! give the frames and plays without decoding a frame ([`sequence_header`]), and frames are
+//! decoded to 8-bit RGBA as the animation's walk asks for them ([`frames`]); the wrapper decodes
+//! a sequence's first frame only.
 //!
 //! The settings follow the still AVIF's (`encode.rs`): full chroma (4:4:4), libaom at the same
 //! speed, one thread (a run owns one slot of the bounded pool), the quality for colour and 20
@@ -134,4 +137,132 @@ impl Drop for AvifAnimWriter {
         // SAFETY: the encoder was made by `avifEncoderCreate` and is destroyed only here.
         unsafe { ffi::avifEncoderDestroy(self.encoder) }
     }
+}
+
+/// A libavif decoder over borrowed bytes, the container parsed.
+struct SequenceDecoder<'a> {
+    decoder: *mut ffi::avifDecoder,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> SequenceDecoder<'a> {
+    /// Parses `bytes` (the container and its sample tables, no frame decoded), refusing a
+    /// frame of more than `max_pixels`.
+    fn open(bytes: &'a [u8], max_pixels: u64) -> Result<SequenceDecoder<'a>, String> {
+        // SAFETY: the decoder (or null) is owned by the value returned and destroyed by its
+        // drop; it reads `bytes`, which outlive it (`'a`), and nothing else.
+        unsafe {
+            let decoder = ffi::avifDecoderCreate();
+            if decoder.is_null() {
+                return Err("libavif could not make a decoder".into());
+            }
+            let this = SequenceDecoder {
+                decoder,
+                _bytes: std::marker::PhantomData,
+            };
+            let d = &mut *decoder;
+            d.maxThreads = 1;
+            d.ignoreExif = 1;
+            d.ignoreXMP = 1;
+            // libavif refuses a limit above its own default (16384 × 16384) or of 0.
+            let most = u64::from(16384u32 * 16384);
+            d.imageSizeLimit = u32::try_from(max_pixels.clamp(1, most)).unwrap_or(1);
+            // Browsers play sequences that a strict reading refuses (a missing `pixi`, say).
+            d.strictFlags = ffi::AVIF_STRICT_DISABLED as _;
+            result(ffi::avifDecoderSetIOMemory(
+                decoder,
+                bytes.as_ptr(),
+                bytes.len(),
+            ))?;
+            result(ffi::avifDecoderParse(decoder))?;
+            Ok(this)
+        }
+    }
+
+    /// Frames, and plays (0: for ever; a sequence that says nothing loops, as browsers play it).
+    fn header(&self) -> (u32, u32) {
+        // SAFETY: the decoder is live and parsed; these are plain fields.
+        let (count, repetitions) =
+            unsafe { ((*self.decoder).imageCount, (*self.decoder).repetitionCount) };
+        let frames = u32::try_from(count).unwrap_or(0);
+        let plays = match u32::try_from(repetitions) {
+            Ok(n) => n.saturating_add(1),
+            Err(_) => 0,
+        };
+        (frames, plays)
+    }
+
+    /// The next frame as 8-bit RGBA (opaque where the sequence has no alpha), and how long it
+    /// shows in milliseconds.
+    fn next_frame(&mut self) -> Result<(image::RgbaImage, u32), String> {
+        // SAFETY: the decoder is live; the image it decoded into is read (never kept) while
+        // the RGB buffer, allocated here at width × height × 4 bytes with rows of width × 4,
+        // is written by libavif's conversion.
+        unsafe {
+            result(ffi::avifDecoderNextImage(self.decoder))?;
+            let image = (*self.decoder).image;
+            if image.is_null() {
+                return Err("libavif decoded no frame".into());
+            }
+            let (width, height) = ((*image).width, (*image).height);
+            let len = usize::try_from(u64::from(width) * u64::from(height) * 4)
+                .map_err(|_| "a frame too large to hold".to_string())?;
+            let mut pixels = vec![0u8; len];
+            let mut rgb = ffi::avifRGBImage::default();
+            ffi::avifRGBImageSetDefaults(&mut rgb, image);
+            rgb.format = ffi::AVIF_RGB_FORMAT_RGBA;
+            rgb.depth = 8;
+            rgb.pixels = pixels.as_mut_ptr();
+            rgb.rowBytes = width * 4;
+            result(ffi::avifImageYUVToRGB(image, &mut rgb))?;
+            let timing = (*self.decoder).imageTiming;
+            let ms = match timing.timescale {
+                0 => 0,
+                scale => {
+                    (u128::from(timing.durationInTimescales) * 1000 + u128::from(scale / 2))
+                        / u128::from(scale)
+                }
+            };
+            let frame = image::RgbaImage::from_raw(width, height, pixels)
+                .ok_or_else(|| "a frame of another size than its samples".to_string())?;
+            Ok((frame, u32::try_from(ms).unwrap_or(u32::MAX)))
+        }
+    }
+}
+
+impl Drop for SequenceDecoder<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the decoder was made by `avifDecoderCreate` and is destroyed only here.
+        unsafe { ffi::avifDecoderDestroy(self.decoder) }
+    }
+}
+
+/// The frames and plays (0: for ever) of an AVIF image sequence, from its container alone;
+/// `None` for bytes libavif cannot parse (their decode says why).
+pub(crate) fn sequence_header(bytes: &[u8]) -> Option<(u32, u32)> {
+    SequenceDecoder::open(bytes, u64::MAX)
+        .ok()
+        .map(|d| d.header())
+}
+
+/// The frames of an AVIF image sequence, decoded one at a time as they are asked for, each
+/// at most `max_pixels`, with their durations.
+pub(crate) fn frames(bytes: &[u8], max_pixels: u64) -> Result<image::Frames<'_>, String> {
+    let mut decoder = SequenceDecoder::open(bytes, max_pixels)?;
+    let (count, _) = decoder.header();
+    let decoded = (0..count).map(move |_| {
+        let (pixels, ms) = decoder.next_frame().map_err(|e| {
+            image::ImageError::Decoding(image::error::DecodingError::new(
+                image::error::ImageFormatHint::Name("AVIF".into()),
+                e,
+            ))
+        })?;
+        Ok(image::Frame::from_parts(
+            pixels,
+            0,
+            0,
+            image::Delay::from_numer_denom_ms(ms, 1),
+        ))
+    });
+    Ok(image::Frames::new(Box::new(decoded)))
 }

@@ -11,9 +11,11 @@ use crate::Decodes;
 
 /// Bumped when facts already kept are wrong or lack something: facts of another version are
 /// computed again. 2: a GIF cut short counts the frames before the cut (it counted 1), as
-/// processing does. (A change that moves placeholders by rounding alone, as ThumbHash's
-/// smaller input did, leaves kept ones be: recomputing every original's is not worth it.)
-pub const FACTS_VERSION: u32 = 2;
+/// processing does. 3: an AVIF image sequence counts its frames (it counted 1), and JPEG XL
+/// is read (it was no picture). (A change that moves placeholders by rounding alone, as
+/// ThumbHash's smaller input did, leaves kept ones be: recomputing every original's is not
+/// worth it.)
+pub const FACTS_VERSION: u32 = 3;
 
 /// BlurHash components across and down (landscape-friendly, the usual choice).
 const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);

@@ -141,7 +141,11 @@ async fn format_auto_picks_a_format_that_animates() {
 #[tokio::test]
 async fn apng_and_animated_webp_from_the_corpus_animate() {
     let app = spawn_app().await;
-    for (file, frames) in [("image-rs/apng-ball.png", 20), ("image-rs/anim.webp", 0)] {
+    for (file, frames) in [
+        ("image-rs/apng-ball.png", 20),
+        ("image-rs/anim.webp", 0),
+        ("avif-sequences/colors-animated-8bpc.avif", 5),
+    ] {
         let bytes = testdata(file);
         let r = app.upload(bytes).await;
         let hash = json(r).await["hash"].as_str().unwrap().to_string();

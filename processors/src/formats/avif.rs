@@ -1,13 +1,15 @@
 //! AVIF: a walker over the HEIF boxes for what decisions need before decoding (the primary
 //! item's size for the pixel limit, alpha, and the `clap`/`irot`/`imir` transforms, which
 //! libavif reports but never applies), and the decode itself through libavif (grids, image
-//! sequences' first frame, 8–12 bit, monochrome and alpha handled there). HEIC's room reads its
+//! sequences' first frame, 8–12 bit, monochrome and alpha handled there). An image sequence's
+//! frames and plays are read, and its frames decoded for an animated output, in
+//! `avif_anim.rs`. HEIC's room reads its
 //! header with the same walk ([`parse_container`]).
 
 use image::{imageops, DynamicImage, RgbaImage};
 
 use super::heif::{child, children};
-use super::{DecodeAt, Decoded, Decoder, Format, Header};
+use super::{AnimationHeader, DecodeAt, Decoded, Decoder, Format, Header};
 use crate::bytes::{u16be_at, u32be_at as u32be};
 use crate::error::ProcessError;
 use crate::limits::Limits;
@@ -29,6 +31,20 @@ impl Format for Avif {
             header.has_alpha,
             header,
         ))
+    }
+
+    /// An image sequence (`avis` brand): its frames and plays from the container's sample
+    /// tables, read by libavif without decoding a frame; a still: one frame.
+    fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
+        if !super::heif::brands(bytes).any(|brand| brand == b"avis") {
+            return Some(AnimationHeader::of(1, 1));
+        }
+        crate::avif_anim::sequence_header(bytes)
+            .map(|(frames, plays)| AnimationHeader::of(frames, plays))
+    }
+
+    fn may_animate(&self) -> bool {
+        true
     }
 
     fn as_output(&self) -> Option<OutputFormat> {

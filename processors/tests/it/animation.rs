@@ -1,6 +1,7 @@
 //! Animations through the processing core, on real files from `testdata/` (copied from the
-//! shared corpus): frames, delays and plays survive a resize into animated WebP, GIF and AVIF
-//! (the AVIF held to libavif's own `avifdec`);
+//! shared corpus, and libavif's test sequences): frames, delays and plays survive a resize
+//! into animated WebP, GIF and AVIF (the AVIF held to libavif's own `avifdec`), and AVIF image
+//! sequences animate in;
 //! `animated=0` and still formats take the first frame; the limits refuse an animation from
 //! its headers before a frame is decoded.
 
@@ -216,8 +217,9 @@ fn avif_sequence(bytes: &[u8]) -> (i32, i32) {
     }
 }
 
-/// Frame durations in ms that libavif's own tool (`avifdec --info`, Debian's `libavif-bin`)
-/// reads, after decoding every frame; `None` where it is not installed (on a developer's
+/// Frame durations, in the file's timescale (ms for imgcas's AVIF, written at 1000 a second),
+/// that libavif's own tool (`avifdec --info`, Debian's `libavif-bin`) reads, after decoding
+/// every frame; `None` where it is not installed (on a developer's
 /// machine only: under `CI`, where `.ci/run` installs it, its absence fails the test).
 fn avifdec_durations(bytes: &[u8]) -> Option<Vec<u32>> {
     if std::process::Command::new("avifdec")
@@ -286,4 +288,68 @@ fn a_ten_frame_gif_becomes_an_animated_avif_with_its_delays_and_plays() {
     assert_eq!((a.width(), a.height()), (100, 77));
     let score = imgcas_processors::auto_quality::score(&b, &a).unwrap();
     assert!(score > 70.0, "first frame against the still: {score}");
+}
+
+/// libavif's own test sequences (`testdata/avif-sequences/`, BSD-2): frames and plays from
+/// the container, each frame's duration as libavif's `avifdec` reads it, kept through a
+/// resize into animated WebP; the first frame as the still decode gives it.
+#[test]
+fn avif_sequences_are_animations_in() {
+    // (file, frames, plays, size, the duration of each frame in ms)
+    for (name, frames, plays, size, ms) in [
+        ("colors-animated-8bpc.avif", 5, 1, (150, 150), 33),
+        (
+            "colors-animated-8bpc-alpha-exif-xmp.avif",
+            5,
+            0,
+            (150, 150),
+            167,
+        ),
+        (
+            "colors-animated-12bpc-keyframes-0-2-3.avif",
+            5,
+            0,
+            (64, 64),
+            1000,
+        ),
+    ] {
+        let bytes = testdata(&format!("avif-sequences/{name}"));
+        assert_eq!(frames_and_plays(&bytes), Some((frames, plays)), "{name}");
+        if let Some(durations) = avifdec_durations(&bytes) {
+            assert_eq!(durations.len() as u32, frames, "{name}");
+        }
+        let webp = run(&bytes, "format=webp&w=50", &Limits::default()).unwrap();
+        let made = frames_of(&webp);
+        assert_eq!(made.len() as u32, frames, "{name}");
+        let (w, h) = size;
+        for (fw, fh, delay) in made {
+            assert_eq!((fw, fh), (50, 50 * h / w), "{name}");
+            assert_eq!(delay, ms, "{name}");
+        }
+        assert_eq!(
+            frames_and_plays(&webp).map(|(_, p)| p),
+            Some(plays),
+            "{name}"
+        );
+        // The still decode is the first frame.
+        let still = imgcas_processors::decode::decode(&bytes, &Limits::default())
+            .unwrap()
+            .1;
+        assert_eq!((still.width(), still.height()), size, "{name}");
+    }
+    // An animated AVIF of ours reads back with its frames and delays.
+    let gif = testdata("sharp/animated-loop-3.gif");
+    let avif = run(&gif, "format=avif&w=100", &Limits::default()).unwrap();
+    assert_eq!(frames_and_plays(&avif), Some((10, 3)));
+    let webp = run(&avif, "format=webp", &Limits::default()).unwrap();
+    let delays: Vec<u32> = frames_of(&webp).into_iter().map(|(_, _, d)| d).collect();
+    assert_eq!(delays, LOOP_3_DELAYS);
+    // The limits refuse a sequence of more frames than allowed, from its container.
+    let bytes = testdata("avif-sequences/colors-animated-8bpc.avif");
+    let few = Limits {
+        max_frames: 4,
+        ..Limits::default()
+    };
+    let e = run(&bytes, "format=webp", &few).unwrap_err();
+    assert_eq!(e.kind(), Some(ProcessFailure::TooManyPixels), "{e}");
 }

@@ -136,8 +136,9 @@ impl Pipeline {
     /// An original's frame count: from its facts (a walk of its container's headers, kept
     /// with its index entry), or, before they are computed, from the same walk of its
     /// bytes now; never a decode. Facts of an older version serve too: the walk has only
-    /// learnt to count the frames of a GIF cut short (1 before), and until the backfill
-    /// computes them again such a GIF resolves, and is made, as the still it was.
+    /// learnt to count the frames of a GIF cut short and of an AVIF sequence (1 before), and
+    /// until the backfill computes them again such a file resolves, and is made, as the
+    /// still it was.
     pub(super) async fn frames_of(
         &self,
         hash: &ContentHash,
