@@ -228,9 +228,10 @@ impl AnimationHeader {
     }
 }
 
-/// The animation facts of GIF, WebP and PNG bytes, from their headers alone (GIF blocks,
-/// WebP `ANMF` chunks, APNG `acTL`; no LZW, VP8 or zlib decoding); `None` for other formats
-/// and for a container too damaged to walk (its decode says why).
+/// The animation facts of GIF, WebP, PNG, JPEG XL and AVIF bytes, from their headers alone
+/// (GIF blocks, WebP `ANMF` chunks, APNG `acTL`, JPEG XL frame headers, an AVIF sequence's
+/// sample tables; no frame decoded); `None` for other formats and for a container too damaged
+/// to walk (its decode says why).
 pub fn animation_header(bytes: &[u8]) -> Option<AnimationHeader> {
     sniff(bytes)?.room().animation(bytes)
 }
@@ -316,7 +317,8 @@ impl SourceFormat {
         self.entry().map_or("application/octet-stream", |e| e.mime)
     }
 
-    /// Whether bytes of the format may hold an animation (GIF, WebP, APNG), whose frames
+    /// Whether bytes of the format may hold an animation (GIF, WebP, APNG, JPEG XL, AVIF
+    /// sequences), whose frames
     /// [`animation_header`] counts.
     pub fn may_animate(self) -> bool {
         self.room().may_animate()
