@@ -42,8 +42,11 @@ pub struct WarmSpec {
 }
 
 /// `Accept` headers standing for the clients a `format=auto` variant is negotiated for:
-/// AVIF-capable, WebP-only, and neither.
-const AUTO_ACCEPTS: [Option<&str>; 3] = [
+/// JPEG XL-capable (Safari's header lists every modern format), AVIF-capable, WebP-only, and
+/// neither. Under an order that ranks them otherwise (`formats.auto`), two may negotiate to
+/// one variant, which is then warmed once.
+const AUTO_ACCEPTS: [Option<&str>; 4] = [
+    Some("image/jxl,image/avif,image/webp,*/*"),
     Some("image/avif,image/webp,*/*"),
     Some("image/webp,*/*"),
     None,

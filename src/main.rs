@@ -282,8 +282,11 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             let config = configure(config_path, &Flags::default())?;
             let limits = config.limits.processing();
             let targets = config.quality.targets();
-            let run =
-                cli::process::run(&input, &spec, &output, accept.as_deref(), &limits, &targets);
+            let accept = accept.as_deref().map(|header| imgcas_processors::Accept {
+                header,
+                order: &config.formats.auto,
+            });
+            let run = cli::process::run(&input, &spec, &output, accept, &limits, &targets);
             match run {
                 Ok(done) => {
                     let chosen = match done.chosen {

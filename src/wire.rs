@@ -156,6 +156,10 @@ pub struct FactsAnswer {
     pub has_alpha: bool,
     pub animated: bool,
     pub frames: u32,
+    /// One play of an animation in milliseconds, as its frames' delays declare it; null for a
+    /// still picture.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
 }
 
 /// `GET /v1/originals/<hash>/similar`.

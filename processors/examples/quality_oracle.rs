@@ -8,6 +8,9 @@
 //!
 //! `cargo run --release -p imgcas-processors --example quality_oracle -- <folder> <jpeg|webp|avif> [photos]`
 
+#[path = "shared/photos.rs"]
+mod shared;
+
 use imgcas_processors::auto_quality::{bounds, score};
 use imgcas_processors::{decode, probe, process, Limits, OutputFormat, Spec};
 
@@ -24,13 +27,7 @@ fn main() -> Result<(), String> {
     let format = OutputFormat::from_name(&name).ok_or(usage)?;
     let default = format.default_quality().ok_or("a lossy format")?;
     let (floor, ceiling) = bounds(format);
-    let mut photos: Vec<_> = std::fs::read_dir(&folder)
-        .map_err(|e| format!("{folder}: {e}"))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
-        .collect();
-    photos.sort();
-    photos.truncate(count);
+    let photos = shared::photos(&folder, count)?;
     let limits = Limits::default();
     // Per photo: (quality, bytes, score) at every quality; the search's bytes and attempts.
     let mut curves = Vec::new();

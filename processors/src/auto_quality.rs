@@ -50,6 +50,7 @@ pub fn bounds(format: OutputFormat) -> (u8, u8) {
         OutputFormat::Jpeg => (30, 95),
         OutputFormat::Webp => (30, 95),
         OutputFormat::Avif => (20, 90),
+        OutputFormat::Jxl => (30, 95),
         OutputFormat::Png | OutputFormat::Gif => (100, 100),
     }
 }
@@ -93,6 +94,7 @@ pub fn starting_quality(format: OutputFormat, target: u8) -> u8 {
         OutputFormat::Jpeg => (69.0, 1.6, 2.0),
         OutputFormat::Webp => (76.0, 1.0, 2.2),
         OutputFormat::Avif => (56.0, 1.4, 1.0),
+        OutputFormat::Jxl => (82.0, 0.7, 0.9),
         OutputFormat::Png | OutputFormat::Gif => return 100,
     };
     let from_70 = f64::from(target) - 70.0;

@@ -192,6 +192,24 @@ impl<'a> SequenceDecoder<'a> {
         (frames, plays)
     }
 
+    /// One play's length in milliseconds, from the sample tables (0 where no timescale).
+    fn duration_ms(&self) -> u64 {
+        // SAFETY: the decoder is live and parsed; these are plain fields.
+        let (scale, length) = unsafe {
+            (
+                (*self.decoder).timescale,
+                (*self.decoder).durationInTimescales,
+            )
+        };
+        match scale {
+            0 => 0,
+            scale => {
+                let ms = (u128::from(length) * 1000 + u128::from(scale / 2)) / u128::from(scale);
+                u64::try_from(ms).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
     /// The next frame as 8-bit RGBA (opaque where the sequence has no alpha), and how long it
     /// shows in milliseconds.
     fn next_frame(&mut self) -> Result<(image::RgbaImage, u32), String> {
@@ -239,10 +257,11 @@ impl Drop for SequenceDecoder<'_> {
 
 /// The frames and plays (0: for ever) of an AVIF image sequence, from its container alone;
 /// `None` for bytes libavif cannot parse (their decode says why).
-pub(crate) fn sequence_header(bytes: &[u8]) -> Option<(u32, u32)> {
-    SequenceDecoder::open(bytes, u64::MAX)
-        .ok()
-        .map(|d| d.header())
+pub(crate) fn sequence_header(bytes: &[u8]) -> Option<(u32, u32, u64)> {
+    SequenceDecoder::open(bytes, u64::MAX).ok().map(|d| {
+        let (frames, plays) = d.header();
+        (frames, plays, d.duration_ms())
+    })
 }
 
 /// The frames of an AVIF image sequence, decoded one at a time as they are asked for, each

@@ -354,6 +354,24 @@ fn encode_at(image: &DynamicImage, spec: &ResolvedSpec, q: u8) -> Result<Vec<u8>
                 )
                 .map_err(|e| internal("GIF", &e))?;
         }
+        OutputFormat::Jxl => {
+            let (w, h) = (image.width(), image.height());
+            let rgba;
+            let rgb;
+            let (pixels, alpha) = match image {
+                DynamicImage::ImageRgba8(img) => (img.as_raw(), true),
+                DynamicImage::ImageRgb8(img) => (img.as_raw(), false),
+                other if other.color().has_alpha() => {
+                    rgba = other.to_rgba8();
+                    (rgba.as_raw(), true)
+                }
+                other => {
+                    rgb = other.to_rgb8();
+                    (rgb.as_raw(), false)
+                }
+            };
+            out = crate::jxl_encode::encode(pixels, w, h, alpha, q, spec.lossless)?;
+        }
         OutputFormat::Avif => {
             // RGBA input gives the AVIF an alpha plane; RGB input none.
             let (w, h) = (image.width(), image.height());

@@ -14,8 +14,8 @@ use crate::Decodes;
 /// processing does. 3: an AVIF image sequence counts its frames (it counted 1), and JPEG XL
 /// is read (it was no picture). (A change that moves placeholders by rounding alone, as
 /// ThumbHash's smaller input did, leaves kept ones be: recomputing every original's is not
-/// worth it.)
-pub const FACTS_VERSION: u32 = 3;
+/// worth it.) 4: an animation's duration (one play, in milliseconds) is kept.
+pub const FACTS_VERSION: u32 = 4;
 
 /// BlurHash components across and down (landscape-friendly, the usual choice).
 const BLURHASH_COMPONENTS: (u32, u32) = (4, 3);
@@ -41,6 +41,9 @@ pub struct Facts {
     pub has_alpha: bool,
     /// Frames in the container (1 for a still picture).
     pub frames: u32,
+    /// One play's length in milliseconds, as the container's delays declare it (0 for a still
+    /// picture).
+    pub duration_ms: u64,
 }
 
 impl Facts {
@@ -55,7 +58,11 @@ impl Facts {
 /// as small as suffices ([`decode::decode_small`], through `decodes`).
 pub fn facts(bytes: &[u8], limits: &Limits, decodes: &dyn Decodes) -> Result<Facts, ProcessError> {
     let (image, _) = decode::decode_small(bytes, limits, decodes)?;
-    Ok(of_image(&image, crate::animation::frame_count(bytes)))
+    let mut facts = of_image(&image, crate::animation::frame_count(bytes));
+    if facts.frames > 1 {
+        facts.duration_ms = crate::animation::header(bytes).map_or(0, |h| h.duration_ms);
+    }
+    Ok(facts)
 }
 
 /// The placeholders of decoded, upright pixels.
@@ -83,6 +90,7 @@ pub fn of_image(image: &DynamicImage, frames: u32) -> Facts {
         dominant_color: dominant(rgba),
         has_alpha: image.color().has_alpha(),
         frames,
+        duration_ms: 0,
     }
 }
 

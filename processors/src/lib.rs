@@ -37,6 +37,7 @@ pub mod formats;
 pub mod geometry;
 #[allow(unsafe_code)]
 mod jpeg_encode;
+mod jxl_encode;
 pub mod likeness;
 mod limits;
 pub mod mezzanine;
@@ -65,9 +66,9 @@ pub use plan::{
     cost, drawing_cost, plan, processor_version, vector_size, Header, Plan, PlannedRoute,
 };
 pub use spec::{
-    accept_class, negotiate, AutoLevel, AutoTargets, ClientHints, FormatRequest, HintsConsulted,
-    OutputFormat, OverlaySource, Placement, Quality, QualityRequest, ResolvedSpec, Shape, Spec,
-    SpecError, Watermark, PROCESSOR_VERSION,
+    accept_class, negotiate, Accept, AutoFormats, AutoLevel, AutoTargets, ClientHints,
+    FormatRequest, HintsConsulted, OutputFormat, OverlaySource, Placement, Quality, QualityRequest,
+    ResolvedSpec, Shape, Spec, SpecError, Watermark, PROCESSOR_VERSION,
 };
 
 /// A finished variant.

@@ -285,7 +285,7 @@ fn cost_with(
 /// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
 /// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8 (40 for an animation's
 /// frames), lossless WebP about 40 and GIF (the best palette search) about 50, 5 for an
-/// animation's frames (a faster search);
+/// animation's frames (a faster search); JPEG XL by its time against these at 512 px;
 /// the shaping options' own passes ([`Shape::filter_passes`]).
 fn output_passes(spec: &ResolvedSpec, output: u64) -> u64 {
     let encoder = match spec.format {
@@ -301,6 +301,10 @@ fn output_passes(spec: &ResolvedSpec, output: u64) -> u64 {
         // An animation's frames take a faster palette search (`encode`'s animation speed).
         OutputFormat::Gif if spec.animated => 5,
         OutputFormat::Gif => 50,
+        // jixel at its `Fastest` effort: half of AVIF's time lossy, and lossless a quarter of
+        // lossless WebP's, at 512 px (`examples/format_compare.rs`).
+        OutputFormat::Jxl if spec.lossless => 12,
+        OutputFormat::Jxl => 5,
     };
     encoder + search_passes(spec, encoder, output) + spec.shape.filter_passes()
 }

@@ -25,7 +25,7 @@ pub fn run(
     input: &Path,
     spec: &str,
     output: &Path,
-    accept: Option<&str>,
+    accept: Option<processors::Accept<'_>>,
     limits: &Limits,
     targets: &processors::AutoTargets,
 ) -> Result<Outcome, Error> {

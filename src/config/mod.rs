@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod env;
+mod formats;
 pub mod maps;
 pub mod moderation;
 mod peers;
@@ -22,6 +23,7 @@ mod sources;
 mod storage;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
+pub use formats::FormatsConfig;
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 pub use presets::{option_pairs, NamedFallback, Preset, Structured, Watermark, PRESET_FALLBACK};
 pub use quality::{QualityConfig, QualityDefault};
@@ -59,6 +61,7 @@ pub struct Config {
     pub maintenance: MaintenanceConfig,
     pub dedup: DedupConfig,
     pub quality: QualityConfig,
+    pub formats: FormatsConfig,
     pub fetch: FetchConfig,
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
@@ -358,6 +361,7 @@ impl Default for Config {
             maintenance: MaintenanceConfig::default(),
             dedup: DedupConfig::default(),
             quality: QualityConfig::default(),
+            formats: FormatsConfig::default(),
             fetch: FetchConfig::default(),
             limits: LimitsConfig::default(),
             security: SecurityConfig::default(),
@@ -860,6 +864,7 @@ mod tests {
             ("IMGCAS_QUALITY_TARGET_GOOD", ("72", "72")),
             ("IMGCAS_QUALITY_TARGET_ECO", ("61", "61")),
             ("IMGCAS_QUALITY_TARGET_LOW", ("45", "45")),
+            ("IMGCAS_AUTO_FORMATS", (r#""webp, avif""#, "webp,avif")),
             (
                 "IMGCAS_PRESETS",
                 (

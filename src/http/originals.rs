@@ -298,6 +298,7 @@ pub(super) async fn info_answer(
             has_alpha: f.has_alpha,
             animated: f.frames > 1,
             frames: f.frames,
+            duration_ms: (f.frames > 1).then_some(f.duration_ms),
         },
         None => FactsAnswer {
             blurhash: None,
@@ -306,6 +307,7 @@ pub(super) async fn info_answer(
             has_alpha: info.has_alpha,
             animated: false,
             frames: 1,
+            duration_ms: None,
         },
     };
     // Like the facts, a listing that fails leaves the rest of the answer standing.

@@ -623,6 +623,7 @@ mod tests {
                     dominant_color: "#808080".into(),
                     has_alpha: false,
                     frames: 1,
+                    duration_ms: 0,
                 }),
             }),
         };

@@ -153,6 +153,10 @@ pub struct PictureFacts {
     pub dominant_color: String,
     pub has_alpha: bool,
     pub frames: u32,
+    /// One play of an animation in milliseconds (0 for a still; absent from facts kept before
+    /// facts version 4, which are computed again).
+    #[serde(default)]
+    pub duration_ms: u64,
 }
 
 impl OriginalInfo {

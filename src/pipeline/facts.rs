@@ -81,6 +81,7 @@ impl Pipeline {
                 blurhash: f.blurhash,
                 has_alpha: f.has_alpha,
                 frames: f.frames,
+                duration_ms: f.duration_ms,
             }),
         };
         s.maps.put_facts(hash, &facts).await?;

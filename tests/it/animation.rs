@@ -126,12 +126,20 @@ async fn format_auto_picks_a_format_that_animates() {
         let url = app.url(&format!("/v1/image/{hash}?format=auto&w=60"));
         app.client.get(url).header("accept", accept).send()
     };
-    // A client taking AVIF gets WebP: animated AVIF is had by asking for it, until it is
-    // measured against WebP.
+    // A client taking AVIF gets animated AVIF (the default order's first format that
+    // animates), one taking only WebP animated WebP, one taking JPEG XL and WebP WebP (JPEG XL
+    // is written as stills).
     let r = ask("image/avif,image/webp,*/*").await.unwrap();
-    assert_eq!(header(&r, "content-type"), Some("image/webp"));
+    assert_eq!(header(&r, "content-type"), Some("image/avif"));
     assert!(header(&r, "vary").unwrap_or("").contains("Accept"));
-    assert_eq!(delays(&r.bytes().await.unwrap()).len(), 10);
+    let avif = r.bytes().await.unwrap();
+    assert_eq!(&avif[4..12], b"ftypavis", "an AV1 image sequence");
+    assert_eq!(imgcas_processors::animation::frame_count(&avif), 10);
+    for accept in ["image/webp,*/*", "image/jxl,image/webp,*/*"] {
+        let r = ask(accept).await.unwrap();
+        assert_eq!(header(&r, "content-type"), Some("image/webp"), "{accept}");
+        assert_eq!(delays(&r.bytes().await.unwrap()).len(), 10);
+    }
     let r = ask("image/png,*/*").await.unwrap();
     assert_eq!(header(&r, "content-type"), Some("image/gif"));
     assert_eq!(delays(&r.bytes().await.unwrap()).len(), 10);
@@ -164,8 +172,23 @@ async fn apng_and_animated_webp_from_the_corpus_animate() {
             assert_eq!(r.status(), 200, "{file} as {format}");
             let out = r.bytes().await.unwrap();
             assert_eq!(delays(&out).len(), expected, "{file} as {format}");
+            if format == "webp" {
+                // The facts' duration is one play as the frames are played, within a
+                // millisecond a frame of rounding.
+                let played: u64 = delays(&out).iter().map(|&d| u64::from(d)).sum();
+                let said = info["duration_ms"]
+                    .as_u64()
+                    .expect("an animation's duration");
+                assert!(said.abs_diff(played) <= expected as u64, "{file}: {info}");
+            }
         }
     }
+    // A still picture has no duration.
+    let r = app.upload(testdata("pillow/hopper.webp")).await;
+    let hash = json(r).await["hash"].as_str().unwrap().to_string();
+    let info = json(app.get(&format!("/v1/originals/{hash}/info")).await).await;
+    assert_eq!(info["frames"], 1, "{info}");
+    assert!(info["duration_ms"].is_null(), "{info}");
     app.stop().await;
 }
 

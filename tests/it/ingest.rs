@@ -66,13 +66,13 @@ async fn a_batch_reports_new_duplicate_changed_and_failed_per_url() {
     assert_eq!(results[1]["duplicate"], true);
     assert_eq!(results[3]["error"]["code"], "not_found");
     assert_eq!(results[4]["error"]["code"], "invalid_option");
-    // Warm: one webp, and format=auto once per output it negotiates to (avif, webp, jpeg);
-    // its webp at w=32 is distinct from the w=64 one.
+    // Warm: one webp, and format=auto once per output it negotiates to (jxl, avif, webp,
+    // jpeg); its webp at w=32 is distinct from the w=64 one.
     let warm = results[0]["warm"].as_array().unwrap();
-    assert_eq!(warm.len(), 4, "{warm:?}");
+    assert_eq!(warm.len(), 5, "{warm:?}");
     assert!(warm.iter().all(|w| w["error"].is_null()), "{warm:?}");
     let formats: Vec<&str> = warm.iter().map(|w| w["format"].as_str().unwrap()).collect();
-    assert_eq!(formats, ["webp", "avif", "webp", "jpeg"]);
+    assert_eq!(formats, ["webp", "jxl", "avif", "webp", "jpeg"]);
     let s = &answer["summary"];
     assert_eq!(
         (s["new"].as_u64(), s["duplicate"].as_u64()),
@@ -83,7 +83,7 @@ async fn a_batch_reports_new_duplicate_changed_and_failed_per_url() {
         (Some(2), Some(0))
     );
     assert_eq!(s["bytes_saved"].as_u64(), Some(photo.len() as u64));
-    assert_eq!(s["warmed"].as_u64(), Some(8), "{s}");
+    assert_eq!(s["warmed"].as_u64(), Some(10), "{s}");
     assert_eq!(blob_count(&app).await, 2);
 
     // Requests for the warmed variants need no processing.

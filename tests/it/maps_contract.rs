@@ -683,6 +683,7 @@ async fn original_facts(open: impl Fn() -> Opened) {
             dominant_color: "#123456".into(),
             has_alpha: false,
             frames,
+            duration_ms: u64::from(frames - 1) * 40,
         }),
     };
     maps.put_facts(&hash, &facts(1)).await.unwrap();

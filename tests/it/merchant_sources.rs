@@ -272,13 +272,12 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
         served(&app, &photo, "w=512&format=webp").await,
         ("image/webp".into(), (512, 316))
     );
-    // `original` of a JPEG XL source answers JPEG; `auto` never answers JPEG XL.
+    // `original` of a JPEG XL source answers JPEG (as imgproxy does: a JPEG XL is served to
+    // clients that say they take it).
     assert_eq!(
         served(&app, &photo, "w=256&format=original").await,
         ("image/jpeg".into(), (256, 158))
     );
-    let auto = auto_format(&app, &photo, "image/jxl,image/webp,*/*").await;
-    assert_eq!(auto, "image/webp");
 
     // The animation stays one, every frame, and its facts say so.
     let animated = app
@@ -297,6 +296,10 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
     assert_eq!(facts["format"], "jxl", "{facts}");
     assert_eq!(facts["frames"], frames, "{facts}");
     assert_eq!(facts["animated"], true, "{facts}");
+    let header = imgcas_processors::animation::header(&testdata("jxl/animation_spline.jxl"))
+        .expect("an animation");
+    assert!(header.duration_ms > 0);
+    assert_eq!(facts["duration_ms"], header.duration_ms, "{facts}");
 
     // An upload of a JPEG recompressed into JPEG XL.
     let uploaded = json(app.upload(testdata("jxl/grayscale_jpeg.jxl")).await).await;
@@ -314,6 +317,137 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
         .await;
     assert_eq!(refused.status(), 422);
     assert_eq!(json(refused).await["error"]["code"], "undecodable");
+}
+
+/// JPEG XL out (issue 53): `format=jxl` through HTTP, checked by libjxl's `djxl` where it is
+/// installed (always under CI); `format=auto` offers it to clients whose `Accept` lists
+/// `image/jxl`, in the order `formats.auto` gives, and keys its variants by what the client
+/// takes; lossless as `lossless=1` or `q=100` is one variant; `q=auto` answers its choice.
+#[tokio::test]
+async fn jpeg_xl_is_served_to_clients_that_take_it_in_the_order_configured() {
+    let origin = Origin::start().await;
+    origin.put("/photo.jpg", testdata("photos/kodak-15.jpg"));
+    let photo = origin.url("/photo.jpg");
+    let app = spawn_app().await;
+    let r = app.image_by_url(&photo, "w=320&format=jxl").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(content_type(&r), "image/jxl");
+    let bytes = r.bytes().await.unwrap();
+    assert_eq!(&bytes[..2], [0xFF, 0x0A]);
+    djxl_reads(&bytes, 320);
+
+    // The default order offers JPEG XL first, then AVIF, then WebP; the fallback is JPEG.
+    for (accept, kind) in [
+        ("image/webp,image/avif,image/jxl,*/*", "image/jxl"),
+        ("image/avif,image/webp,*/*", "image/avif"),
+        ("image/jxl;q=0,image/webp,*/*", "image/webp"),
+        ("*/*", "image/jpeg"),
+    ] {
+        assert_eq!(auto_format(&app, &photo, accept).await, kind, "{accept}");
+    }
+    // Each class of client was one run; asking again is a hit.
+    let runs = app.processing_runs();
+    assert_eq!(
+        auto_format(&app, &photo, "image/jxl,*/*").await,
+        "image/jxl"
+    );
+    assert_eq!(app.processing_runs(), runs);
+
+    // Lossless, asked either way, is one variant.
+    let lossless = app.image_by_url(&photo, "w=64&format=jxl&lossless=1").await;
+    assert_eq!(lossless.status(), 200);
+    assert_eq!(header(&lossless, "x-imgcas-cache"), Some("miss"));
+    let again = app.image_by_url(&photo, "w=64&format=jxl&q=100").await;
+    assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
+
+    // q=auto reports the quality it chose and the score reached.
+    let auto = app.image_by_url(&photo, "w=256&format=jxl&q=auto").await;
+    assert_eq!(auto.status(), 200);
+    let quality: u8 = header(&auto, "x-imgcas-quality").unwrap().parse().unwrap();
+    assert!((30..=95).contains(&quality), "{quality}");
+
+    // An operator who ranks WebP first (`IMGCAS_AUTO_FORMATS=webp,jxl`) gets WebP for a client
+    // that takes both, JPEG XL for one that takes only it, and never AVIF.
+    let ranked = spawn_app_with(|c| {
+        c.formats.auto = imgcas_processors::AutoFormats::parse("webp,jxl").unwrap()
+    })
+    .await;
+    for (accept, kind) in [
+        ("image/jxl,image/avif,image/webp,*/*", "image/webp"),
+        ("image/jxl,image/avif,*/*", "image/jxl"),
+        ("image/avif,*/*", "image/jpeg"),
+    ] {
+        assert_eq!(auto_format(&ranked, &photo, accept).await, kind, "{accept}");
+    }
+}
+
+/// `bytes` read as a picture `width` wide by imgcas's JPEG XL decoder and by libjxl's
+/// `djxl` (skipped where djxl is not installed, on a developer's machine; under CI its
+/// absence fails).
+fn djxl_reads(bytes: &[u8], width: u32) {
+    let info = imgcas_processors::probe(bytes, &imgcas_processors::Limits::default()).unwrap();
+    assert_eq!(info.width, width);
+    if std::process::Command::new("djxl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "CI installs djxl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jxl"), dir.path().join("out.png"));
+    std::fs::write(&input, bytes).unwrap();
+    let done = std::process::Command::new("djxl")
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{done:?}");
+    assert_eq!(dimensions(&std::fs::read(&output).unwrap()).0, width);
+}
+
+/// `imgcas process` writes JPEG XL offline, on the server's code path, and `--accept` follows
+/// the configured order.
+#[test]
+fn imgcas_process_writes_jpeg_xl() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jpg");
+    std::fs::write(&input, testdata("photos/kodak-02.jpg")).unwrap();
+    for (spec, accept, env) in [
+        ("w=200&format=jxl", None, None),
+        ("w=200&format=auto", Some("image/jxl,image/avif"), None),
+        (
+            "w=200&format=auto",
+            Some("image/jxl,image/avif"),
+            Some("avif,jxl"),
+        ),
+    ] {
+        let output = dir.path().join("out.img");
+        let mut args = vec!["process", "--spec", spec, "-o", output.to_str().unwrap()];
+        if let Some(accept) = accept {
+            args.extend(["--accept", accept]);
+        }
+        args.push(input.to_str().unwrap());
+        let env: Vec<(&str, String)> = env
+            .map(|v| vec![("IMGCAS_AUTO_FORMATS", v.to_string())])
+            .unwrap_or_default();
+        let (code, _) = binary::run(dir.path(), &env, &args);
+        assert_eq!(code, 0, "{spec}");
+        let written = std::fs::read(&output).unwrap();
+        let expected = match env.is_empty() {
+            true => Some(imgcas_processors::SourceFormat::Jxl),
+            false => Some(imgcas_processors::SourceFormat::Avif),
+        };
+        assert_eq!(
+            imgcas_processors::sniff(&written),
+            expected,
+            "{spec} {env:?}"
+        );
+        if expected == Some(imgcas_processors::SourceFormat::Jxl) {
+            djxl_reads(&written, 200);
+        }
+    }
 }
 
 /// `imgcas process` reads JPEG XL offline, on the server's code path.

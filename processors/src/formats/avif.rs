@@ -39,8 +39,9 @@ impl Format for Avif {
         if !super::heif::brands(bytes).any(|brand| brand == b"avis") {
             return Some(AnimationHeader::of(1, 1));
         }
-        crate::avif_anim::sequence_header(bytes)
-            .map(|(frames, plays)| AnimationHeader::of(frames, plays))
+        crate::avif_anim::sequence_header(bytes).map(|(frames, plays, duration_ms)| {
+            AnimationHeader::of(frames, plays).lasting(duration_ms)
+        })
     }
 
     fn may_animate(&self) -> bool {

@@ -45,6 +45,8 @@ impl Format for Gif {
     /// with no extension the animation plays once).
     fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
         let mut header = AnimationHeader::of(0, 1);
+        // A graphic control extension's delay (hundredths of a second) is the next image's.
+        let mut delay = 0u64;
         let area = |(w, h): (u32, u32)| u64::from(w) * u64::from(h);
         // The walk ends at the trailer, or where the bytes are cut short (common in GIFs
         // found on the web) with the frame cut into counted: the decoder plays the frames
@@ -66,9 +68,20 @@ impl Format for Gif {
                         header.plays = if repeats == 0 { 0 } else { repeats + 1 };
                     }
                 }
+                Block::Extension {
+                    label: 0xF9,
+                    sub_blocks,
+                } => {
+                    // `[4, flags, delay (u16 LE), transparent index]`.
+                    if let Some(&[4, _, lo, hi]) = sub_blocks.get(..4) {
+                        delay = u64::from(u16::from_le_bytes([lo, hi]));
+                    }
+                }
                 Block::Extension { .. } => {}
                 Block::Image { width, height } => {
                     header.frames += 1;
+                    header.duration_ms += delay * 10;
+                    delay = 0;
                     if area((width, height)) > area(header.largest_frame) {
                         header.largest_frame = (width, height);
                     }

@@ -75,7 +75,12 @@ impl Format for Jxl {
             .animation
             .as_ref()
             .map_or(1, |a| a.num_loops);
-        Some(AnimationHeader::of(keyframes(&image), plays))
+        let frames = keyframes(&image);
+        let ticks: u64 = (0..frames as usize)
+            .filter_map(|k| image.frame_header(k))
+            .map(|header| u64::from(header.duration))
+            .sum();
+        Some(AnimationHeader::of(frames, plays).lasting(ticks_ms(&image, ticks)))
     }
 
     fn may_animate(&self) -> bool {
@@ -119,6 +124,23 @@ fn own_space_profile(image: &JxlImage) -> Option<Vec<u8>> {
         return None;
     }
     image.original_icc().map(<[u8]>::to_vec)
+}
+
+/// `ticks` of the animation's clock in milliseconds, rounded (0 for a still picture).
+fn ticks_ms(image: &JxlImage, ticks: u64) -> u64 {
+    let Some(animation) = image.image_header().metadata.animation.as_ref() else {
+        return 0;
+    };
+    // Ticks per second are numerator / denominator.
+    let (num, den) = (
+        u128::from(animation.tps_numerator),
+        u128::from(animation.tps_denominator),
+    );
+    if num == 0 {
+        return 0;
+    }
+    let ms = (u128::from(ticks) * 1000 * den + num / 2) / num;
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 /// Displayed frames: each keyframe is a whole picture (the layers before it composited).
@@ -180,19 +202,7 @@ impl JxlSource {
     /// `ticks` of the animation's clock in milliseconds, rounded (the animation's walk holds
     /// it to what an output frame may show for).
     fn duration_ms(&self, ticks: u32) -> u32 {
-        let Some(animation) = self.image.image_header().metadata.animation.as_ref() else {
-            return 0;
-        };
-        // Ticks per second are numerator / denominator.
-        let (num, den) = (
-            u64::from(animation.tps_numerator),
-            u64::from(animation.tps_denominator),
-        );
-        if num == 0 {
-            return 0;
-        }
-        let ms = (u64::from(ticks) * 1000 * den + num / 2) / num;
-        u32::try_from(ms).unwrap_or(u32::MAX)
+        u32::try_from(ticks_ms(&self.image, u64::from(ticks))).unwrap_or(u32::MAX)
     }
 }
 

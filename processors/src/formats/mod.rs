@@ -216,6 +216,9 @@ pub struct AnimationHeader {
     /// logical screen, and the decoder allocates for the frame: the limits count it. (WebP
     /// and APNG frames lie within the canvas, which their decoders enforce: `(0, 0)`.)
     pub largest_frame: (u32, u32),
+    /// One play's length in milliseconds: the frames' delays as the container declares them,
+    /// summed (0 for a still picture, or where nothing is declared).
+    pub duration_ms: u64,
 }
 
 impl AnimationHeader {
@@ -224,6 +227,14 @@ impl AnimationHeader {
             frames,
             plays,
             largest_frame: (0, 0),
+            duration_ms: 0,
+        }
+    }
+
+    fn lasting(self, duration_ms: u64) -> Self {
+        AnimationHeader {
+            duration_ms,
+            ..self
         }
     }
 }

@@ -28,12 +28,32 @@ impl Format for Png {
         image_decoders::open(bytes, ImageFormat::Png, limits)
     }
 
-    /// APNG: the frame count and plays its `acTL` chunk declares (before the image data).
+    /// APNG: the frame count and plays its `acTL` chunk declares (before the image data), and
+    /// the delays its `fcTL` chunks declare.
     fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
-        match Chunks::new(bytes).find(|(kind, _)| *kind == b"acTL") {
-            Some((_, data)) => actl(data)
-                .ok()
-                .map(|(frames, plays)| AnimationHeader::of(frames, plays)),
+        let mut declared = None;
+        let mut duration_ms = 0u64;
+        for (kind, data) in Chunks::all(bytes) {
+            match kind {
+                b"acTL" => declared = actl(data).ok(),
+                // The delay's numerator and denominator (u16 BE) after the sequence number,
+                // size and offset; a denominator of 0 means hundredths.
+                b"fcTL" => {
+                    if let Some(&[n0, n1, d0, d1]) = data.get(20..24) {
+                        let num = u64::from(u16::from_be_bytes([n0, n1]));
+                        let den = match u16::from_be_bytes([d0, d1]) {
+                            0 => 100,
+                            d => u64::from(d),
+                        };
+                        duration_ms += (num * 1000 + den / 2) / den;
+                    }
+                }
+                _ => {}
+            }
+        }
+        match declared {
+            Some((frames, plays)) => Some(AnimationHeader::of(frames, plays).lasting(duration_ms)),
+            None if Chunks::new(bytes).any(|(kind, _)| kind == b"acTL") => None,
             None => Some(AnimationHeader::of(1, 1)),
         }
     }
@@ -69,11 +89,12 @@ fn check_actl(bytes: &[u8]) -> Result<(), ProcessError> {
 }
 
 /// The chunks of a PNG up to its first `IDAT` (the image data: what comes after is frames,
-/// never headers), read through the bounded reader: type and data. A walk cut short by the
-/// bytes ends there, its rest left to the decoder.
+/// never headers; [`Chunks::all`] walks on), read through the bounded reader: type and data.
+/// A walk cut short by the bytes ends there, its rest left to the decoder.
 struct Chunks<'a> {
     r: Reader<'a>,
     done: bool,
+    past_data: bool,
 }
 
 impl<'a> Chunks<'a> {
@@ -81,6 +102,15 @@ impl<'a> Chunks<'a> {
         Chunks {
             r: Reader::new(bytes.get(SIGNATURE.len()..).unwrap_or_default()),
             done: false,
+            past_data: false,
+        }
+    }
+
+    /// Every chunk, the frames' after the image data too.
+    fn all(bytes: &'a [u8]) -> Self {
+        Chunks {
+            past_data: true,
+            ..Chunks::new(bytes)
         }
     }
 
@@ -106,7 +136,8 @@ impl<'a> Iterator for Chunks<'a> {
             return None;
         }
         let chunk = self.chunk().ok();
-        self.done = chunk.is_none_or(|(kind, _)| kind == b"IDAT");
+        self.done =
+            chunk.is_none_or(|(kind, _)| kind == b"IEND" || (kind == b"IDAT" && !self.past_data));
         chunk
     }
 }

@@ -50,15 +50,22 @@ impl Format for Webp {
     fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
         let mut frames = 0u32;
         let mut plays = None;
+        let mut duration_ms = 0u64;
         for (fourcc, data) in Chunks::new(bytes).map_while(Result::ok) {
             match fourcc {
                 b"ANIM" => plays = Some(u32::from(crate::bytes::u16le_at(data, 4)?)),
-                b"ANMF" => frames += 1,
+                b"ANMF" => {
+                    frames += 1;
+                    // The frame's duration: 24 bits LE after its offset and size.
+                    if let Some(&[a, b, c]) = data.get(12..15) {
+                        duration_ms += u64::from(u32::from_le_bytes([a, b, c, 0]));
+                    }
+                }
                 _ => {}
             }
         }
         Some(match plays {
-            Some(plays) => AnimationHeader::of(frames, plays),
+            Some(plays) => AnimationHeader::of(frames, plays).lasting(duration_ms),
             None => AnimationHeader::of(1, 1),
         })
     }

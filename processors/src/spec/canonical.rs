@@ -28,7 +28,7 @@ impl Spec {
         &self,
         source_format: Option<OutputFormat>,
         source_has_alpha: bool,
-        accept: Option<&str>,
+        accept: Option<Accept<'_>>,
     ) -> ResolvedSpec {
         self.resolve_frames(source_format, source_has_alpha, 1, accept)
     }
@@ -55,7 +55,7 @@ impl Spec {
         source_format: Option<OutputFormat>,
         source_has_alpha: bool,
         source_frames: u32,
-        accept: Option<&str>,
+        accept: Option<Accept<'_>>,
     ) -> ResolvedSpec {
         let animate = self.animated && source_frames > 1;
         let fallback = if source_has_alpha {
@@ -63,11 +63,16 @@ impl Spec {
         } else {
             OutputFormat::Jpeg
         };
+        let default_order = AutoFormats::default();
+        let accept = accept.unwrap_or(Accept {
+            header: "",
+            order: &default_order,
+        });
         let format = match self.format {
             FormatRequest::Exact(f) => f,
             FormatRequest::Original => source_format.unwrap_or(fallback),
-            FormatRequest::Auto if animate => negotiate_animated(accept.unwrap_or("")),
-            FormatRequest::Auto => negotiate(accept.unwrap_or(""), source_has_alpha),
+            FormatRequest::Auto if animate => negotiate_animated(accept),
+            FormatRequest::Auto => negotiate(accept, source_has_alpha),
         };
         let scale = |v: u32| ((f64::from(v) * self.dpr.as_f64()).round() as u32).max(1);
         let mut shape = self.shape.clone();
@@ -98,7 +103,12 @@ impl Spec {
             // Placed by its corner, or absent: the crop's gravity is moot.
             shape.crop_gravity = Gravity::Center;
         }
-        let lossless = self.lossless && format == OutputFormat::Webp;
+        // JPEG XL at q=100 is its lossless mode (as cjxl reads it), so both spellings are one
+        // variant.
+        let lossless = format.has_lossless_mode()
+            && (self.lossless
+                || (format == OutputFormat::Jxl
+                    && self.quality == Some(QualityRequest::Fixed(100))));
         let targets = AutoTargets::default();
         let quality = format
             .default_quality()
@@ -144,7 +154,7 @@ pub struct ResolvedSpec {
     pub format: OutputFormat,
     /// `None` for lossless formats.
     pub quality: Option<Quality>,
-    /// Lossless WebP (only ever set with `format == Webp`).
+    /// Lossless WebP or JPEG XL (only ever set with a format that has a lossless mode).
     pub lossless: bool,
     /// Progressive JPEG (only ever set with `format == Jpeg`).
     pub progressive: bool,

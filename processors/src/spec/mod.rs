@@ -22,7 +22,7 @@ mod region;
 mod values;
 mod watermark;
 
-pub use accept::{accept_class, negotiate};
+pub use accept::{accept_class, negotiate, Accept, AutoFormats};
 pub use canonical::ResolvedSpec;
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use options::{Doc, OptionDef, OPTIONS};
@@ -108,6 +108,11 @@ impl Gravity {
     }
 }
 
+/// JPEG XL's quality when a request names none: the one whose outputs score as WebP's and
+/// AVIF's defaults do on the shared photos (SSIMULACRA2 75.5, median at 512 px, by
+/// `processors/examples/format_compare.rs`; q75 scored 59).
+pub const JXL_DEFAULT_QUALITY: u8 = 86;
+
 /// Formats imgcas can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OutputFormat {
@@ -116,6 +121,9 @@ pub enum OutputFormat {
     Webp,
     Avif,
     Gif,
+    /// JPEG XL, through the pure-Rust `jixel` encoder (`crate::encode`'s JPEG XL section says
+    /// why that one).
+    Jxl,
 }
 
 impl OutputFormat {
@@ -126,6 +134,7 @@ impl OutputFormat {
             OutputFormat::Webp => "webp",
             OutputFormat::Avif => "avif",
             OutputFormat::Gif => "gif",
+            OutputFormat::Jxl => "jxl",
         }
     }
 
@@ -136,6 +145,7 @@ impl OutputFormat {
             "webp" => OutputFormat::Webp,
             "avif" => OutputFormat::Avif,
             "gif" => OutputFormat::Gif,
+            "jxl" => OutputFormat::Jxl,
             _ => return None,
         })
     }
@@ -147,6 +157,7 @@ impl OutputFormat {
             OutputFormat::Webp => "image/webp",
             OutputFormat::Avif => "image/avif",
             OutputFormat::Gif => "image/gif",
+            OutputFormat::Jxl => "image/jxl",
         }
     }
 
@@ -156,11 +167,19 @@ impl OutputFormat {
             OutputFormat::Jpeg => Some(82),
             OutputFormat::Webp => Some(80),
             OutputFormat::Avif => Some(60),
+            OutputFormat::Jxl => Some(JXL_DEFAULT_QUALITY),
             OutputFormat::Png | OutputFormat::Gif => None,
         }
     }
 
-    /// Whether the format can hold an animation (imgcas writes animated GIF, WebP and AVIF).
+    /// Whether `lossless=1` changes the output: WebP and JPEG XL have lossless modes (JPEG XL's
+    /// also asked as `q=100`); PNG and GIF are lossless already, JPEG and AVIF have none here.
+    pub fn has_lossless_mode(self) -> bool {
+        matches!(self, OutputFormat::Webp | OutputFormat::Jxl)
+    }
+
+    /// Whether the format can hold an animation (imgcas writes animated GIF, WebP and AVIF;
+    /// its JPEG XL encoder writes stills, so an animation asked as JPEG XL is its first frame).
     pub fn animates(self) -> bool {
         matches!(
             self,
@@ -393,7 +412,12 @@ mod tests {
     #[test]
     fn the_frame_mode_is_in_the_key_of_animated_sources_only() {
         let gif = Some(OutputFormat::Gif);
+        let order = AutoFormats::default();
         let key = |q: &str, frames: u32, accept: Option<&str>| {
+            let accept = accept.map(|header| Accept {
+                header,
+                order: &order,
+            });
             Spec::parse(q)
                 .unwrap()
                 .resolve_frames(gif, true, frames, accept)
@@ -410,13 +434,19 @@ mod tests {
             "animated=1&format=webp&w=100"
         );
         assert_eq!(key("w=100", 10, None), "animated=1&format=gif&w=100");
-        // Still formats take the first frame whatever was asked.
+        // Still formats take the first frame whatever was asked; so does JPEG XL, whose
+        // encoder here writes stills.
         assert_eq!(key("format=png&w=100", 10, None), "format=png&w=100");
-        // Auto picks a format that animates: WebP when taken, else GIF.
-        let avif_too = Some("image/avif,image/webp,*/*");
-        assert_eq!(key("format=auto", 10, avif_too), "animated=1&format=webp");
+        assert_eq!(key("format=jxl&w=100", 10, None), "format=jxl&w=100");
+        // Auto picks the first format of the order that animates and is taken (JPEG XL
+        // does not animate here), else GIF.
+        let avif_too = Some("image/jxl,image/avif,image/webp,*/*");
+        assert_eq!(key("format=auto", 10, avif_too), "animated=1&format=avif");
+        let webp = Some("image/jxl,image/webp,*/*");
+        assert_eq!(key("format=auto", 10, webp), "animated=1&format=webp");
         assert_eq!(key("format=auto", 10, Some("*/*")), "animated=1&format=gif");
-        assert_eq!(key("format=auto&animated=0", 10, avif_too), "format=avif");
+        // A first frame is a still: JPEG XL, the first of the order.
+        assert_eq!(key("format=auto&animated=0", 10, avif_too), "format=jxl");
         // The request form keeps what was asked (signatures are made over it).
         assert_eq!(
             Spec::parse("animated=0&w=5").unwrap().canonical(),
@@ -635,19 +665,53 @@ mod tests {
     }
 
     #[test]
-    fn negotiation_prefers_avif_then_webp_then_legacy_by_alpha() {
+    fn negotiation_follows_the_order_the_client_allows_then_legacy_by_alpha() {
+        let default = AutoFormats::default();
+        let ask = |header: &'static str, has_alpha: bool| {
+            negotiate(
+                Accept {
+                    header,
+                    order: &default,
+                },
+                has_alpha,
+            )
+        };
+        assert_eq!(ask("image/avif,image/webp,*/*", false), OutputFormat::Avif);
         assert_eq!(
-            negotiate("image/avif,image/webp,*/*", false),
-            OutputFormat::Avif
-        );
-        assert_eq!(
-            negotiate("image/avif,image/webp,*/*", true),
+            ask("image/avif,image/webp,*/*", true),
             OutputFormat::Avif,
             "AVIF keeps alpha"
         );
-        assert_eq!(negotiate("image/webp,*/*", true), OutputFormat::Webp);
-        assert_eq!(negotiate("image/webp;q=0, */*", false), OutputFormat::Jpeg);
-        assert_eq!(negotiate("*/*", true), OutputFormat::Png);
-        assert_eq!(negotiate("", false), OutputFormat::Jpeg);
+        assert_eq!(
+            ask("image/webp,image/avif,image/jxl,*/*", true),
+            OutputFormat::Jxl
+        );
+        assert_eq!(ask("image/webp,*/*", true), OutputFormat::Webp);
+        assert_eq!(ask("image/webp;q=0, */*", false), OutputFormat::Jpeg);
+        assert_eq!(ask("*/*", true), OutputFormat::Png);
+        assert_eq!(ask("", false), OutputFormat::Jpeg);
+        let webp_first = AutoFormats::parse("webp, avif").unwrap();
+        let header = "image/jxl,image/avif,image/webp";
+        let ours = Accept {
+            header,
+            order: &webp_first,
+        };
+        assert_eq!(negotiate(ours, false), OutputFormat::Webp);
+        let none = AutoFormats::parse("").unwrap();
+        assert_eq!(
+            negotiate(
+                Accept {
+                    header,
+                    order: &none
+                },
+                false
+            ),
+            OutputFormat::Jpeg
+        );
+        assert_eq!(webp_first.to_string(), "webp,avif");
+        assert_eq!(default.to_string(), "jxl,avif,webp");
+        assert!(AutoFormats::parse("avif,avif").is_err());
+        assert!(AutoFormats::parse("png").is_err());
+        assert!(AutoFormats::parse("heic").is_err());
     }
 }

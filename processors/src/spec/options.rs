@@ -223,7 +223,7 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "format",
         doc: Doc::Row {
-            values: "`jpeg`, `png`, `webp`, `avif`, `gif`, `auto` (AVIF, then WebP, as `Accept` allows, else JPEG, or PNG for sources with alpha; for an animation with `animated=1`, WebP as `Accept` allows, else GIF; sets `Vary: Accept`), `original`; `json`: no pixels, the original's facts as `info` answers them (see [Placeholders and facts](#placeholders-and-facts))",
+            values: "`jpeg`, `png`, `webp`, `avif`, `gif`, `jxl`, `auto` (the first format of `formats.auto` that `Accept` lists, by default JPEG XL, then AVIF, then WebP, else JPEG, or PNG for sources with alpha; for an animation with `animated=1`, the first of those that animates (AVIF, WebP) as `Accept` allows, else GIF; sets `Vary: Accept`), `original`; `json`: no pixels, the original's facts as `info` answers them (see [Placeholders and facts](#placeholders-and-facts))",
             default: "`original`",
             extension: false,
         },
@@ -232,7 +232,7 @@ pub const OPTIONS: &[OptionDef] = &[
                 "original" => FormatRequest::Original,
                 "auto" => FormatRequest::Auto,
                 other => FormatRequest::Exact(OutputFormat::from_name(other).ok_or_else(|| {
-                    SpecError::new(name, "must be one of jpeg, png, webp, avif, gif, auto, original")
+                    SpecError::new(name, "must be one of jpeg, png, webp, avif, gif, jxl, auto, original")
                 })?),
             };
             Ok(())
@@ -248,7 +248,7 @@ pub const OPTIONS: &[OptionDef] = &[
         name: "q",
         doc: Doc::Row {
             values: "1–100, `auto`, `auto:best`, `auto:good`, `auto:eco`, `auto:low`",
-            default: "jpeg 82, webp 80, avif 60 (`quality.default`)",
+            default: "jpeg 82, webp 80, avif 60, jxl 86 (`quality.default`); `jxl` at `q=100` is lossless",
             extension: false,
         },
         read: Read::Spec(|s, name, value| {
@@ -263,7 +263,7 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "lossless",
         doc: Doc::Row {
-            values: "`0`/`1`: lossless WebP (ignored for other formats)",
+            values: "`0`/`1`: lossless WebP or JPEG XL (ignored for other formats)",
             default: "`0`",
             extension: true,
         },

@@ -353,3 +353,37 @@ fn avif_sequences_are_animations_in() {
     let e = run(&bytes, "format=webp", &few).unwrap_err();
     assert_eq!(e.kind(), Some(ProcessFailure::TooManyPixels), "{e}");
 }
+
+/// An animation's duration (one play) from its headers alone, in every format that
+/// animates: the delays its frames are played with, as the frame decoders give them to an
+/// animated WebP (whose delays image-rs's decoder reads back), within a millisecond a frame of
+/// rounding; 0 for a still picture.
+#[test]
+fn the_headers_say_how_long_one_play_lasts() {
+    let limits = Limits::default();
+    for name in [
+        "sharp/animated-loop-3.gif",
+        "sharp/animated-loop-3.webp",
+        "image-rs/anim.webp",
+        "image-rs/apng-ball.png",
+        "jxl/animation_spline.jxl",
+        "avif-sequences/colors-animated-8bpc.avif",
+    ] {
+        let bytes = testdata(name);
+        let header = animation::header(&bytes).expect(name);
+        assert!(header.frames > 1, "{name}");
+        let webp = run(&bytes, "w=32&format=webp&animated=1", &limits).expect(name);
+        let played: u64 = frames_of(&webp).iter().map(|f| u64::from(f.2)).sum();
+        assert!(played > 0, "{name}");
+        assert!(
+            header.duration_ms.abs_diff(played) <= u64::from(header.frames),
+            "{name}: headers {} ms, played {played} ms",
+            header.duration_ms
+        );
+    }
+    let loop_3: u64 = LOOP_3_DELAYS.iter().map(|&d| u64::from(d)).sum();
+    let gif = animation::header(&testdata("sharp/animated-loop-3.gif")).unwrap();
+    assert_eq!(gif.duration_ms, loop_3);
+    let still = animation::header(&testdata("pillow/hopper.webp")).unwrap();
+    assert_eq!((still.frames, still.duration_ms), (1, 0));
+}

@@ -23,17 +23,23 @@ fn testdata(name: &str) -> Vec<u8> {
 /// pixels. `None` where djxl is not installed, on a developer's machine only: under `CI`,
 /// where `.ci/run` installs it, its absence fails the test.
 fn djxl(name: &str) -> Option<DynamicImage> {
+    djxl_bytes(&testdata(name), name)
+}
+
+/// [`djxl`] of any JPEG XL bytes (`what` names them in messages): also what checks imgcas's
+/// own JPEG XL outputs (`jxl_out.rs`).
+pub fn djxl_bytes(bytes: &[u8], what: &str) -> Option<DynamicImage> {
     if Command::new("djxl").arg("--version").output().is_err() {
         assert!(
             std::env::var_os("CI").is_none(),
             "djxl (Debian's libjxl-tools): CI must run this check (.ci/run installs it)"
         );
-        eprintln!("djxl not installed: {name} not held to it");
+        eprintln!("djxl not installed: {what} not held to it");
         return None;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let input = dir.path().join(name);
-    std::fs::write(&input, testdata(name)).expect("write");
+    let input = dir.path().join("in.jxl");
+    std::fs::write(&input, bytes).expect("write");
     let output = dir.path().join("out.png");
     let status = Command::new("djxl")
         .arg(&input)
@@ -43,7 +49,7 @@ fn djxl(name: &str) -> Option<DynamicImage> {
         .arg("--color_space=RGB_D65_SRG_Rel_SRG")
         .output()
         .expect("djxl runs");
-    assert!(status.status.success(), "djxl {name}: {status:?}");
+    assert!(status.status.success(), "djxl {what}: {status:?}");
     let png = std::fs::read(&output).expect("djxl's PNG");
     Some(
         decode::decode(&png, &Limits::default())
@@ -63,7 +69,7 @@ fn same_picture(ours: &DynamicImage, reference: &DynamicImage, what: &str) {
 }
 
 /// Mean and largest absolute difference of two pictures' samples, in 8-bit steps.
-fn difference(a: &DynamicImage, b: &DynamicImage) -> (f64, u8) {
+pub fn difference(a: &DynamicImage, b: &DynamicImage) -> (f64, u8) {
     assert_eq!((a.width(), a.height()), (b.width(), b.height()));
     let (a, b) = (a.to_rgba8(), b.to_rgba8());
     let mut sum = 0u64;

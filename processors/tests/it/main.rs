@@ -8,6 +8,7 @@ mod colour_quality;
 mod common;
 mod fuzz_replay;
 mod jxl;
+mod jxl_out;
 mod mezzanine_quality;
 mod near_dup_accuracy;
 mod near_dup_corpus;

@@ -155,6 +155,7 @@ fn format(option: &str, v: &str) -> Result<Option<&'static str>, Error> {
         "webp" => "webp",
         "avif" => "avif",
         "gif" => "gif",
+        "jxl" => "jxl",
         other => return Err(refuse(option, format!("format `{other}` is not supported"))),
     }))
 }

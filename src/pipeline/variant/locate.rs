@@ -88,7 +88,15 @@ impl Pipeline {
             1
         };
         let resolved = spec
-            .resolve_frames(output, info.has_alpha, source_frames, accept)
+            .resolve_frames(
+                output,
+                info.has_alpha,
+                source_frames,
+                accept.map(|header| processors::Accept {
+                    header,
+                    order: &self.shared.config.formats.auto,
+                }),
+            )
             .with_targets(&self.shared.config.quality.targets());
         let header = processors::Header {
             format: source_format,
