@@ -8,6 +8,9 @@
 # write what the input must give (`ok` or the error code) in NAME.expect beside it.
 # The run's figures (time, executions, coverage, finds) are appended to fuzz/runs.tsv.
 #
+# FUZZ_TIMEOUT (seconds, default 10): how long one input may run before it counts as a find;
+# raise it when targets share the cores with each other or a build (the timeout is wall time).
+#
 # Needs cargo-fuzz (installed here if missing) and a C++ compiler for libFuzzer. The machines
 # have the stable toolchain only: RUSTC_BOOTSTRAP lets it take the flags cargo-fuzz passes.
 set -euo pipefail
@@ -59,7 +62,7 @@ dict=()
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)
 cargo fuzz run --sanitizer none --release "$target" "$seeds" -- \
-  -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
+  -max_total_time=$((minutes * 60)) -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -max_len=1048576 \
   -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|NEW)|ERROR|SUMMARY" | tail -20 || true
 
 finds=0

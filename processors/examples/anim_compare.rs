@@ -7,6 +7,7 @@
 //! are matched by time, not by index); the mean over frames is the output's score. Prints the
 //! bytes and the run's time (decode, resize, encode: `process`, one thread) at a mean score of
 //! 70 for WebP and AVIF (linear between the qualities around it), and GIF's bytes and score.
+//! `ANIM_COMPARE_CURVES=1` prints each format's (bytes, score, ms) at every quality.
 //!
 //! `anim_compare --memory <webp|avif|gif>`: four runs at once, on four threads, of a 499-frame
 //! 300 × 300 GIF (changing content: a moving gradient) into the format; prints the process's

@@ -1,5 +1,6 @@
-//! Animation through HTTP (issue 16, item 2): an animated GIF, WebP or APNG stays animated in
-//! GIF and WebP, with its frames' delays and its plays; `animated=0` and still formats take
+//! Animation through HTTP (issue 16, item 2; AVIF, issue 53): an animated GIF, WebP, APNG or
+//! AVIF sequence stays animated in GIF, WebP and AVIF, with its frames' delays and its plays,
+//! and its facts say its frames and one play's duration; offline (`imgcas process`) too; `animated=0` and still formats take
 //! the first frame, under keys of their own; an animation over `limits.max_frames` or the
 //! pixel limit is refused with 422 `too_many_pixels` before a frame is decoded, and the
 //! refusal is not stored.
@@ -307,4 +308,74 @@ async fn a_frame_that_panics_its_decoder_is_undecodable_and_cached() {
         .image_by_url(&origin.url("/crafted.webp"), "format=png&w=100")
         .await;
     assert_eq!(still.status(), 200);
+}
+
+/// Offline, on the server's code (issue 53): `imgcas process` keeps an animated GIF animated as
+/// AVIF (an AV1 image sequence with the GIF's frames, which libavif's `avifdec` decodes where
+/// installed, always under CI) and reads an AVIF image sequence as an animation.
+#[test]
+fn imgcas_process_writes_and_reads_animated_avif() {
+    let dir = tempfile::tempdir().unwrap();
+    let gif = dir.path().join("in.gif");
+    std::fs::write(&gif, testdata("sharp/animated-loop-3.gif")).unwrap();
+    let avif = dir.path().join("out.avif");
+    let (code, _) = binary::run(
+        dir.path(),
+        &[],
+        &[
+            "process",
+            "--spec",
+            "w=100&format=avif",
+            "-o",
+            avif.to_str().unwrap(),
+            gif.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    let written = std::fs::read(&avif).unwrap();
+    assert_eq!(&written[4..12], b"ftypavis", "an AV1 image sequence");
+    let header = imgcas_processors::animation::header(&written).expect("an animation");
+    assert_eq!(header.frames, 10);
+    assert_eq!(header.duration_ms, 42_000, "the GIF's delays");
+    if std::process::Command::new("avifdec")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let done = std::process::Command::new("avifdec")
+            .arg("--info")
+            .arg(&avif)
+            .output()
+            .unwrap();
+        assert!(done.status.success(), "{done:?}");
+        let decoded = String::from_utf8_lossy(&done.stdout)
+            .lines()
+            .filter(|l| l.contains("Decoded frame"))
+            .count();
+        assert_eq!(decoded, 10, "avifdec decodes every frame");
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI installs avifdec");
+    }
+    // An AVIF sequence in, animated WebP out, every frame.
+    let sequence = dir.path().join("seq.avif");
+    std::fs::write(
+        &sequence,
+        testdata("avif-sequences/colors-animated-8bpc.avif"),
+    )
+    .unwrap();
+    let webp = dir.path().join("out.webp");
+    let (code, _) = binary::run(
+        dir.path(),
+        &[],
+        &[
+            "process",
+            "--spec",
+            "w=64&format=webp",
+            "-o",
+            webp.to_str().unwrap(),
+            sequence.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(delays(&std::fs::read(&webp).unwrap()).len(), 5);
 }
