@@ -283,7 +283,7 @@ fn cost_with(
 /// How many times the output's pixels are charged beyond the first, by what the spec asks of
 /// them: measured on a 14 MP photo against its decode and JPEG encode (issue 28: a cost by
 /// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
-/// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8 (40 for an animation's
+/// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8 (16 for an animation's
 /// frames), lossless WebP about 40 and GIF (the best palette search) about 50, 5 for an
 /// animation's frames (a faster search); JPEG XL by its time against these at 512 px;
 /// the shaping options' own passes ([`Shape::filter_passes`]).
@@ -293,10 +293,13 @@ fn output_passes(spec: &ResolvedSpec, output: u64) -> u64 {
         OutputFormat::Png => 1,
         OutputFormat::Webp if spec.lossless => 40,
         OutputFormat::Webp => 4,
-        // An AV1 sequence's frames are coded from the ones before them: 10 frames of the
-        // sharp fixture's GIF at 370 × 285 took 0.30 s as animated AVIF against 0.03 s as
-        // animated WebP (4 passes), whole runs of `imgcas process`.
-        OutputFormat::Avif if spec.animated => 40,
+        // An AV1 sequence's frames are coded from the ones before them. In one process, at
+        // every quality (`examples/anim_compare.rs`), 10 frames of the sharp fixture's
+        // cartoon GIF took 3.5–4.5 times animated WebP's time (4 passes), and 24-frame
+        // photographic pans 0.7–1.1 times: charged as the cartoon. (40, from whole runs of
+        // `imgcas process` at the default qualities, refused long animations that WebP serves
+        // within `limits.max_cost`, once `format=auto` chose AVIF for them.)
+        OutputFormat::Avif if spec.animated => 16,
         OutputFormat::Avif => 8,
         // An animation's frames take a faster palette search (`encode`'s animation speed).
         OutputFormat::Gif if spec.animated => 5,
@@ -577,6 +580,30 @@ mod tests {
     /// The plan is each decision made alone, made once: its processor version, cost,
     /// route and the run's fit are what `processor_version`, `cost`, `mezzanine::serves`
     /// and `layout` give, with no fit computed twice.
+    /// An animation as large as the frame limits let through (500 frames of 320 × 312, 50 MP)
+    /// stays within the default cost limit as animated AVIF, the format `format=auto` now
+    /// picks for it, as it does as WebP and GIF.
+    #[test]
+    fn the_largest_animation_the_frame_limits_admit_is_within_the_cost_limit() {
+        let limits = Limits::default();
+        let gif = Some(SourceFormat::Gif);
+        for format in ["avif", "webp", "gif"] {
+            let spec = crate::Spec::from_pairs([("format", format)])
+                .unwrap()
+                .resolve_frames(Some(OutputFormat::Gif), false, 500, None);
+            assert!(spec.animated, "{format}");
+            let header = Header {
+                format: gif,
+                size: Some((320, 312)),
+                upright: Some((320, 312)),
+                has_alpha: false,
+                frames_made: 500,
+            };
+            let plan = plan(&header, &spec, &limits, true);
+            assert!(plan.check_cost(&limits).is_ok(), "{format}: {}", plan.cost);
+        }
+    }
+
     #[test]
     fn a_plan_is_each_computation_alone_made_once() {
         let limits = Limits::default();
