@@ -1,7 +1,7 @@
 //! What a page wants to know of a picture before it loads it, computed once per original:
 //! placeholders to paint while the image loads (a BlurHash of 4 × 3 components, a ThumbHash,
-//! the dominant colour) from the smallest decode that suffices, and how many frames it has,
-//! from a walk of its container's headers (no pixel decoded).
+//! the dominant colour) from the smallest decode that suffices, and how many frames it has
+//! and how long one play lasts, from a walk of its container's headers (no pixel decoded).
 
 use image::DynamicImage;
 
@@ -58,9 +58,11 @@ impl Facts {
 /// as small as suffices ([`decode::decode_small`], through `decodes`).
 pub fn facts(bytes: &[u8], limits: &Limits, decodes: &dyn Decodes) -> Result<Facts, ProcessError> {
     let (image, _) = decode::decode_small(bytes, limits, decodes)?;
-    let mut facts = of_image(&image, crate::animation::frame_count(bytes));
+    // One walk of the headers gives both (a JPEG XL's is a parse of its frame headers).
+    let header = crate::animation::header(bytes);
+    let mut facts = of_image(&image, header.map_or(1, |h| h.frames).max(1));
     if facts.frames > 1 {
-        facts.duration_ms = crate::animation::header(bytes).map_or(0, |h| h.duration_ms);
+        facts.duration_ms = header.map_or(0, |h| h.duration_ms);
     }
     Ok(facts)
 }

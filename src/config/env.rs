@@ -147,7 +147,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("quality.target_good", "IMGCAS_QUALITY_TARGET_GOOD", quality.target_good, number),
     setting!("quality.target_eco", "IMGCAS_QUALITY_TARGET_ECO", quality.target_eco, number),
     setting!("quality.target_low", "IMGCAS_QUALITY_TARGET_LOW", quality.target_low, number),
-    setting!("formats.auto", "IMGCAS_AUTO_FORMATS", formats.auto, super::formats::auto_formats),
+    setting!("formats.auto", "IMGCAS_AUTO_FORMATS", formats.auto, imgcas_processors::AutoFormats::parse),
     setting!("fetch.allow_private_networks", "IMGCAS_ALLOW_PRIVATE_NETWORKS", fetch.allow_private_networks, boolean),
     setting!("fetch.allowed_hosts", "IMGCAS_ALLOWED_HOSTS", fetch.allowed_hosts, hosts),
     setting!("fetch.max_bytes", "IMGCAS_MAX_SOURCE_BYTES", fetch.max_bytes, number),

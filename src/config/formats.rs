@@ -16,11 +16,6 @@ pub struct FormatsConfig {
     pub auto: AutoFormats,
 }
 
-/// Reads `formats.auto` from its comma list.
-pub fn auto_formats(v: &str) -> Result<AutoFormats, String> {
-    AutoFormats::parse(v)
-}
-
 fn auto_formats_of_toml<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AutoFormats, D::Error> {
     let text = String::deserialize(d)?;
     AutoFormats::parse(&text).map_err(serde::de::Error::custom)

@@ -319,19 +319,10 @@ fn imgcas_process_writes_and_reads_animated_avif() {
     let gif = dir.path().join("in.gif");
     std::fs::write(&gif, testdata("sharp/animated-loop-3.gif")).unwrap();
     let avif = dir.path().join("out.avif");
-    let (code, _) = binary::run(
-        dir.path(),
-        &[],
-        &[
-            "process",
-            "--spec",
-            "w=100&format=avif",
-            "-o",
-            avif.to_str().unwrap(),
-            gif.to_str().unwrap(),
-        ],
+    assert_eq!(
+        process_offline(dir.path(), "w=100&format=avif", &gif, &avif),
+        0
     );
-    assert_eq!(code, 0);
     let written = std::fs::read(&avif).unwrap();
     assert_eq!(&written[4..12], b"ftypavis", "an AV1 image sequence");
     let header = imgcas_processors::animation::header(&written).expect("an animation");
@@ -364,18 +355,21 @@ fn imgcas_process_writes_and_reads_animated_avif() {
     )
     .unwrap();
     let webp = dir.path().join("out.webp");
-    let (code, _) = binary::run(
-        dir.path(),
-        &[],
-        &[
-            "process",
-            "--spec",
-            "w=64&format=webp",
-            "-o",
-            webp.to_str().unwrap(),
-            sequence.to_str().unwrap(),
-        ],
+    assert_eq!(
+        process_offline(dir.path(), "w=64&format=webp", &sequence, &webp),
+        0
     );
-    assert_eq!(code, 0);
     assert_eq!(delays(&std::fs::read(&webp).unwrap()).len(), 5);
+}
+
+/// `imgcas process --spec <spec> -o <output> <input>`, with `dir` as its data folder: the exit
+/// code.
+fn process_offline(
+    dir: &std::path::Path,
+    spec: &str,
+    input: &std::path::Path,
+    output: &std::path::Path,
+) -> i32 {
+    let (input, output) = (input.to_str().unwrap(), output.to_str().unwrap());
+    binary::run(dir, &[], &["process", "--spec", spec, "-o", output, input]).0
 }

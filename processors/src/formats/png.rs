@@ -31,11 +31,12 @@ impl Format for Png {
     /// APNG: the frame count and plays its `acTL` chunk declares (before the image data), and
     /// the delays its `fcTL` chunks declare.
     fn animation(&self, bytes: &[u8]) -> Option<AnimationHeader> {
+        // `None`: no `acTL` (a still PNG); `Some(None)`: one too damaged to read.
         let mut declared = None;
         let mut duration_ms = 0u64;
         for (kind, data) in Chunks::all(bytes) {
             match kind {
-                b"acTL" => declared = actl(data).ok(),
+                b"acTL" => declared = Some(actl(data).ok()),
                 // The delay's numerator and denominator (u16 BE) after the sequence number,
                 // size and offset; a denominator of 0 means hundredths.
                 b"fcTL" => {
@@ -52,8 +53,10 @@ impl Format for Png {
             }
         }
         match declared {
-            Some((frames, plays)) => Some(AnimationHeader::of(frames, plays).lasting(duration_ms)),
-            None if Chunks::new(bytes).any(|(kind, _)| kind == b"acTL") => None,
+            Some(Some((frames, plays))) => {
+                Some(AnimationHeader::of(frames, plays).lasting(duration_ms))
+            }
+            Some(None) => None,
             None => Some(AnimationHeader::of(1, 1)),
         }
     }

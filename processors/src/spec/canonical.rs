@@ -63,10 +63,9 @@ impl Spec {
         } else {
             OutputFormat::Jpeg
         };
-        let default_order = AutoFormats::default();
         let accept = accept.unwrap_or(Accept {
             header: "",
-            order: &default_order,
+            order: &DEFAULT_ORDER,
         });
         let format = match self.format {
             FormatRequest::Exact(f) => f,
@@ -134,6 +133,11 @@ impl Spec {
         }
     }
 }
+
+/// The order a resolve without a client's `Accept` negotiates by (it matters only for the
+/// fallback), made once rather than per request.
+static DEFAULT_ORDER: std::sync::LazyLock<AutoFormats> =
+    std::sync::LazyLock::new(AutoFormats::default);
 
 /// The highest `q=auto` target whose outputs hide a coarse shrink-on-load as a JPEG or WebP
 /// at quality 90 does (a score of 80 is about JPEG 88 on the shared photos).
