@@ -74,6 +74,13 @@ pub enum Error {
         message: String,
         retry_after_secs: u64,
     },
+    /// The tenant has spent its budget (`[tenants.<name>]`): its cold work waits until the
+    /// budget refills, `retry_after_secs` from now.
+    #[error("{message}")]
+    OverBudget {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("{0}")]
     Internal(String),
 }
@@ -131,6 +138,7 @@ impl Error {
             Error::Blocked(_) => "blocked",
             Error::ValidationUnavailable(_) => "validation_unavailable",
             Error::Overloaded { .. } => "overloaded",
+            Error::OverBudget { .. } => "over_budget",
             Error::Internal(_) => "internal",
         }
     }
@@ -176,6 +184,8 @@ impl From<FetchError> for Error {
             FetchError::Timeout => Error::OriginTimeout(message),
             FetchError::Status(_)
             | FetchError::RateLimited { .. }
+            | FetchError::Busy { .. }
+            | FetchError::Paused { .. }
             | FetchError::Connect(_)
             | FetchError::Body(_)
             | FetchError::TooManyRedirects

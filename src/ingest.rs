@@ -142,10 +142,19 @@ pub async fn ingest_url(
         Ok(url) => url,
         Err(e) => return ItemResult::failed(raw, &e.into()),
     };
+    // A tenant over its budget downloads nothing more until it refills (issue 54).
+    if let Err(e) = pipeline.check_budget(asker).await {
+        return ItemResult::failed(raw, &e);
+    }
     let resolved = match pipeline.resolve_url(&url, true).await {
         Ok(r) => r,
         Err(f) => return ItemResult::failed(raw, &f.error),
     };
+    if resolved.downloaded {
+        pipeline
+            .charge_download(asker, resolved.fetched_bytes)
+            .await;
+    }
     if let Err(refused) = pipeline.may_serve(&[resolved.hash, resolved.source]) {
         return ItemResult::failed(raw, &refused.error);
     }

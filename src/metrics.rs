@@ -55,6 +55,8 @@ pub struct Readings {
     pub tiers: Vec<(&'static str, usize, usize)>,
     /// Per tier, the tenants with the most processing cost by name and the rest as `other`.
     pub tenants: Vec<TenantReading>,
+    /// The learned cost model: each class's factor, and the run-time estimates' errors.
+    pub cost_model: Option<crate::admission::learned::Reading>,
 }
 
 impl Default for Metrics {
@@ -143,6 +145,70 @@ fn describe() {
     describe_counter!(
         "imgcas_variant_map_reads_total",
         "Variants read from the variants map"
+    );
+    describe_counter!(
+        "imgcas_variant_object_reads_total",
+        "Variant objects read from the blob store"
+    );
+    describe_counter!(
+        "imgcas_original_reads_total",
+        "Originals' bytes read from the blob store"
+    );
+    describe_counter!(
+        "imgcas_hot_key_pins_total",
+        "Variants kept in memory for a while as hot keys"
+    );
+    describe_counter!(
+        "imgcas_origin_requests_total",
+        "Requests sent to origins, by origin (the first 50 named, the rest other)"
+    );
+    describe_counter!(
+        "imgcas_origin_slot_waits_total",
+        "Polls of a download slot the cluster held all of, by origin"
+    );
+    describe_counter!(
+        "imgcas_origin_rate_waits_total",
+        "Waits for an origin's request rate, by origin"
+    );
+    describe_counter!(
+        "imgcas_origin_pauses_total",
+        "Pauses of an origin for every node, by origin and reason (retry_after, refused)"
+    );
+    describe_counter!(
+        "imgcas_origin_paused_total",
+        "Downloads not sent because their origin was paused, by origin"
+    );
+    describe_histogram!(
+        "imgcas_origin_slot_wait_seconds",
+        "Time a download waited for its slots and its origin's rate"
+    );
+    describe_counter!(
+        "imgcas_tenant_spent_units_total",
+        "Cost units tenants spent of their budgets, by tenant"
+    );
+    describe_gauge!(
+        "imgcas_cost_class_factor",
+        "Learned seconds per cost unit of a class of runs (output format and operation), against the average"
+    );
+    describe_counter!(
+        "imgcas_cost_class_runs_total",
+        "Runs each cost class learned from"
+    );
+    describe_counter!(
+        "imgcas_run_estimate_error_milliseconds_total",
+        "Absolute error of processing runs' time estimates, by model (learned per class; fixed: the plan's cost alone)"
+    );
+    describe_counter!(
+        "imgcas_run_measured_milliseconds_total",
+        "Processing runs' measured time, the estimates' errors' denominator"
+    );
+    describe_counter!(
+        "imgcas_run_estimates_total",
+        "Processing runs whose estimate was compared"
+    );
+    describe_counter!(
+        "imgcas_tenant_over_budget_total",
+        "Work refused over_budget, by tenant"
     );
     describe_counter!(
         "imgcas_origin_failure_hits_total",
@@ -260,6 +326,9 @@ impl Metrics {
                 ("imgcas_dedup_bytes_saved_total", s.dedup_bytes_saved),
                 ("imgcas_hot_cache_hits_total", s.hot_hits),
                 ("imgcas_variant_map_reads_total", s.variant_map_reads),
+                ("imgcas_variant_object_reads_total", s.variant_object_reads),
+                ("imgcas_original_reads_total", s.original_reads),
+                ("imgcas_hot_key_pins_total", s.hot_key_pins),
                 ("imgcas_origin_failure_hits_total", s.origin_failure_hits),
                 ("imgcas_stale_for_maps_total", s.stale_for_maps),
                 ("imgcas_runs_stopped_total", s.runs_stopped),
@@ -302,6 +371,21 @@ impl Metrics {
             }
             for (op, trips) in &readings.map_round_trips {
                 counter!("imgcas_maps_statements_total", "op" => *op).absolute(*trips);
+            }
+            if let Some(model) = &readings.cost_model {
+                for (class, factor, runs) in &model.classes {
+                    gauge!("imgcas_cost_class_factor", "class" => class.clone()).set(*factor);
+                    counter!("imgcas_cost_class_runs_total", "class" => class.clone())
+                        .absolute(u64::from(*runs));
+                }
+                let e = &model.errors;
+                let ms = |secs: f64| (secs * 1000.0).round() as u64;
+                counter!("imgcas_run_estimate_error_milliseconds_total", "model" => "learned")
+                    .absolute(ms(e.learned_error_secs));
+                counter!("imgcas_run_estimate_error_milliseconds_total", "model" => "fixed")
+                    .absolute(ms(e.fixed_error_secs));
+                counter!("imgcas_run_measured_milliseconds_total").absolute(ms(e.measured_secs));
+                counter!("imgcas_run_estimates_total").absolute(e.runs);
             }
             for (tier, held, waiting) in &readings.tiers {
                 gauge!("imgcas_admission_slots_held", "tier" => *tier).set(*held as f64);

@@ -11,6 +11,11 @@
 //! While an entry lives, the URL's requests get the cached error (or, for a transient failure
 //! of a URL with a stored mapping, that mapping) without touching the origin. A success clears
 //! the entry, and with it the backoff.
+//!
+//! On shared maps the held failures are the cluster's (issue 54): the pipeline reads a URL's
+//! row in the maps' quotas before asking its origin and writes it after a failure
+//! ([`SharedFailure`]), so a failing URL is asked once per backoff step by the whole cluster;
+//! this memory keeps what the node learned, so that its next requests ask nobody.
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +29,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// Failure streaks are remembered this long after the last failure, so backoff keeps growing
 /// for an origin that flaps slower than its backoff.
-const STREAK_MEMORY: Duration = Duration::from_secs(3600);
+pub const STREAK_MEMORY: Duration = Duration::from_secs(3600);
 /// What the held failures may take in memory, URLs and error texts counted (issue 28: a cap
 /// by count let long URLs against a refusing origin take gigabytes).
 const HELD_BYTES: u64 = 32 << 20;
@@ -87,7 +92,12 @@ pub fn hold_for(error: &FetchError, streak: u32) -> Option<Duration> {
         FetchError::NotFound(_) | FetchError::TooLarge { .. } => Some(GONE),
         FetchError::RateLimited {
             retry_after: Some(asked),
+        }
+        | FetchError::Busy {
+            retry_after: asked, ..
         } => Some(backoff.max((*asked).min(MAX_RETRY_AFTER))),
+        // The pause's own time, not the URL's backoff: the URL did nothing.
+        FetchError::Paused { left } => Some((*left).min(MAX_RETRY_AFTER)),
         FetchError::RateLimited { retry_after: None }
         | FetchError::Status(_)
         | FetchError::Timeout
@@ -109,7 +119,18 @@ impl OriginFailures {
 
     /// Records a failed fetch; returns how long it is held.
     pub fn record(&self, url: &str, error: &FetchError) -> Option<Duration> {
-        let streak = self.entries.get(url).map_or(0, |e| e.streak) + 1;
+        self.record_after(url, error, 0).map(|(hold, _)| hold)
+    }
+
+    /// [`OriginFailures::record`] of a failure that follows `prior` failures in a row known
+    /// elsewhere (the cluster's): returns how long it is held and the streak it ends.
+    pub fn record_after(
+        &self,
+        url: &str,
+        error: &FetchError,
+        prior: u32,
+    ) -> Option<(Duration, u32)> {
+        let streak = self.entries.get(url).map_or(0, |e| e.streak).max(prior) + 1;
         let hold = hold_for(error, streak)?;
         self.entries.insert(
             url.to_string(),
@@ -119,12 +140,67 @@ impl OriginFailures {
                 until: Instant::now() + hold,
             },
         );
-        Some(hold)
+        Some((hold, streak))
+    }
+
+    /// Holds a failure another node recorded, for the `left` it has.
+    pub fn adopt(&self, url: &str, shared: &SharedFailure, left: Duration) {
+        self.entries.insert(
+            url.to_string(),
+            UrlFailure {
+                error: shared.error.clone(),
+                streak: shared.streak,
+                until: Instant::now() + left,
+            },
+        );
     }
 
     /// A successful fetch ends the streak.
     pub fn clear(&self, url: &str) {
         self.entries.invalidate(url);
+    }
+}
+
+/// A held failure as the maps keep it for the cluster: the error, encoded, and its streak.
+#[derive(Debug, Clone)]
+pub struct SharedFailure {
+    pub error: FetchError,
+    pub streak: u32,
+}
+
+/// The longest error text kept for the cluster (an error may quote a long URL).
+const SHARED_TEXT_BYTES: usize = 512;
+
+impl SharedFailure {
+    /// The row's text: the error as JSON, its texts cut to [`SHARED_TEXT_BYTES`].
+    pub fn encode(error: &FetchError) -> String {
+        let cut = |t: &String| {
+            let mut end = t.len().min(SHARED_TEXT_BYTES);
+            while !t.is_char_boundary(end) {
+                end -= 1;
+            }
+            t[..end].to_string()
+        };
+        let short = match error {
+            FetchError::BadUrl(t) => FetchError::BadUrl(cut(t)),
+            FetchError::NotAllowed(t) => FetchError::NotAllowed(cut(t)),
+            FetchError::Connect(t) => FetchError::Connect(cut(t)),
+            FetchError::Body(t) => FetchError::Body(cut(t)),
+            FetchError::BadRedirect(t) => FetchError::BadRedirect(cut(t)),
+            other => other.clone(),
+        };
+        serde_json::to_string(&short).unwrap_or_default()
+    }
+
+    /// A row's text read back; `None` for text this build cannot read (another release's).
+    pub fn decode(text: &str, streak: u32) -> Option<SharedFailure> {
+        let error = serde_json::from_str(text).ok()?;
+        Some(SharedFailure { error, streak })
+    }
+
+    /// The key a URL's row is kept under: its digest (URLs may be kilobytes long).
+    pub fn key(url: &str) -> String {
+        crate::hash::ContentHash::of(url.as_bytes()).to_hex()
     }
 }
 
@@ -160,6 +236,36 @@ mod tests {
             "never below the backoff"
         );
         assert_eq!(hold_for(&limited(86_400), 1), Some(MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn shared_failures_round_trip_through_their_text() {
+        for error in [
+            FetchError::Status(503),
+            FetchError::Connect("x".repeat(5000)),
+            FetchError::Busy {
+                status: 503,
+                retry_after: Duration::from_secs(5),
+            },
+            FetchError::NotFound(404),
+        ] {
+            let text = SharedFailure::encode(&error);
+            assert!(text.len() < 700, "{}", text.len());
+            let back = SharedFailure::decode(&text, 3).unwrap();
+            assert_eq!(back.streak, 3);
+            assert_eq!(
+                std::mem::discriminant(&back.error),
+                std::mem::discriminant(&error)
+            );
+        }
+        assert!(SharedFailure::decode("{\"Unknown\":1}", 1).is_none());
+        let failures = OriginFailures::default();
+        let url = "http://a.example/y.jpg";
+        assert_eq!(
+            failures.record_after(url, &FetchError::Status(500), 3),
+            Some((Duration::from_secs(8), 4)),
+            "the cluster's streak goes on"
+        );
     }
 
     #[test]

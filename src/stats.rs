@@ -21,6 +21,12 @@ pub struct Stats {
     pub variant_map_reads: AtomicU64,
     /// Variants served from the hot cache.
     pub hot_hits: AtomicU64,
+    /// Variant objects read from the blob store (maps that keep no variant bytes).
+    pub variant_object_reads: AtomicU64,
+    /// Originals' bytes read from the blob store (one per flight of concurrent readers).
+    pub original_reads: AtomicU64,
+    /// Variants kept in memory for a while as hot keys (the top-k of requests, `hot.rs`).
+    pub hot_key_pins: AtomicU64,
     /// Requests answered from the negative cache of origin failures (no origin traffic).
     pub origin_failure_hits: AtomicU64,
     /// Stale URL entries served because the maps could not be asked to revalidate them
@@ -87,6 +93,9 @@ impl Stats {
             dedup_bytes_saved: Self::get(&self.dedup_bytes_saved),
             variant_map_reads: Self::get(&self.variant_map_reads),
             hot_hits: Self::get(&self.hot_hits),
+            variant_object_reads: Self::get(&self.variant_object_reads),
+            original_reads: Self::get(&self.original_reads),
+            hot_key_pins: Self::get(&self.hot_key_pins),
             origin_failure_hits: Self::get(&self.origin_failure_hits),
             stale_for_maps: Self::get(&self.stale_for_maps),
             runs_stopped: Self::get(&self.runs_stopped),
@@ -120,6 +129,9 @@ pub struct StatsSnapshot {
     pub dedup_bytes_saved: u64,
     pub variant_map_reads: u64,
     pub hot_hits: u64,
+    pub variant_object_reads: u64,
+    pub original_reads: u64,
+    pub hot_key_pins: u64,
     pub origin_failure_hits: u64,
     pub stale_for_maps: u64,
     pub runs_stopped: u64,

@@ -45,6 +45,7 @@
 //! for it refused a new original's first request on an idle server.
 
 mod book;
+pub mod learned;
 mod memory;
 mod niced;
 mod pressure;
@@ -172,8 +173,11 @@ struct State {
     queued: [HashMap<Tenant, u64>; TIERS],
     /// Admitted runs still waiting for a CPU slot.
     waiting: usize,
-    /// Smoothed seconds of CPU per pixel of cost.
+    /// Smoothed seconds of CPU per pixel of cost, over every run: the reference a class's
+    /// own rate is measured against (`learned.rs`).
     secs_per_pixel: f64,
+    /// Seconds per pixel of cost learned per class of run (format and operation).
+    learned: learned::Learned,
     /// Per tier (background shares bulk's).
     codel: [CoDel; 2],
     /// When an image request was last refused for the wait it would have had (its run's
@@ -246,7 +250,15 @@ pub struct Overloaded {
 /// An admitted run. Dropping it (finished, failed or cancelled) returns its cost.
 pub struct Ticket<'a> {
     admission: &'a Admission,
+    /// The cost as admission counts it: scaled by its class's learned rate.
     cost: u64,
+    /// The cost the plan charged.
+    raw_cost: u64,
+    class: Option<learned::Class>,
+    /// What the run was expected to take at admission by the plan's cost alone (the fixed
+    /// coefficients), and by its class's learned rate (`learned.rs`).
+    fixed_estimate: f64,
+    learned_estimate: f64,
     asker: Asker,
     admitted_at: Instant,
     /// Its place among its tenant's waiters.
@@ -274,6 +286,7 @@ impl Admission {
                 queued: Default::default(),
                 waiting: 0,
                 secs_per_pixel: PRIOR_SECS_PER_PIXEL,
+                learned: Default::default(),
                 codel: Default::default(),
                 interactive_refused_at: None,
                 latency: Default::default(),
@@ -339,13 +352,30 @@ impl Admission {
 
     /// Admits a run of `cost` pixels for `asker`, or refuses it (see the module's doc).
     pub fn admit(&self, cost: u64, asker: &Asker) -> Result<Ticket<'_>, Overloaded> {
-        let cost = cost.max(MIN_COST);
+        self.admit_class(cost, "", asker)
+    }
+
+    /// [`Admission::admit`] of a run of `class` (its output format and operation, as
+    /// `learned.rs` keys them): its cost is scaled by what runs of its class were measured
+    /// to take against the average, so the queue's wait estimates are in learned seconds.
+    pub fn admit_class(
+        &self,
+        cost: u64,
+        class: &str,
+        asker: &Asker,
+    ) -> Result<Ticket<'_>, Overloaded> {
+        let raw_cost = cost.max(MIN_COST);
         let now = Instant::now();
         let tier = asker.tier;
         if tier == Tier::Interactive {
             self.cpu.interactive_arrived(now);
         }
         let mut state = self.state();
+        let class = state.learned.class_of(class);
+        let cost = state
+            .learned
+            .scaled(class, raw_cost, state.secs_per_pixel)
+            .max(MIN_COST);
         let codel = (tier as usize).min(1);
         let refuse = |state: &mut State, reason: &'static str, retry_after: Duration| {
             state.book.refused(tier, &asker.tenant);
@@ -389,6 +419,10 @@ impl Admission {
         Ok(Ticket {
             admission: self,
             cost,
+            raw_cost,
+            class,
+            fixed_estimate: raw_cost as f64 * state.secs_per_pixel,
+            learned_estimate: cost as f64 * state.secs_per_pixel,
             asker: asker.clone(),
             admitted_at: now,
             place: self.cpu.place(now, lead.min(LEAD)),
@@ -449,6 +483,13 @@ impl Admission {
     pub fn secs_per_pixel(&self) -> f64 {
         self.state().secs_per_pixel
     }
+
+    /// The cost model as learned so far: each class's rate against the average, and the
+    /// run-time estimates' errors, learned and fixed (`learned.rs`).
+    pub fn cost_model(&self) -> learned::Reading {
+        let state = self.state();
+        state.learned.reading(state.secs_per_pixel)
+    }
 }
 
 impl Ticket<'_> {
@@ -504,10 +545,28 @@ impl Ticket<'_> {
     /// Feeds a finished run's wall time on its CPU slot into the cost estimate and the
     /// latency windows.
     pub fn record(&self, ran: Duration) {
-        let sample = ran.as_secs_f64() / self.cost.max(1) as f64;
+        self.record_with_storage(ran, Duration::ZERO);
+    }
+
+    /// Records a run that took `ran` on the CPU after `storage` spent reading its input
+    /// (the bucket, the maps): the class learns from `ran`; the pressure signal counts
+    /// both, so a slow bucket or database sheds bulk work as slow CPUs do.
+    pub fn record_with_storage(&self, ran: Duration, storage: Duration) {
+        let secs = ran.as_secs_f64();
+        let sample = secs / self.cost.max(1) as f64;
         let mut state = self.admission.state();
+        let (learned, fixed) = (self.learned_estimate, self.fixed_estimate);
+        state
+            .learned
+            .observe(self.class, secs, self.raw_cost, learned, fixed);
         state.secs_per_pixel = 0.8 * state.secs_per_pixel + 0.2 * sample;
-        state.latency.record(sample, Instant::now());
+        let loaded = (secs + storage.as_secs_f64()) / self.cost.max(1) as f64;
+        state.latency.record(loaded, Instant::now());
+    }
+
+    /// The cost as admission counts it (the plan's, scaled by its class's learned rate).
+    pub fn scaled_cost(&self) -> u64 {
+        self.cost
     }
 }
 

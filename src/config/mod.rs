@@ -21,6 +21,7 @@ mod presets;
 mod quality;
 mod sources;
 mod storage;
+pub mod tenants;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
 pub use formats::FormatsConfig;
@@ -29,6 +30,7 @@ pub use presets::{option_pairs, NamedFallback, Preset, Structured, Watermark, PR
 pub use quality::{QualityConfig, QualityDefault};
 pub use sources::SourceBucket;
 pub use storage::{S3Config, StorageBackend, StorageConfig};
+pub use tenants::{budget_of, TenantBudget, Tenants};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -78,6 +80,9 @@ pub struct Config {
     /// in a request draws that stored original over the output (see
     /// [`imgcas_processors::Placement`] for the settings).
     pub watermarks: BTreeMap<String, String>,
+    /// Tenant budgets (`[tenants.<name>]` with `rate` and `burst`, `IMGCAS_TENANTS`): what
+    /// a tenant's runs and downloads may spend over time, in cost units (`tenants.rs`).
+    pub tenants: Tenants,
 }
 
 /// Where the three maps live (Debug hides the password: `maps.rs`).
@@ -210,6 +215,9 @@ pub struct FetchConfig {
     pub per_host_concurrency: usize,
     /// Extension: downloads in flight in all (`IMGCAS_FETCH_CONCURRENCY`).
     pub concurrency: usize,
+    /// Extension: requests a second to one origin at most, the whole cluster's
+    /// (`IMGCAS_FETCH_PER_HOST_RATE`; a burst of one second's worth).
+    pub per_host_rate: f64,
     /// URL entries no request used for this long are dropped (`IMGCAS_FORGET_AFTER`): the
     /// URL is downloaded afresh if it comes back (its bytes stay stored, so a duplicate
     /// costs the download only).
@@ -372,6 +380,7 @@ impl Default for Config {
             thumbor: ThumborConfig::default(),
             presets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
+            tenants: Tenants::new(),
         }
     }
 }
@@ -386,6 +395,7 @@ impl Default for FetchConfig {
             revalidate_after: Duration::from_secs(300),
             per_host_concurrency: 8,
             concurrency: 64,
+            per_host_rate: 50.0,
             forget_after: Duration::from_secs(30 * 24 * 3600),
             source_buckets: Vec::new(),
             buckets: BTreeMap::new(),
@@ -583,6 +593,12 @@ impl Config {
         }
         if self.fetch.per_host_concurrency == 0 || self.fetch.concurrency == 0 {
             return Err(bad("fetch.concurrency", "download limits must be above 0"));
+        }
+        if !(self.fetch.per_host_rate.is_finite() && self.fetch.per_host_rate > 0.0) {
+            return Err(bad("fetch.per_host_rate", "must be a number above 0"));
+        }
+        for (name, budget) in &self.tenants {
+            tenants::check(name, budget).map_err(|why| bad("tenants", why))?;
         }
         let keys = self.security.signing_keys();
         if self.security.signing_key.is_some() && keys.is_empty() {
@@ -877,6 +893,14 @@ mod tests {
                 (
                     r#"{ logo = "hash=abababababababababababababababababababababababababababababababab&position=southeast&scale=0.2" }"#,
                     "logo=hash=abababababababababababababababababababababababababababababababab&position=southeast&scale=0.2",
+                ),
+            ),
+            ("IMGCAS_FETCH_PER_HOST_RATE", ("5.5", "5.5")),
+            (
+                "IMGCAS_TENANTS",
+                (
+                    r#"{ shop = { rate = 1000000, burst = 50000000 }, default = { rate = 10, burst = 20 } }"#,
+                    "shop=rate=1000000&burst=50000000; default=rate=10&burst=20",
                 ),
             ),
             (

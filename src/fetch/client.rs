@@ -42,7 +42,8 @@ pub struct Fetcher {
     config: FetchConfig,
     /// `s3://` sources (`bucket.rs`).
     buckets: super::bucket::Buckets,
-    /// Download slots per origin and in all; waiting for one counts against the timeout.
+    /// Download slots per origin and in all, in this process; waiting for one does not count
+    /// against the timeout.
     pub slots: OriginSlots,
 }
 
@@ -150,20 +151,38 @@ impl Fetcher {
         }
     }
 
-    /// GETs `url`, conditionally when `validators` are given, following up to 5 redirects.
+    /// GETs `url`, conditionally when `validators` are given, following up to 5 redirects,
+    /// once one of this process's download slots for its origin is free.
     pub async fn fetch(
         &self,
         url: &Url,
         validators: Option<&Validators>,
     ) -> Result<FetchOutcome, FetchError> {
-        let bucket = url.scheme() == "s3";
-        match bucket {
-            true => self.buckets.check(url)?,
-            false => self.check(url)?,
+        self.check_source(url)?;
+        let _slot = self.slots.acquire(url).await;
+        self.fetch_now(url, validators).await
+    }
+
+    /// The checks a source URL passes before any traffic: the address guard's (for HTTP),
+    /// or the listed buckets' (for `s3://`).
+    pub fn check_source(&self, url: &Url) -> Result<(), FetchError> {
+        match url.scheme() == "s3" {
+            true => self.buckets.check(url),
+            false => self.check(url),
         }
+    }
+
+    /// [`Fetcher::fetch`] for a caller that holds the download's slots already: the
+    /// request alone, bounded by `fetch.timeout` from the moment it is sent (time spent
+    /// waiting for a slot never counts against it).
+    pub async fn fetch_now(
+        &self,
+        url: &Url,
+        validators: Option<&Validators>,
+    ) -> Result<FetchOutcome, FetchError> {
+        self.check_source(url)?;
         let download = async {
-            let _slot = self.slots.acquire(url).await;
-            match bucket {
+            match url.scheme() == "s3" {
                 true => {
                     let max = self.config.max_bytes;
                     self.buckets.get(url, validators, max).await
@@ -236,6 +255,20 @@ impl Fetcher {
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after),
                 }),
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    match response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after)
+                    {
+                        Some(retry_after) => Err(FetchError::Busy {
+                            status: status.as_u16(),
+                            retry_after,
+                        }),
+                        None => Err(FetchError::Status(status.as_u16())),
+                    }
+                }
                 s if s.is_success() => self.read_body(response).await,
                 s => Err(FetchError::Status(s.as_u16())),
             };

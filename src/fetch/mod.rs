@@ -10,7 +10,8 @@ pub mod politeness;
 pub use client::{FetchOutcome, Fetcher, Validators};
 
 /// Why a fetch failed. `is_transient` says whether a stored mapping should be served instead.
-#[derive(Debug, Clone, thiserror::Error)]
+/// (Serialized: a URL's held failure is shared with the other nodes through the maps.)
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum FetchError {
     #[error("{0}")]
     BadUrl(String),
@@ -28,6 +29,16 @@ pub enum FetchError {
         /// The origin's `Retry-After`, when it gave one in seconds or as a date.
         retry_after: Option<std::time::Duration>,
     },
+    /// A `503` with `Retry-After`: the origin asks for a pause (every node keeps it).
+    #[error("the origin answered {status} and asked to wait {} s", retry_after.as_secs())]
+    Busy {
+        status: u16,
+        retry_after: std::time::Duration,
+    },
+    /// Not sent: the origin is paused for every node (it asked so, or refused connections
+    /// in a row), for this long still.
+    #[error("the origin asked for a pause; {} s left", left.as_secs().max(1))]
+    Paused { left: std::time::Duration },
     #[error("the source is larger than {limit} bytes")]
     TooLarge { limit: u64 },
     #[error("the origin did not answer in time")]
@@ -50,10 +61,21 @@ impl FetchError {
         match self {
             FetchError::Status(s) => *s >= 500 || *s == 429 || *s == 408,
             FetchError::RateLimited { .. }
+            | FetchError::Busy { .. }
+            | FetchError::Paused { .. }
             | FetchError::Timeout
             | FetchError::Connect(_)
             | FetchError::Body(_) => true,
             _ => false,
+        }
+    }
+
+    /// How long the origin asked every client to wait (`Retry-After` on a `429` or `503`).
+    pub fn asked_pause(&self) -> Option<std::time::Duration> {
+        match self {
+            FetchError::RateLimited { retry_after } => *retry_after,
+            FetchError::Busy { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 }

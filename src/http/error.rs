@@ -55,6 +55,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::OriginTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, BRIEF),
         Error::StorageUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
         Error::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
+        Error::OverBudget { .. } => (StatusCode::TOO_MANY_REQUESTS, NO_STORE),
         Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, NO_STORE),
     }
 }
@@ -120,9 +121,12 @@ impl IntoResponse for Error {
                 headers.insert(header::WWW_AUTHENTICATE, value);
             }
         }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             let after = match self {
                 Error::Overloaded {
+                    retry_after_secs, ..
+                }
+                | Error::OverBudget {
                     retry_after_secs, ..
                 } => retry_after_secs,
                 _ => 1,

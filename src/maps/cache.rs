@@ -36,6 +36,7 @@ use super::{
     Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow, VariantTotals,
     Variants,
 };
+use super::{Bucket, HeldFailure, OriginSlot, OriginTurn, Quotas, SlotTake, Take};
 use crate::hash::ContentHash;
 
 /// Bytes the in-memory copies of entries may hold, per cache, unless
@@ -513,6 +514,18 @@ store_answers!(Blocklist {
     fn block(&self, entry: &BlockEntry) -> bool;
     fn unblock(&self, id: &str) -> bool;
     fn blocklist(&self) -> Vec<BlockEntry>;
+});
+
+store_answers!(Quotas {
+    fn take_origin_turn(&self, turn: &OriginTurn<'_>) -> (SlotTake, Option<HeldFailure>);
+    fn release_origin_slot(&self, slot: &OriginSlot) -> ();
+    fn origin_slots_held(&self, origin: &str) -> u32;
+    fn pause_origin(&self, origin: &str, length: Duration) -> ();
+    fn origin_pause(&self, origin: &str) -> Option<Duration>;
+    fn take_tokens(&self, key: &str, bucket: Bucket, need: f64, cost: f64) -> Take;
+    fn held_failure(&self, url: &str) -> Option<HeldFailure>;
+    fn hold_failure(&self, url: &str, error: &str, streak: u32, hold: Duration, remember: Duration) -> ();
+    fn clear_failure(&self, url: &str) -> ();
 });
 
 store_answers!(Claims {

@@ -44,12 +44,16 @@ pub mod format_by_name;
 pub mod near;
 mod open;
 pub mod postgres;
+pub mod quotas;
 pub mod redb;
 
 pub use self::blocklist::{BlockEntry, Blocklist};
 pub use self::cache::Cached;
 pub use self::open::{open, open_backend, OpenOptions};
 pub use self::postgres::{PostgresMaps, PostgresStore};
+pub use self::quotas::{
+    Bucket, HeldFailure, MemoryQuotas, OriginSlot, OriginTurn, Quotas, SlotTake, Take,
+};
 pub use self::redb::{RedbMaps, RedbStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -369,6 +373,7 @@ pub trait MapStore:
     + Takedowns
     + Blocklist
     + Claims
+    + Quotas
     + Send
     + Sync
     + 'static

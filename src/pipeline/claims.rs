@@ -86,7 +86,7 @@ impl Held {
 }
 
 /// A token no other write of any node uses: a digest of the node, a counter and the time.
-fn new_token(node: &str) -> i64 {
+pub(super) fn new_token(node: &str) -> i64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = Sha256::new();
     h.update(node.as_bytes());

@@ -46,6 +46,7 @@ use crate::negative::{OriginFailures, UrlFailure};
 use crate::stats::{Stats, StatsSnapshot};
 
 mod blocklist;
+mod budgets;
 mod claims;
 mod copy;
 mod deadline;
@@ -54,6 +55,7 @@ mod facts;
 mod gate;
 mod maintenance;
 mod near;
+mod origins;
 mod recall;
 mod removal;
 mod resolve;
@@ -95,10 +97,17 @@ struct Shared {
     fetcher: Fetcher,
     /// Origin failures per URL, held for their class's lifetime (with backoff).
     origin_failures: OriginFailures,
+    /// Connection failures in a row per origin, and the origins metrics name (`origins.rs`).
+    origins: origins::Origins,
     /// One origin request per URL at a time; latecomers share its answer.
     url_flights: SingleFlight<String, Result<Resolved, Failure>>,
     /// One processing run per variant key at a time.
     variant_flights: SingleFlight<Vec<u8>, Result<(VariantRow, bool), Error>>,
+    /// One read of a stored variant (its row and its object) per key at a time, for the
+    /// requests that miss it together (`variant/stored.rs`).
+    variant_reads: SingleFlight<crate::maps::VariantKey, Result<Option<VariantRow>, Error>>,
+    /// One read of an original's bytes per hash at a time.
+    original_reads: SingleFlight<ContentHash, Result<Bytes, Error>>,
     /// Processing admission: at most `limits.process_concurrency` runs (facts and
     /// fingerprints among them) use the CPU at once, on the blocking pool, and work that
     /// would wait past `limits.queue_target` is refused.
@@ -229,8 +238,11 @@ impl Pipeline {
                 blobs,
                 fetcher,
                 origin_failures: OriginFailures::default(),
+                origins: Default::default(),
                 url_flights: SingleFlight::default(),
                 variant_flights: SingleFlight::default(),
+                variant_reads: SingleFlight::default(),
+                original_reads: SingleFlight::default(),
                 admission,
                 stats: Stats::default(),
                 metrics,
@@ -295,6 +307,7 @@ impl Pipeline {
                 .map(|(tier, (held, waiting))| (tier.name(), held, waiting))
                 .collect(),
             tenants: s.admission.tenants(),
+            cost_model: Some(s.admission.cost_model()),
         }
     }
 
@@ -381,10 +394,23 @@ impl Pipeline {
     /// An indexed original's bytes; their absence is answered by the gate
     /// ([`Pipeline::bytes_missing`]).
     pub async fn original_bytes(&self, hash: &ContentHash) -> Result<Bytes, Error> {
-        match self.shared.blobs.get(hash).await? {
-            Some(bytes) => Ok(bytes),
-            None => Err(self.bytes_missing(hash).await?),
-        }
+        // Concurrent reads of one original share one GET (bytes by hash never change).
+        let this = self.clone();
+        let h = *hash;
+        self.shared
+            .original_reads
+            .run(
+                *hash,
+                async move {
+                    Stats::bump(&this.shared.stats.original_reads);
+                    match this.shared.blobs.get(&h).await? {
+                        Some(bytes) => Ok(bytes),
+                        None => Err(this.bytes_missing(&h).await?),
+                    }
+                },
+                |m| Err(Error::Internal(format!("original read failed: {m}"))),
+            )
+            .await
     }
 
     /// Every hash the blob store holds, indexed or not.

@@ -244,6 +244,7 @@ impl Pipeline {
             Arc::new(Target {
                 // Later requests find the mapping fresh, whatever this one did to it.
                 url_state: target.url_state.map(|_| UrlState::Fresh),
+                fetched_bytes: 0,
                 ..target.clone()
             }),
             target.epoch,

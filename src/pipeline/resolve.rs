@@ -15,6 +15,7 @@ use imgcas_processors::{self as processors, sniff, SourceInfo};
 
 use super::claims::{Backoff, Lease, Turn};
 use super::near::Canonical;
+use super::origins::NotFetched;
 use super::{blocking, Failure, Pipeline};
 use crate::admission::Tier;
 use crate::blob::PutOutcome;
@@ -23,6 +24,7 @@ use crate::error::Error;
 use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, OriginalInfo, Recorded, UrlEntry};
+use crate::negative::SharedFailure;
 use crate::stats::Stats;
 
 /// How a source URL was turned into a hash.
@@ -55,6 +57,9 @@ pub struct Resolved {
     pub changed: bool,
     /// When the mapping was last confirmed with the origin (its freshness starts there).
     pub checked_at_ms: u64,
+    /// Bytes the origin sent for this resolution (0 unless `downloaded`): what the tenant's
+    /// budget is charged for the download, with the run that follows.
+    pub fetched_bytes: u64,
 }
 
 impl Resolved {
@@ -67,6 +72,7 @@ impl Resolved {
             new_original: false,
             changed: false,
             checked_at_ms: entry.checked_at_ms,
+            fetched_bytes: 0,
         }
     }
 }
@@ -156,6 +162,9 @@ impl Pipeline {
                 held_for: Some(left),
             });
         }
+        // The moment this request arrived: another node's check that began later is as fresh
+        // as this request needs, whatever `revalidate_after` says (issue 54).
+        let arrived_ms = now_ms();
         let (this, u) = (self.clone(), url.clone());
         // A forced recheck has flights of its own: a request's flight may answer from a
         // mapping another flight just refreshed, without asking the origin, and one that
@@ -169,7 +178,7 @@ impl Pipeline {
             .url_flights
             .run(
                 key,
-                async move { this.refresh_url(u, recheck, entry).await },
+                async move { this.refresh_url(u, recheck, entry, arrived_ms).await },
                 |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
             )
             .await;
@@ -182,12 +191,14 @@ impl Pipeline {
 
     /// The one origin request of a flight: conditional when the URL is known.
     /// `seen` is the entry the flight's first caller found (shared maps: the claim below
-    /// looks again once it is ours, so it is not read twice).
+    /// looks again once it is ours, so it is not read twice); `arrived_ms`, when that caller
+    /// arrived.
     async fn refresh_url(
         &self,
         url: Url,
         recheck: bool,
         seen: Option<UrlEntry>,
+        arrived_ms: u64,
     ) -> Result<Resolved, Failure> {
         let s = &self.shared;
         let mut entry = match s.maps.shared() {
@@ -203,7 +214,10 @@ impl Pipeline {
         // wait for its entry (or for its claim to expire).
         // (A digest: claim keys are index entries, and URLs can be long.)
         let claim_key = format!("url:{}", ContentHash::of(url.as_str().as_bytes()));
-        let mut lease = match self.url_turn(&url, &claim_key, recheck, &mut entry).await {
+        let mut lease = match self
+            .url_turn(&url, &claim_key, recheck, arrived_ms, &mut entry)
+            .await
+        {
             Ok(Ok(lease)) => lease,
             Ok(Err(done)) => return Ok(done),
             Err(failure) => return self.maps_failed(&url, failure, entry, recheck),
@@ -212,19 +226,35 @@ impl Pipeline {
             etag: e.etag.clone(),
             last_modified: e.last_modified.clone(),
         });
-        let fetched = match s.fetcher.fetch(&url, validators.as_ref()).await {
+        // A check's time is when it began: the origin's answer says what the URL named then,
+        // and a waiter that arrived before it adopts it (`refreshed`).
+        let began_ms = now_ms();
+        let (fetched, prior_streak) = self.download(&url, validators.as_ref()).await;
+        let fetched = match fetched {
             Ok(fetched) => fetched,
-            Err(e) => return self.origin_failed(&url, e, entry),
+            // A failure another node holds for this URL answers here too: the cluster asks
+            // a failing URL once per backoff step (issue 54), not once per node.
+            Err(NotFetched::Held(failure, left)) => {
+                lease.release().await;
+                return self.held_elsewhere(&url, failure, left, entry);
+            }
+            Err(NotFetched::Failed(e)) => {
+                lease.release().await;
+                return self.origin_failed(&url, e, entry, prior_streak).await;
+            }
         };
         s.origin_failures.clear(url.as_str());
+        if prior_streak > 0 {
+            self.clear_shared_failure(&url).await;
+        }
         match fetched {
             FetchOutcome::NotModified { validators } => {
                 Stats::bump(&s.stats.not_modified);
                 // `NotModified` is only returned for conditional requests, which need an entry.
                 let mut entry =
                     entry.ok_or_else(|| Error::Internal("304 without an entry".into()))?;
-                entry.checked_at_ms = now_ms();
-                entry.requested_at_ms = entry.checked_at_ms;
+                entry.checked_at_ms = began_ms;
+                entry.requested_at_ms = now_ms();
                 // A 304 may carry fresher validators (RFC 9110 §15.4.5): the next conditional
                 // request must use them, or the origin answers it with the whole body.
                 if validators.etag.is_some() {
@@ -247,6 +277,7 @@ impl Pipeline {
                 Ok(Resolved::known(&entry, UrlState::Revalidated))
             }
             FetchOutcome::Fetched { bytes, validators } => {
+                let fetched_bytes = bytes.len() as u64;
                 Stats::bump(&s.stats.downloads);
                 Stats::add(&s.stats.downloaded_bytes, bytes.len() as u64);
                 let publish = match lease.settle().await {
@@ -257,7 +288,9 @@ impl Pipeline {
                     }
                 };
                 let publish_url = matches!(publish, Publish::Url(_));
-                let stored = self.store_download(&url, bytes, validators, &publish).await;
+                let stored = self
+                    .store_download(&url, bytes, validators, began_ms, &publish)
+                    .await;
                 if let (Publish::Url(Some(_)), Ok((_, _, _, true))) = (&publish, &stored) {
                     lease.given_up();
                 }
@@ -280,7 +313,8 @@ impl Pipeline {
                     downloaded: true,
                     new_original,
                     changed: entry.is_some_and(|e| e.hash != source),
-                    checked_at_ms: now_ms(),
+                    checked_at_ms: began_ms,
+                    fetched_bytes,
                 })
             }
         }
@@ -294,6 +328,7 @@ impl Pipeline {
         url: &Url,
         claim_key: &str,
         recheck: bool,
+        arrived_ms: u64,
         entry: &mut Option<UrlEntry>,
     ) -> Result<Result<Lease, Resolved>, Failure> {
         let s = &self.shared;
@@ -322,12 +357,12 @@ impl Pipeline {
                     if recheck {
                         continue;
                     }
-                    if let Some(done) = self.refreshed_elsewhere(url, entry.as_ref()).await? {
+                    if let Some(done) = self.refreshed_elsewhere(url, entry, arrived_ms).await? {
                         return Ok(Err(done));
                     }
                 }
                 Turn::Published => {
-                    if let Some(done) = self.refreshed_elsewhere(url, entry.as_ref()).await? {
+                    if let Some(done) = self.refreshed_elsewhere(url, entry, arrived_ms).await? {
                         return Ok(Err(done));
                     }
                     past_published = true;
@@ -362,14 +397,19 @@ impl Pipeline {
     }
 
     /// The URL's entry, if another node refreshed it since this node read `seen` and that
-    /// check is fresh by this node's own rule (`revalidate_after`): what waiting for that
-    /// node's download or check gave. A check newer than `seen` but older than the rule
-    /// allows is not adopted (issue 28): the origin may have changed since it, and this node
-    /// was about to ask.
+    /// check is fresh enough for this request: it began after the request arrived
+    /// (`arrived_ms`: as fresh as the request needs, whatever the rule), or it is fresh by
+    /// this node's own rule (`revalidate_after`). What waiting for that node's download or
+    /// check gave. A check newer than `seen` but neither (issue 28: it began before this
+    /// request, and is older than the rule allows) is not adopted: the origin may have
+    /// changed since it, and this node was about to ask; but its validators are, so that
+    /// the ask is conditional (issue 54: under `revalidate_after = 0`, ten nodes made ten
+    /// full downloads of one new URL).
     async fn refreshed_elsewhere(
         &self,
         url: &Url,
-        seen: Option<&UrlEntry>,
+        seen: &mut Option<UrlEntry>,
+        arrived_ms: u64,
     ) -> Result<Option<Resolved>, Failure> {
         let now = self
             .shared
@@ -377,13 +417,32 @@ impl Pipeline {
             .url_now(url.as_str())
             .await
             .map_err(Error::from)?;
-        Ok(self.refreshed(now, seen))
+        let adopted = self.refreshed(now.clone(), seen.as_ref(), arrived_ms);
+        if adopted.is_none() {
+            if let Some(now) = now {
+                if seen
+                    .as_ref()
+                    .is_none_or(|old| now.checked_at_ms > old.checked_at_ms)
+                {
+                    *seen = Some(now);
+                }
+            }
+        }
+        Ok(adopted)
     }
 
-    /// Whether `now`, the URL's entry as just read, is news against `seen`: a fresh entry
-    /// where there was none, or a later check.
-    fn refreshed(&self, now: Option<UrlEntry>, seen: Option<&UrlEntry>) -> Option<Resolved> {
-        let now = now.filter(|e| is_fresh(e, self.shared.config.fetch.revalidate_after));
+    /// Whether `now`, the URL's entry as just read, is news against `seen` that a request
+    /// that arrived at `arrived_ms` may adopt: a check where there was none, or a later
+    /// check, begun after the request arrived or fresh by the rule.
+    fn refreshed(
+        &self,
+        now: Option<UrlEntry>,
+        seen: Option<&UrlEntry>,
+        arrived_ms: u64,
+    ) -> Option<Resolved> {
+        let now = now.filter(|e| {
+            e.checked_at_ms >= arrived_ms || is_fresh(e, self.shared.config.fetch.revalidate_after)
+        });
         match (seen, now) {
             (None, Some(e)) => Some(Resolved::known(&e, UrlState::Downloaded)),
             (Some(old), Some(e)) if e.checked_at_ms > old.checked_at_ms => Some(Resolved {
@@ -394,15 +453,25 @@ impl Pipeline {
         }
     }
 
-    /// Records an origin failure (held per its class, with backoff) and serves the stored
+    /// Records an origin failure (held per its class, with backoff, after `prior` failures
+    /// in a row the cluster knew of; shared with the other nodes) and serves the stored
     /// mapping instead when the failure says nothing about the content.
-    fn origin_failed(
+    async fn origin_failed(
         &self,
         url: &Url,
         error: FetchError,
         entry: Option<UrlEntry>,
+        prior: u32,
     ) -> Result<Resolved, Failure> {
-        let held_for = self.shared.origin_failures.record(url.as_str(), &error);
+        let held = self
+            .shared
+            .origin_failures
+            .record_after(url.as_str(), &error, prior);
+        // (A pause is the origin's, kept by every node already; the URL did nothing.)
+        if let (Some((hold, streak)), false) = (held, matches!(error, FetchError::Paused { .. })) {
+            self.share_failure(url, &error, streak, hold).await;
+        }
+        let held_for = held.map(|(hold, _)| hold);
         if let (true, Some(entry)) = (error.is_transient(), entry) {
             self.note_url_requested(url.as_str());
             tracing::warn!(url = %url, error = %error, retry_in = ?held_for, "origin failed; serving the stored mapping");
@@ -419,6 +488,30 @@ impl Pipeline {
         })
     }
 
+    /// A failure another node holds for `url`, `left` to go: held here too, and answered as
+    /// this node's own held failure (the stored mapping, for a transient one).
+    fn held_elsewhere(
+        &self,
+        url: &Url,
+        failure: SharedFailure,
+        left: Duration,
+        entry: Option<UrlEntry>,
+    ) -> Result<Resolved, Failure> {
+        let s = &self.shared;
+        s.origin_failures.adopt(url.as_str(), &failure, left);
+        Stats::bump(&s.stats.origin_failure_hits);
+        if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
+            self.note_url_requested(url.as_str());
+            return Ok(Resolved::known(entry, UrlState::Stale));
+        }
+        Err(Failure {
+            error: failure.error.into(),
+            source_hash: None,
+            cached: true,
+            held_for: Some(left),
+        })
+    }
+
     /// Hashes a download, stores its bytes if new, then points the URL at it (unless
     /// `publish_url` is off: a node that lost its claim indexes the original only). In
     /// canonical mode, new bytes that are a near-duplicate of a stored original at least as
@@ -430,6 +523,7 @@ impl Pipeline {
         url: &Url,
         bytes: Bytes,
         validators: Validators,
+        began_ms: u64,
         publish: &Publish,
     ) -> Result<(ContentHash, ContentHash, bool, bool), Error> {
         let s = &self.shared;
@@ -439,13 +533,12 @@ impl Pipeline {
         };
         let (hash, info) = self.describe_in_turn(bytes.clone(), false).await?;
         let size = bytes.len() as u64;
-        let now = now_ms();
         let mut entry = UrlEntry {
             hash,
             etag: validators.etag,
             last_modified: validators.last_modified,
-            checked_at_ms: now,
-            requested_at_ms: now,
+            checked_at_ms: began_ms,
+            requested_at_ms: now_ms(),
             canonical: None,
         };
         // Taken-down and blocked bytes (the blocklist, the validation hook) are not stored:

@@ -26,8 +26,14 @@ struct Cluster {
 
 impl Cluster {
     fn start(maps_url: &str, bucket: &S3Target, extra: &[(&str, String)]) -> Cluster {
-        let nodes = ["a", "b", "c"]
-            .into_iter()
+        Cluster::start_n(3, maps_url, bucket, extra)
+    }
+
+    /// `n` nodes (up to 26), named `node-a`, `node-b`, ….
+    fn start_n(n: usize, maps_url: &str, bucket: &S3Target, extra: &[(&str, String)]) -> Cluster {
+        let nodes = (b'a'..=b'z')
+            .take(n)
+            .map(|name| name as char)
             .map(|name| {
                 let dir = tempfile::tempdir().unwrap();
                 let mut env = vec![
@@ -97,13 +103,19 @@ impl Cluster {
     /// `n` requests for `source` with `query` at once, spread round-robin over the nodes:
     /// each one's status and body.
     async fn at_once(&self, n: usize, source: &str, query: &str) -> Vec<(u16, bytes::Bytes)> {
+        self.each_at_once(vec![source.to_string(); n], query).await
+    }
+
+    /// A request for each of `sources` with `query`, all at once, spread round-robin over
+    /// the nodes: each one's status and body.
+    async fn each_at_once(&self, sources: Vec<String>, query: &str) -> Vec<(u16, bytes::Bytes)> {
         let mut requests = Vec::new();
-        for i in 0..n {
+        for (i, source) in sources.into_iter().enumerate() {
             let (client, base) = (
                 self.client.clone(),
                 self.nodes[i % self.nodes.len()].base.clone(),
             );
-            let (source, query) = (source.to_string(), query.to_string());
+            let query = query.to_string();
             requests.push(tokio::spawn(async move {
                 let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
                 url.query_pairs_mut().append_pair("url", &source);
@@ -890,6 +902,226 @@ async fn a_node_does_not_adopt_another_nodes_stale_check() {
         assert!(
             origin.requests() - conditional_before >= 3,
             "every request asked the origin"
+        );
+    }
+}
+
+/// A cluster test's parts: `n` nodes (with `env`) on a database of their own in the
+/// harness's PostgreSQL (`None`: no PostgreSQL here, the test skips), a bucket, an origin.
+/// (Held in the order they are dropped: nodes first; the server is the harness's.)
+async fn cluster_of(
+    n: usize,
+    database: &str,
+    env: &[(&str, String)],
+) -> Option<(Cluster, Origin, S3Target)> {
+    let pg = PgServer::or_skip("cluster")?;
+    let bucket = S3Target::new().await;
+    let origin = Origin::start().await;
+    let cluster = Cluster::start_n(n, &pg.database(database), &bucket, env);
+    Some((cluster, origin, bucket))
+}
+
+/// Issue 54 (1): under `revalidate_after = 0`, 100 concurrent requests for one new URL over
+/// ten nodes make one full download and one run: a node waiting on another node's check
+/// adopts it when it began after the node's request arrived, and otherwise asks with the
+/// validators that check recorded (a `304`), never downloading in full again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_nodes_under_zero_revalidation_download_a_new_url_once() {
+    let Some((cluster, origin, _bucket)) = cluster_of(
+        10,
+        "cluster_zero_revalidation",
+        &[("IMGCAS_REVALIDATE_AFTER", "0s".to_string())],
+    )
+    .await
+    else {
+        return;
+    };
+    origin.put_slow(
+        "/new.jpg",
+        jpeg(640, 480, 9),
+        Some(Duration::from_millis(300)),
+    );
+    let source = origin.url("/new.jpg");
+    let mut bodies = std::collections::HashSet::new();
+    for (status, body) in cluster.at_once(100, &source, "w=120&format=webp").await {
+        assert_eq!(status, 200);
+        bodies.insert(body);
+    }
+    assert_eq!(bodies.len(), 1, "every node served the same bytes");
+    assert_eq!(origin.full(), 1, "one full download in the cluster");
+    // Nodes whose requests came before the check adopt it; the others ask conditionally.
+    assert!(
+        origin.requests() < 10,
+        "{} requests at the origin: fewer than one a node",
+        origin.requests()
+    );
+    assert_eq!(cluster.total(DOWNLOADS).await, 1.0);
+    assert_eq!(cluster.total(RUNS).await, 1.0);
+}
+
+/// Issue 54 (2): one origin's limits hold for the cluster. Its download slots are the
+/// cluster's (`IMGCAS_FETCH_PER_HOST=2` over three nodes: at most two requests at the
+/// origin at once, where each node once allowed two of its own), and an origin that answers
+/// `429` with `Retry-After: 3` hears from no node for those 3 seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origins_slots_and_pauses_hold_for_every_node() {
+    let Some((cluster, origin, _bucket)) = cluster_of(
+        3,
+        "cluster_origin_limits",
+        &[("IMGCAS_FETCH_PER_HOST", "2".to_string())],
+    )
+    .await
+    else {
+        return;
+    };
+    let mut sources = Vec::new();
+    for i in 0..18u8 {
+        let path = format!("/slow-{i}.jpg");
+        origin.put_slow(&path, jpeg(64, 48, i), Some(Duration::from_millis(150)));
+        sources.push(origin.url(&path));
+    }
+    for (status, _) in cluster.each_at_once(sources, "w=32").await {
+        assert_eq!(status, 200);
+    }
+    assert_eq!(origin.full(), 18);
+    assert!(
+        origin.max_in_flight() <= 2,
+        "{} requests at the origin at once over three nodes, 2 allowed",
+        origin.max_in_flight()
+    );
+
+    // The pause: asked of node A, kept by B and C for every URL of the origin.
+    origin.status_retry_after("/busy.jpg", 429, "3");
+    let r = cluster.image(0, &origin.url("/busy.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502);
+    let answered = Instant::now();
+    let mut later = Vec::new();
+    for i in 0..6u8 {
+        let path = format!("/later-{i}.jpg");
+        origin.put(&path, jpeg(64, 48, 100 + i));
+        later.push(origin.url(&path));
+    }
+    let before = origin.requests();
+    for (i, source) in later.iter().enumerate() {
+        let r = cluster.image(1 + i % 2, source, "w=32").await;
+        assert_eq!(r.status(), 502, "node {} during the pause", 1 + i % 2);
+        assert!(header(&r, "retry-after").is_some());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        answered.elapsed() < Duration::from_secs(3),
+        "the test ran in the pause"
+    );
+    assert_eq!(origin.requests(), before, "no node asked the paused origin");
+    let scrape = scrape(&cluster.client, &cluster.nodes[0].base).await;
+    assert_eq!(
+        metric_value(
+            &scrape,
+            "imgcas_origin_pauses_total",
+            &[
+                ("origin", &format!("http://{}", origin.addr)),
+                ("reason", "retry_after")
+            ]
+        ),
+        1.0
+    );
+    // Once it is over, the origin is asked again (a URL not held by its own failure).
+    tokio::time::sleep(Duration::from_millis(3200).saturating_sub(answered.elapsed())).await;
+    origin.put("/after.jpg", jpeg(64, 48, 120));
+    let r = cluster.image(2, &origin.url("/after.jpg"), "w=32").await;
+    assert_eq!(r.status(), 200);
+}
+
+/// Issue 54 (3): a URL's held failure is the cluster's. One that answers 503, asked on three
+/// nodes five times each over about 2.3 s, is tried once per backoff step (1 s, then 2 s:
+/// twice, at most three times with a slow round), where each node once tried on its own (8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_url_is_tried_once_per_backoff_step_by_the_cluster() {
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_failures", &[]).await else {
+        return;
+    };
+    origin.status("/down.jpg", 503);
+    let source = origin.url("/down.jpg");
+    let started = Instant::now();
+    for _ in 0..5 {
+        for node in 0..3 {
+            let r = cluster.image(node, &source, "w=32").await;
+            assert_eq!(r.status(), 502, "node {node}");
+        }
+        tokio::time::sleep(Duration::from_millis(450)).await;
+    }
+    let tried = origin.requests();
+    assert!(
+        tried <= 3,
+        "{tried} tries in {:?} over three nodes",
+        started.elapsed()
+    );
+}
+
+/// Issue 54 (4, 5): a tenant's budget is spent across nodes (spent on A, refused on B, with
+/// `Retry-After`; a hit on C still served), and 100 concurrent requests for a stored
+/// variant on each of two nodes that never served it read its object once per node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_budget_spent_on_one_node_holds_on_the_others_and_hot_misses_read_once() {
+    let Some((cluster, origin, _bucket)) = cluster_of(
+        3,
+        "cluster_budgets",
+        &[(
+            "IMGCAS_TENANTS",
+            "127.0.0.1=rate=1000&burst=1000".to_string(),
+        )],
+    )
+    .await
+    else {
+        return;
+    };
+    origin.put("/t.jpg", jpeg(320, 240, 30));
+    let source = origin.url("/t.jpg");
+    let r = cluster.image(0, &source, "w=100&format=webp").await;
+    assert_eq!(r.status(), 200, "the first run spends the tenant's budget");
+    let r = cluster.image(1, &source, "w=120&format=webp").await;
+    assert_eq!(r.status(), 429, "refused on another node");
+    assert!(header(&r, "retry-after").is_some());
+    assert_eq!(json(r).await["error"]["code"], "over_budget");
+
+    for node in [1, 2] {
+        let reads_before = cluster
+            .counter(node, "imgcas_variant_object_reads_total")
+            .await;
+        let map_reads_before = cluster
+            .counter(node, "imgcas_variant_map_reads_total")
+            .await;
+        let mut requests = Vec::new();
+        for _ in 0..100 {
+            let (client, base, source) = (
+                cluster.client.clone(),
+                cluster.nodes[node].base.clone(),
+                source.clone(),
+            );
+            requests.push(tokio::spawn(async move {
+                let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+                url.query_pairs_mut()
+                    .append_pair("url", &source)
+                    .append_pair("w", "100")
+                    .append_pair("format", "webp");
+                client.get(url).send().await.unwrap().status().as_u16()
+            }));
+        }
+        for r in requests {
+            assert_eq!(r.await.unwrap(), 200, "hits are served over budget");
+        }
+        let reads = cluster
+            .counter(node, "imgcas_variant_object_reads_total")
+            .await
+            - reads_before;
+        assert!(reads <= 1.0, "node {node}: {reads} reads of one object");
+        let map_reads = cluster
+            .counter(node, "imgcas_variant_map_reads_total")
+            .await
+            - map_reads_before;
+        assert!(
+            map_reads <= 1.0,
+            "node {node}: {map_reads} reads of one row"
         );
     }
 }

@@ -43,6 +43,7 @@ mod negative_cache;
 mod nextjs;
 mod overload;
 mod pg_tls;
+mod politeness;
 mod presets;
 mod proxy;
 mod restart;

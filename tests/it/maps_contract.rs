@@ -736,6 +736,223 @@ async fn redb_builds_the_url_index_of_an_older_file() {
     assert_eq!(found, ["http://old/1", "http://old/2"]);
 }
 
+/// The quotas the nodes spend together (issue 54): slots per origin that expire, pauses, token
+/// buckets (strict and into debt), and held failures with their streak. On one store's
+/// clock, whatever the backend.
+async fn quotas(open: impl Fn() -> Opened) {
+    use imgcas::maps::{Bucket, OriginSlot, OriginTurn, SlotTake, Take};
+    use std::time::Duration;
+    let maps = open().await;
+    let origin = "http://127.0.0.1:1";
+    let ttl = Duration::from_secs(30);
+    let fast = Bucket {
+        rate: 1000.0,
+        burst: 1000.0,
+    };
+    let turn = |origin: &'static str, limit: u32, token: i64, ttl: Duration| OriginTurn {
+        origin,
+        limit,
+        owner: "n",
+        token,
+        ttl,
+        rate_key: "rate:o",
+        rate: fast,
+        url_key: None,
+    };
+    // Slots: two of two, then busy; a release frees one; only with its token.
+    let mut held = Vec::new();
+    for token in [1, 2] {
+        match maps
+            .take_origin_turn(&turn(origin, 2, token, ttl))
+            .await
+            .unwrap()
+        {
+            (SlotTake::Granted(slot), None) => held.push(slot),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_ne!(held[0].slot, held[1].slot);
+    assert_eq!(maps.origin_slots_held(origin).await.unwrap(), 2);
+    assert_eq!(
+        maps.take_origin_turn(&turn(origin, 2, 3, ttl))
+            .await
+            .unwrap()
+            .0,
+        SlotTake::Busy
+    );
+    let stranger = OriginSlot {
+        token: 99,
+        ..held[0].clone()
+    };
+    maps.release_origin_slot(&stranger).await.unwrap();
+    assert_eq!(
+        maps.origin_slots_held(origin).await.unwrap(),
+        2,
+        "not its token"
+    );
+    maps.release_origin_slot(&held[0]).await.unwrap();
+    assert!(matches!(
+        maps.take_origin_turn(&turn(origin, 2, 4, ttl))
+            .await
+            .unwrap()
+            .0,
+        SlotTake::Granted(_)
+    ));
+    // Another origin has slots of its own; an expired slot is taken over.
+    let other = "http://127.0.0.1:2";
+    let short = Duration::from_millis(200);
+    assert!(matches!(
+        maps.take_origin_turn(&turn(other, 1, 5, short))
+            .await
+            .unwrap()
+            .0,
+        SlotTake::Granted(_)
+    ));
+    assert_eq!(
+        maps.take_origin_turn(&turn(other, 1, 6, ttl))
+            .await
+            .unwrap()
+            .0,
+        SlotTake::Busy
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        matches!(
+            maps.take_origin_turn(&turn(other, 1, 7, ttl))
+                .await
+                .unwrap()
+                .0,
+            SlotTake::Granted(_)
+        ),
+        "a dead node's slot comes back"
+    );
+    // A slot free but the origin's rate spent: a wait, and no slot taken.
+    let slow_rate = OriginTurn {
+        rate_key: "rate:slow",
+        rate: Bucket {
+            rate: 2.0,
+            burst: 1.0,
+        },
+        ..turn("http://127.0.0.1:3", 4, 8, ttl)
+    };
+    assert!(matches!(
+        maps.take_origin_turn(&slow_rate).await.unwrap().0,
+        SlotTake::Granted(_)
+    ));
+    match maps.take_origin_turn(&slow_rate).await.unwrap().0 {
+        SlotTake::RateWait(wait) => assert!(wait <= Duration::from_millis(510), "{wait:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        maps.origin_slots_held("http://127.0.0.1:3").await.unwrap(),
+        1
+    );
+    // A pause holds every slot back, for its length; a shorter one does not cut it.
+    maps.pause_origin(origin, Duration::from_secs(5))
+        .await
+        .unwrap();
+    maps.pause_origin(origin, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let left = maps.origin_pause(origin).await.unwrap().expect("paused");
+    assert!(
+        left > Duration::from_secs(4) && left <= Duration::from_secs(5),
+        "{left:?}"
+    );
+    match maps
+        .take_origin_turn(&turn(origin, 8, 9, ttl))
+        .await
+        .unwrap()
+        .0
+    {
+        SlotTake::Paused(left) => assert!(left > Duration::from_secs(4)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(maps.origin_pause(other).await.unwrap(), None);
+    // A URL's held failure holds its turn back, and its streak comes with a turn after.
+    let failing = OriginTurn {
+        url_key: Some("f1f1"),
+        ..turn(other, 8, 10, ttl)
+    };
+    maps.hold_failure("f1f1", "{}", 2, short, ttl)
+        .await
+        .unwrap();
+    match maps.take_origin_turn(&failing).await.unwrap() {
+        (SlotTake::Held(held), Some(_)) => assert_eq!(held.streak, 2),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match maps.take_origin_turn(&failing).await.unwrap() {
+        (SlotTake::Granted(_), Some(remembered)) => assert_eq!(remembered.streak, 2),
+        other => panic!("{other:?}"),
+    }
+    // A strict bucket: a burst of 3, then refused with the wait its rate gives.
+    let bucket = Bucket {
+        rate: 10.0,
+        burst: 3.0,
+    };
+    for _ in 0..3 {
+        assert!(matches!(
+            maps.take_tokens("rate:x", bucket, 1.0, 1.0).await.unwrap(),
+            Take::Granted { .. }
+        ));
+    }
+    match maps.take_tokens("rate:x", bucket, 1.0, 1.0).await.unwrap() {
+        Take::Refused { wait } => assert!(wait <= Duration::from_millis(110), "{wait:?}"),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(matches!(
+        maps.take_tokens("rate:x", bucket, 1.0, 1.0).await.unwrap(),
+        Take::Granted { .. }
+    ));
+    // A budget taken into debt: admitted while above zero, then refused until repaid.
+    let budget = Bucket {
+        rate: 100.0,
+        burst: 50.0,
+    };
+    match maps
+        .take_tokens("tenant:t", budget, 1.0, 250.0)
+        .await
+        .unwrap()
+    {
+        Take::Granted { left } => assert!((left + 200.0).abs() < 1.0, "{left}"),
+        other => panic!("{other:?}"),
+    }
+    match maps
+        .take_tokens("tenant:t", budget, 1.0, 10.0)
+        .await
+        .unwrap()
+    {
+        Take::Refused { wait } => {
+            assert!(
+                wait > Duration::from_millis(1900) && wait <= Duration::from_millis(2010),
+                "{wait:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Charged whatever the level (the lowest need).
+    assert!(matches!(
+        maps.take_tokens("tenant:t", budget, f64::MIN, 5.0)
+            .await
+            .unwrap(),
+        Take::Granted { .. }
+    ));
+    // Held failures: held, then remembered for their streak, then cleared.
+    let url = "f0f0";
+    assert_eq!(maps.held_failure(url).await.unwrap(), None);
+    maps.hold_failure(url, "{}", 3, short, ttl).await.unwrap();
+    let held = maps.held_failure(url).await.unwrap().unwrap();
+    assert_eq!((held.error.as_str(), held.streak), ("{}", 3));
+    assert!(held.left > Duration::ZERO && held.left <= short);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let remembered = maps.held_failure(url).await.unwrap().unwrap();
+    assert_eq!((remembered.streak, remembered.left), (3, Duration::ZERO));
+    maps.clear_failure(url).await.unwrap();
+    assert_eq!(maps.held_failure(url).await.unwrap(), None);
+}
+
 /// Opens the redb maps in `dir` afresh at each call.
 fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
     move || -> Opened {
@@ -756,6 +973,7 @@ async fn redb_keeps_the_contract() {
     takedowns(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     blocklist(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     original_facts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    quotas(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]
@@ -794,6 +1012,7 @@ async fn postgres_keeps_the_contract() {
     takedowns(postgres_at(server.database("takedowns"))).await;
     blocklist(postgres_at(server.database("blocklist"))).await;
     original_facts(postgres_at(server.database("original_facts"))).await;
+    quotas(postgres_at(server.database("quotas"))).await;
 }
 
 /// Nodes starting together on an empty database all come up (the migrations serialise on a

@@ -30,6 +30,8 @@ const BACKGROUND: &[&str] = &[
     "near",
     "blocklist",
     "takedowns",
+    // An origin slot given back after its download: spawned, never waited for.
+    "release_origin_slot",
 ];
 
 async fn round_trips(app: &TestApp) -> BTreeMap<String, f64> {

@@ -91,6 +91,7 @@ mod claims;
 mod connect;
 mod fingerprints;
 mod originals;
+mod quotas;
 mod schema;
 mod sql;
 mod takedowns;

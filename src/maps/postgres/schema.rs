@@ -137,6 +137,36 @@ const MIGRATIONS: &[&str] = &[
     // score in tenths (NULL for other variants, and a score NULL for an animation's).
     "ALTER TABLE imgcas_variants ADD COLUMN chosen_quality smallint,
         ADD COLUMN chosen_score smallint;",
+    // 9: quotas the nodes spend together (issue 54, `maps/quotas.rs`): an origin's download
+    // slots, pauses of an origin, token buckets (an origin's request rate, a tenant's
+    // budget), and the origin failures held per URL. Every row expires on this server's
+    // clock and is swept with the claims.
+    "CREATE TABLE imgcas_origin_slots (
+        origin text NOT NULL,
+        slot integer NOT NULL,
+        owner text NOT NULL,
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (origin, slot)
+    );
+    CREATE TABLE imgcas_origin_pauses (
+        origin text PRIMARY KEY,
+        until timestamptz NOT NULL
+    );
+    CREATE TABLE imgcas_buckets (
+        key text PRIMARY KEY,
+        level double precision NOT NULL,
+        at timestamptz NOT NULL,
+        -- when the bucket is full again if nothing takes from it (swept a minute after)
+        full_at timestamptz NOT NULL
+    );
+    CREATE TABLE imgcas_url_failures (
+        url_key text PRIMARY KEY,
+        error text NOT NULL,
+        streak integer NOT NULL,
+        held_until timestamptz NOT NULL,
+        remembered_until timestamptz NOT NULL
+    );",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

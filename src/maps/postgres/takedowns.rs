@@ -26,7 +26,15 @@ const IS_TAKEN_DOWN: Statement = Statement {
 const PURGE_GENERATION_SWEEPING_CLAIMS: Statement = Statement {
     op: "purge_generation",
     sql: "WITH swept AS (DELETE FROM imgcas_claims
-                          WHERE expires_at < now() - interval '1 minute')
+                          WHERE expires_at < now() - interval '1 minute'),
+               slots AS (DELETE FROM imgcas_origin_slots
+                          WHERE expires_at < now() - interval '1 minute'),
+               pauses AS (DELETE FROM imgcas_origin_pauses
+                           WHERE until < now() - interval '1 minute'),
+               failures AS (DELETE FROM imgcas_url_failures
+                             WHERE remembered_until < now()),
+               buckets AS (DELETE FROM imgcas_buckets
+                            WHERE full_at < now() - interval '1 minute')
           SELECT generation FROM imgcas_purge WHERE id = 1",
 };
 

@@ -26,14 +26,16 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
 use super::cache::Cached;
 use super::{
-    now_ms, Blocklist, Claims, Fingerprints, MapError, MapStore, NearMatch, Originals, Takedowns,
-    UrlEntry, UrlMap, Variants,
+    now_ms, Blocklist, Bucket, Claims, Fingerprints, HeldFailure, MapError, MapStore, MemoryQuotas,
+    NearMatch, OriginSlot, OriginTurn, Originals, Quotas, SlotTake, Take, Takedowns, UrlEntry,
+    UrlMap, Variants,
 };
 use crate::hash::ContentHash;
 
@@ -293,6 +295,8 @@ fn keys_of<T>(
 #[derive(Clone)]
 pub struct RedbStore {
     db: Db,
+    /// The quotas of the one process the file admits, in its memory.
+    quotas: std::sync::Arc<MemoryQuotas>,
 }
 
 /// The embedded maps as the service uses them: the file, with its memory.
@@ -371,7 +375,10 @@ impl RedbStore {
                 }
             }
         }
-        Ok(RedbStore { db })
+        Ok(RedbStore {
+            db,
+            quotas: Default::default(),
+        })
     }
 }
 
@@ -393,6 +400,65 @@ impl RedbStore {
 
 /// One process owns the file: every claim is granted (the trait's defaults).
 impl Claims for RedbStore {}
+
+/// One process owns the file: its quotas are that process's, kept in its memory.
+#[async_trait]
+impl Quotas for RedbStore {
+    async fn take_origin_turn(
+        &self,
+        turn: &OriginTurn<'_>,
+    ) -> Result<(SlotTake, Option<HeldFailure>), MapError> {
+        self.quotas.take_origin_turn(turn).await
+    }
+
+    async fn release_origin_slot(&self, slot: &OriginSlot) -> Result<(), MapError> {
+        self.quotas.release_origin_slot(slot).await
+    }
+
+    async fn origin_slots_held(&self, origin: &str) -> Result<u32, MapError> {
+        self.quotas.origin_slots_held(origin).await
+    }
+
+    async fn pause_origin(&self, origin: &str, length: Duration) -> Result<(), MapError> {
+        self.quotas.pause_origin(origin, length).await
+    }
+
+    async fn origin_pause(&self, origin: &str) -> Result<Option<Duration>, MapError> {
+        self.quotas.origin_pause(origin).await
+    }
+
+    async fn take_tokens(
+        &self,
+        key: &str,
+        bucket: Bucket,
+        need: f64,
+        cost: f64,
+    ) -> Result<Take, MapError> {
+        self.quotas.take_tokens(key, bucket, need, cost).await
+    }
+
+    async fn held_failure(&self, url: &str) -> Result<Option<HeldFailure>, MapError> {
+        self.quotas.held_failure(url).await
+    }
+
+    async fn hold_failure(
+        &self,
+        url: &str,
+        error: &str,
+        streak: u32,
+        hold: Duration,
+        remember: Duration,
+    ) -> Result<(), MapError> {
+        let quotas = &self.quotas;
+        quotas
+            .hold_failure(url, error, streak, hold, remember)
+            .await
+    }
+
+    async fn clear_failure(&self, url: &str) -> Result<(), MapError> {
+        self.quotas.clear_failure(url).await
+    }
+}
 
 #[async_trait]
 impl MapStore for RedbStore {

@@ -22,8 +22,8 @@ impl Pipeline {
         accept: Option<&str>,
     ) -> Result<Target, Failure> {
         let epoch = self.request_epoch();
-        let (mut hash, mut own, url_state, checked_at_ms) = match source {
-            Source::Hash(hash) => (*hash, None, None, None),
+        let (mut hash, mut own, url_state, checked_at_ms, fetched_bytes) = match source {
+            Source::Hash(hash) => (*hash, None, None, None, 0),
             Source::Url(url) => {
                 let resolved = self.resolve_url(url, false).await?;
                 let own = (resolved.source != resolved.hash).then_some(resolved.source);
@@ -32,6 +32,7 @@ impl Pipeline {
                     own,
                     Some(resolved.state),
                     Some(resolved.checked_at_ms),
+                    resolved.fetched_bytes,
                 )
             }
         };
@@ -137,6 +138,7 @@ impl Pipeline {
                 Source::Hash(_) => Tenant::from(NOBODY),
             },
             checked_at_ms,
+            fetched_bytes,
             epoch,
         })
     }

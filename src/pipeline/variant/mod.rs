@@ -108,6 +108,9 @@ pub struct Target {
     pub url: Option<Arc<str>>,
     /// When the URL's mapping was last confirmed with the origin.
     pub checked_at_ms: Option<u64>,
+    /// Bytes downloaded to locate it (0 unless this request's resolution downloaded): the
+    /// run that follows charges them to its tenant's budget with its own cost.
+    pub fetched_bytes: u64,
     /// The request cache's epoch when locating began: a target located across a change
     /// that ends remembered requests is not remembered.
     pub(super) epoch: u64,
@@ -185,23 +188,24 @@ impl Pipeline {
             cached,
             held_for: None,
         };
+        let hot_key = s.hot.note(&target.key);
         let stored = match s.hot.get(&target.key) {
             Some(v) => {
                 Stats::bump(&s.stats.hot_hits);
                 Some(v)
             }
             None => {
-                Stats::bump(&s.stats.variant_map_reads);
-                let v = self
-                    .stored_variant(&target.key)
+                // (The read puts what it finds in the hot cache.)
+                self.stored_variant_shared(&target.key)
                     .await
-                    .map_err(|e| fail(e, false))?;
-                if let Some(v) = &v {
-                    s.hot.insert(target.key.clone(), v.clone());
-                }
-                v
+                    .map_err(|e| fail(e, false))?
             }
         };
+        if let (true, Some(v)) = (hot_key, &stored) {
+            if s.hot.pin(&target.key, v) {
+                Stats::bump(&s.stats.hot_key_pins);
+            }
+        }
         let (row, processed, ran_here) = match stored {
             Some(v) => {
                 self.note_variant_served(&target.key);

@@ -198,19 +198,30 @@ impl Pipeline {
         let asker = match &job {
             Job::Variant(_, asker) | Job::Mezzanine { asker, .. } => asker,
         };
+        let class = cost_class(&job);
         let mut ticket = s
             .admission
-            .admit(cost, asker)
+            .admit_class(cost, &class, asker)
             .map_err(|o| self.overloaded(o))?;
+        // Admitted: the tenant's budget pays for the run and for the download that located
+        // it (a run admission refuses costs the tenant nothing).
+        let fetched = match &job {
+            Job::Variant(t, _) => t.fetched_bytes,
+            Job::Mezzanine { .. } => 0,
+        };
+        self.charge_budget(&asker.tenant, cost.saturating_add(fetched))
+            .await?;
         let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
         // The input is read only now, holding a CPU slot: runs waiting in the queue hold
         // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
         // of 32 MiB each otherwise).
         let from_mezzanine = mezzanine_bytes.is_some();
+        let reading = Instant::now();
         let bytes = match mezzanine_bytes.or(read) {
             Some(bytes) => bytes,
             None => self.original_bytes(&hash).await?,
         };
+        let storage = reading.elapsed();
         // A watermark's overlay is read with the input, as the run starts.
         let spec = match &job {
             Job::Variant(t, _) => self.with_overlay(&t.spec).await?,
@@ -228,7 +239,7 @@ impl Pipeline {
         // Bounded by what it was charged (`deadline.rs`): past it, told to stop and answered.
         let stop = Stop::under(&s.shutdown);
         let bound = Bound::of(
-            cost,
+            ticket.scaled_cost(),
             s.admission.secs_per_pixel(),
             s.config.server.request_timeout,
         );
@@ -261,7 +272,7 @@ impl Pipeline {
             tokio::task::spawn_blocking(crate::admission::give_memory_back);
         }
         let ran = started.elapsed();
-        ticket.record(ran);
+        ticket.record_with_storage(ran, storage);
         drop(ticket);
         s.metrics.with(|| {
             metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
@@ -336,6 +347,23 @@ impl Pipeline {
             ),
             retry_after_secs: o.retry_after.as_secs().max(1),
         }
+    }
+}
+
+/// The class a run's cost is learned under (`admission/learned.rs`): its output format and
+/// what the run does beyond one encode (every frame, a quality search), or a mezzanine.
+fn cost_class(job: &Job) -> String {
+    match job {
+        Job::Variant(t, _) => {
+            let op = match (&t.spec.animated, &t.spec.quality) {
+                (true, _) => "animated",
+                (false, Some(processors::Quality::Auto { .. })) => "auto_quality",
+                _ if t.spec.lossless => "lossless",
+                _ => "still",
+            };
+            format!("{}:{op}", t.spec.format.name())
+        }
+        Job::Mezzanine { .. } => "mezzanine".to_string(),
     }
 }
 

@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{Claim, ListedAtWrite, MapStore, VariantBody, VariantKey, VariantRow};
 use crate::pipeline::Pipeline;
+use crate::stats::Stats;
 use imgcas_processors::Chosen;
 
 /// The most `q=auto` variants [`Pipeline::auto_qualities`] lists for one original: each is a
@@ -115,7 +116,49 @@ impl Pipeline {
         let Some(row) = s.maps.variant(key).await? else {
             return Ok(None);
         };
+        if matches!(
+            row,
+            VariantRow::Image {
+                body: VariantBody::InBlobStore { .. },
+                ..
+            }
+        ) {
+            Stats::bump(&s.stats.variant_object_reads);
+        }
         with_bytes_in_hand(row, key, &[s.blobs.as_ref()]).await
+    }
+
+    /// [`Pipeline::stored_variant`] for a request's miss: concurrent misses of one key on
+    /// this node share one read of the maps and the bucket (issue 54: 200 requests for one
+    /// stored variant a node had not served made up to 100 GETs of one object). Only where
+    /// a read that began before a write may answer for a caller that came after it: a
+    /// request, which takes what is stored when it asks; never a claim's waiter, which
+    /// reads again to see a result published since.
+    pub(super) async fn stored_variant_shared(
+        &self,
+        key: &VariantKey,
+    ) -> Result<Option<VariantRow>, Error> {
+        let (this, k) = (self.clone(), key.clone());
+        self.shared
+            .variant_reads
+            .run(
+                key.clone(),
+                async move {
+                    // A flight that ended a moment ago put its row in memory before it
+                    // ended: a caller that missed it there and came after reads nothing.
+                    if let Some(row) = this.shared.hot.get(&k) {
+                        return Ok(Some(row));
+                    }
+                    Stats::bump(&this.shared.stats.variant_map_reads);
+                    let row = this.stored_variant(&k).await?;
+                    if let Some(row) = &row {
+                        this.shared.hot.insert(k.clone(), row.clone());
+                    }
+                    Ok(row)
+                },
+                |m| Err(Error::Internal(format!("variant read failed: {m}"))),
+            )
+            .await
     }
 
     /// Stores a processed result: where the maps keep no bytes, the bytes go to the blob

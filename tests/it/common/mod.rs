@@ -304,6 +304,8 @@ pub struct OriginState {
     /// Requests being answered now, and the most ever at once.
     pub in_flight: AtomicU64,
     pub max_in_flight: AtomicU64,
+    /// When each request arrived.
+    pub arrivals: Mutex<Vec<std::time::Instant>>,
 }
 
 pub struct Origin {
@@ -420,10 +422,35 @@ impl Origin {
     pub fn conditional(&self) -> u64 {
         self.state.conditional.load(Ordering::SeqCst)
     }
+
+    /// The most requests that arrived within any `window`.
+    pub fn most_within(&self, window: Duration) -> usize {
+        let arrivals = self.state.arrivals.lock().unwrap().clone();
+        (0..arrivals.len())
+            .map(|i| {
+                arrivals[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(arrivals[i]) < window)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Requests that arrived at or after `since`.
+    pub fn arrived_since(&self, since: std::time::Instant) -> usize {
+        let arrivals = self.state.arrivals.lock().unwrap();
+        arrivals.iter().filter(|t| **t >= since).count()
+    }
 }
 
 async fn serve(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    state
+        .arrivals
+        .lock()
+        .unwrap()
+        .push(std::time::Instant::now());
     let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     state.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let response = answer(state, uri, headers).await;

@@ -1,0 +1,213 @@
+//! Issue 54 on one node (the embedded maps keep the quotas in the process's memory): an
+//! origin's request rate, a pause its `Retry-After` asks for, a pause for connections it
+//! refuses, tenant budgets, concurrent misses of a stored variant read once, and the learned
+//! cost model's readings. (Three nodes on PostgreSQL: `cluster.rs`.)
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use imgcas::config::TenantBudget;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origins_request_rate_holds_and_a_pause_it_asks_for_is_kept() {
+    let origin = Origin::start().await;
+    let app = spawn_app_with(|c| {
+        c.fetch.per_host_rate = 4.0;
+        c.fetch.per_host_concurrency = 8;
+    })
+    .await;
+    for i in 0..12u8 {
+        origin.put(&format!("/r{i}.jpg"), jpeg(64, 48, i));
+    }
+    let mut requests = Vec::new();
+    for i in 0..12u8 {
+        let (client, url) = (app.client.clone(), app.url("/v1/image"));
+        let source = origin.url(&format!("/r{i}.jpg"));
+        requests.push(tokio::spawn(async move {
+            let mut url = reqwest::Url::parse(&url).unwrap();
+            url.query_pairs_mut()
+                .append_pair("url", &source)
+                .append_pair("w", "32");
+            let r = client.get(url).send().await.unwrap();
+            r.status().as_u16()
+        }));
+    }
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    // A burst of one second's worth (4), then 4 a second.
+    let most = origin.most_within(Duration::from_secs(1));
+    assert!(most <= 8, "{most} requests within a second at 4 a second");
+    assert_eq!(origin.requests(), 12);
+
+    // The origin asks for a 2 s pause: no request of this node reaches it meanwhile, for
+    // any of its URLs, and those requests answer at once with the time left.
+    origin.status_retry_after("/busy.jpg", 429, "2");
+    let r = app.image_by_url(&origin.url("/busy.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502);
+    // (The pause runs from the origin's answer, which may have waited for the rate.)
+    let asked = Instant::now();
+    origin.put("/after.jpg", jpeg(64, 48, 99));
+    let before = origin.requests();
+    let r = app.image_by_url(&origin.url("/after.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502, "paused");
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    assert_eq!(origin.requests(), before, "nothing sent while paused");
+    tokio::time::sleep(Duration::from_millis(2200).saturating_sub(asked.elapsed())).await;
+    // The paused request's URL is held as that failure for its time: another one goes now.
+    origin.put("/later.jpg", jpeg(64, 48, 98));
+    let r = app.image_by_url(&origin.url("/later.jpg"), "w=32").await;
+    let status = r.status();
+    assert_eq!(
+        status,
+        200,
+        "the pause is over: {}",
+        r.text().await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origin_that_refuses_connections_is_paused() {
+    // A port nothing listens on: every connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let app = spawn_app().await;
+    for i in 0..3 {
+        let r = app
+            .image_by_url(&format!("http://127.0.0.1:{port}/{i}.jpg"), "w=10")
+            .await;
+        assert_eq!(r.status(), 502);
+    }
+    let scrape = app.metrics().await;
+    let origin = format!("http://127.0.0.1:{port}");
+    assert_eq!(
+        metric_value(
+            &scrape,
+            "imgcas_origin_pauses_total",
+            &[("origin", &origin), ("reason", "refused")]
+        ),
+        1.0,
+        "the third refusal in a row pauses the origin"
+    );
+    let r = app
+        .image_by_url(&format!("http://127.0.0.1:{port}/3.jpg"), "w=10")
+        .await;
+    assert_eq!(r.status(), 502);
+    assert!(header(&r, "retry-after").is_some());
+    let scrape = app.metrics().await;
+    assert_eq!(
+        metric_value(
+            &scrape,
+            "imgcas_origin_paused_total",
+            &[("origin", &origin)]
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
+    let origin = Origin::start().await;
+    let app = spawn_app_with(|c| {
+        // Every tenant (here the origin's host) on its own bucket: 1,000 units at once,
+        // 1 a second, so one run takes it far below zero.
+        c.tenants.insert(
+            "default".into(),
+            TenantBudget {
+                rate: 1000.0,
+                burst: 1000.0,
+            },
+        );
+    })
+    .await;
+    origin.put("/a.jpg", jpeg(320, 240, 1));
+    let source = origin.url("/a.jpg");
+    let r = app.image_by_url(&source, "w=100").await;
+    assert_eq!(r.status(), 200, "the first run spends the budget");
+    let r = app.image_by_url(&source, "w=120").await;
+    assert_eq!(r.status(), 429);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!(retry >= 2, "{retry}");
+    assert_eq!(header(&r, "cache-control"), Some("no-store"));
+    let body = json(r).await;
+    assert_eq!(body["error"]["code"], "over_budget");
+    // A hit is served whatever the budget.
+    let r = app.image_by_url(&source, "w=100").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(app.processing_runs(), 1);
+    let scrape = app.metrics().await;
+    assert_eq!(
+        metric_value(
+            &scrape,
+            "imgcas_tenant_over_budget_total",
+            &[("tenant", "default")]
+        ),
+        1.0
+    );
+    assert!(
+        metric_value(
+            &scrape,
+            "imgcas_tenant_spent_units_total",
+            &[("tenant", "default")]
+        ) > 1000.0
+    );
+    // Another tenant's budget is its own: by hash, the anonymous tenant `-`.
+    let hash = imgcas::hash::ContentHash::of(&jpeg(320, 240, 1));
+    let r = app.get(&format!("/v1/image/{hash}?w=90")).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_learns() {
+    let origin = Origin::start().await;
+    let app = spawn_app_with(|c| c.limits.hot_cache_bytes = 0).await;
+    origin.put("/h.jpg", jpeg(320, 240, 7));
+    let source = origin.url("/h.jpg");
+    assert_eq!(app.image_by_url(&source, "w=100").await.status(), 200);
+    let reads_before = app.stats().variant_map_reads;
+    let mut requests = Vec::new();
+    for _ in 0..50 {
+        let (client, url, source) = (app.client.clone(), app.url("/v1/image"), source.clone());
+        requests.push(tokio::spawn(async move {
+            let mut url = reqwest::Url::parse(&url).unwrap();
+            url.query_pairs_mut()
+                .append_pair("url", &source)
+                .append_pair("w", "100");
+            client
+                .get(url)
+                .header("cache-control", "no-cache")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }));
+    }
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    let reads = app.stats().variant_map_reads - reads_before;
+    assert!(reads < 50, "{reads} reads for 50 concurrent misses");
+    // Runs of two classes: the model names them and compares its estimates.
+    for (i, q) in ["w=60&format=webp", "w=61&format=avif", "w=62&format=webp"]
+        .iter()
+        .enumerate()
+    {
+        let r = app.image_by_url(&source, q).await;
+        assert_eq!(r.status(), 200, "{i}");
+    }
+    let scrape = app.metrics().await;
+    assert!(metric_value(&scrape, "imgcas_run_estimates_total", &[]) >= 4.0);
+    assert_eq!(
+        metric_value(
+            &scrape,
+            "imgcas_cost_class_runs_total",
+            &[("class", "webp:still")]
+        ),
+        2.0
+    );
+}
