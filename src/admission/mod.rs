@@ -178,6 +178,9 @@ struct State {
     secs_per_pixel: f64,
     /// Seconds per pixel of cost learned per class of run (format and operation).
     learned: learned::Learned,
+    /// Smoothed seconds per pixel of the plan's cost, unscaled: the model before classes
+    /// were learned, kept as the baseline the learned estimates are compared with.
+    fixed_secs_per_pixel: f64,
     /// Per tier (background shares bulk's).
     codel: [CoDel; 2],
     /// When an image request was last refused for the wait it would have had (its run's
@@ -287,6 +290,7 @@ impl Admission {
                 waiting: 0,
                 secs_per_pixel: PRIOR_SECS_PER_PIXEL,
                 learned: Default::default(),
+                fixed_secs_per_pixel: PRIOR_SECS_PER_PIXEL,
                 codel: Default::default(),
                 interactive_refused_at: None,
                 latency: Default::default(),
@@ -421,7 +425,7 @@ impl Admission {
             cost,
             raw_cost,
             class,
-            fixed_estimate: raw_cost as f64 * state.secs_per_pixel,
+            fixed_estimate: raw_cost as f64 * state.fixed_secs_per_pixel,
             learned_estimate: cost as f64 * state.secs_per_pixel,
             asker: asker.clone(),
             admitted_at: now,
@@ -560,6 +564,8 @@ impl Ticket<'_> {
             .learned
             .observe(self.class, secs, self.raw_cost, learned, fixed);
         state.secs_per_pixel = 0.8 * state.secs_per_pixel + 0.2 * sample;
+        let unscaled = secs / self.raw_cost.max(1) as f64;
+        state.fixed_secs_per_pixel = 0.8 * state.fixed_secs_per_pixel + 0.2 * unscaled;
         let loaded = (secs + storage.as_secs_f64()) / self.cost.max(1) as f64;
         state.latency.record(loaded, Instant::now());
     }

@@ -395,7 +395,7 @@ impl Default for FetchConfig {
             revalidate_after: Duration::from_secs(300),
             per_host_concurrency: 8,
             concurrency: 64,
-            per_host_rate: 50.0,
+            per_host_rate: 100.0,
             forget_after: Duration::from_secs(30 * 24 * 3600),
             source_buckets: Vec::new(),
             buckets: BTreeMap::new(),

@@ -155,10 +155,53 @@ async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
             &[("tenant", "default")]
         ) > 1000.0
     );
-    // Another tenant's budget is its own: by hash, the anonymous tenant `-`.
-    let hash = imgcas::hash::ContentHash::of(&jpeg(320, 240, 1));
+    // A batch (the anonymous tenant's, `-`: a budget of its own under `default`) is charged
+    // its downloads, byte for byte: the first item's spends the budget, and the next
+    // batch's item is refused before it downloads.
+    origin.put("/b1.jpg", jpeg(320, 240, 2));
+    origin.put("/b2.jpg", jpeg(320, 240, 3));
+    let (status, answer) =
+        crate::ingest::ingest(&app, serde_json::json!({ "urls": [origin.url("/b1.jpg")] })).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["results"][0]["status"], "new", "{answer}");
+    let full = origin.full();
+    let (_, answer) =
+        crate::ingest::ingest(&app, serde_json::json!({ "urls": [origin.url("/b2.jpg")] })).await;
+    assert_eq!(
+        answer["results"][0]["error"]["code"], "over_budget",
+        "{answer}"
+    );
+    assert_eq!(origin.full(), full, "nothing downloaded over budget");
+    // The same tenant asking by hash is refused its runs too.
+    let hash = imgcas::hash::ContentHash::of(&jpeg(320, 240, 2));
     let r = app.get(&format!("/v1/image/{hash}?w=90")).await;
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_download_waiting_for_a_slot_is_not_timed_out_by_the_fetch_timeout() {
+    let origin = Origin::start().await;
+    let app = spawn_app_with(|c| {
+        c.fetch.per_host_concurrency = 1;
+        c.fetch.timeout = Duration::from_millis(1000);
+    })
+    .await;
+    // Two downloads of 700 ms each through one slot: the second waits 700 ms, then takes
+    // 700 ms itself, 1.4 s after it was asked for and within its own 1 s.
+    for i in 0..2u8 {
+        origin.put_slow(
+            &format!("/w{i}.jpg"),
+            jpeg(64, 48, i),
+            Some(Duration::from_millis(700)),
+        );
+    }
+    let (first, second) = (origin.url("/w0.jpg"), origin.url("/w1.jpg"));
+    let (a, b) = tokio::join!(
+        app.image_by_url(&first, "w=32"),
+        app.image_by_url(&second, "w=32"),
+    );
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    assert_eq!(origin.max_in_flight(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

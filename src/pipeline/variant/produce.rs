@@ -273,6 +273,7 @@ impl Pipeline {
         }
         let ran = started.elapsed();
         ticket.record_with_storage(ran, storage);
+        tracing::debug!(target: "imgcas::cost", class = %class, cost, secs = ran.as_secs_f64(), "run measured");
         drop(ticket);
         s.metrics.with(|| {
             metrics::histogram!("imgcas_processing_seconds").record(ran.as_secs_f64());
