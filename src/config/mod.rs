@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod env;
+mod fetch;
 mod formats;
 pub mod maps;
 pub mod moderation;
@@ -24,6 +25,7 @@ mod storage;
 pub mod tenants;
 pub mod tokens;
 pub use env::{EnvVar, ENVIRONMENT};
+pub use fetch::FetchConfig;
 pub use formats::FormatsConfig;
 pub use peers::{FallbackConfig, FallbackSource, ImgproxyConfig, KeyAndSalt, ThumborConfig};
 pub use presets::{option_pairs, NamedFallback, Preset, Structured, Watermark, PRESET_FALLBACK};
@@ -202,37 +204,6 @@ impl ClusterConfig {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct FetchConfig {
-    pub allow_private_networks: bool,
-    pub allowed_hosts: Vec<String>,
-    pub max_bytes: u64,
-    #[serde(deserialize_with = "de_duration")]
-    pub timeout: Duration,
-    #[serde(deserialize_with = "de_duration")]
-    pub revalidate_after: Duration,
-    /// Extension: downloads in flight per origin host:port (`IMGCAS_FETCH_PER_HOST`), so one
-    /// slow host cannot hold every download slot.
-    pub per_host_concurrency: usize,
-    /// Extension: downloads in flight in all (`IMGCAS_FETCH_CONCURRENCY`).
-    pub concurrency: usize,
-    /// Extension: requests a second to one origin at most, the whole cluster's
-    /// (`IMGCAS_FETCH_PER_HOST_RATE`; a burst of one second's worth).
-    pub per_host_rate: f64,
-    /// URL entries no request used for this long are dropped (`IMGCAS_FORGET_AFTER`): the
-    /// URL is downloaded afresh if it comes back (its bytes stay stored, so a duplicate
-    /// costs the download only).
-    #[serde(deserialize_with = "de_duration")]
-    pub forget_after: Duration,
-    /// Buckets `url=s3://<bucket>/<key>` may name (`IMGCAS_SOURCE_BUCKETS`), read with
-    /// `storage.s3`'s endpoint and region; empty: no `s3://` source is read.
-    pub source_buckets: Vec<String>,
-    /// Source buckets with an endpoint and credentials of their own (`[fetch.buckets.<name>]`,
-    /// the configuration file only); each is a source bucket too.
-    pub buckets: BTreeMap<String, SourceBucket>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_pixels: u64,
     /// Extension: most frames an animation is processed with, `animated=1` (`IMGCAS_MAX_FRAMES`); its
@@ -381,24 +352,6 @@ impl Default for Config {
             presets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
             tenants: Tenants::new(),
-        }
-    }
-}
-
-impl Default for FetchConfig {
-    fn default() -> Self {
-        FetchConfig {
-            allow_private_networks: false,
-            allowed_hosts: Vec::new(),
-            max_bytes: 32 << 20,
-            timeout: Duration::from_secs(10),
-            revalidate_after: Duration::from_secs(300),
-            per_host_concurrency: 8,
-            concurrency: 64,
-            per_host_rate: 100.0,
-            forget_after: Duration::from_secs(30 * 24 * 3600),
-            source_buckets: Vec::new(),
-            buckets: BTreeMap::new(),
         }
     }
 }
