@@ -92,12 +92,14 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let flusher = spawn_flusher(pipeline.clone(), metrics);
     let backfill = spawn_backfill(pipeline.clone());
     let follower = spawn_purge_follower(pipeline.clone());
+    let sampler = spawn_sampler(service.clone());
     let task = tokio::spawn(async move {
         serve(listener, front, &server, rx).await;
         // Requests had their time (`server.shutdown_timeout`): what still runs is stopped at
         // its next check, and background work gets a moment more, then is abandoned.
         pipeline.stop_runs();
         follower.abort();
+        sampler.abort();
         flusher.abort();
         backfill.abort();
         let _ = backfill.await;
@@ -222,6 +224,19 @@ fn spawn_purge_follower(pipeline: Pipeline) -> JoinHandle<()> {
             if let Err(e) = pipeline.follow_purges().await {
                 tracing::warn!(error = %e, "reading the purge generation failed");
             }
+        }
+    })
+}
+
+/// Every `server.admin_sample_every`: a sample of this node for the operator's page and the
+/// readiness gauge, and now and then the store's totals (`http/console/`). The first at once.
+fn spawn_sampler(service: Service) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(service.config().server.admin_sample_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            service.sample().await;
         }
     })
 }

@@ -72,9 +72,11 @@ enum Command {
         #[arg(long)]
         accept: Option<String>,
     },
-    /// Count what is stored: URLs, originals, variants, cached errors (on the embedded maps,
-    /// run while the server is stopped; on PostgreSQL, while nodes serve).
-    Stats,
+    /// What is stored (URLs, originals, variants, cached errors) and what deduplication
+    /// saves, as the operator's page shows it. Locally: on the embedded maps run it while the
+    /// server is stopped, on PostgreSQL while nodes serve; with --server, the node's figures
+    /// too, through `GET /admin/savings`.
+    Stats(cli::maintenance::StatsOptions),
     /// Check that every map entry points at a stored blob whose SHA-256 matches (on the
     /// embedded maps, run while the server is stopped; on PostgreSQL, while nodes serve).
     /// Exit 1 when something dangles and was not repaired.
@@ -374,10 +376,24 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
                 }
             }
         }
-        Command::Stats => {
-            let config = configure(config_path, &Flags::default())?;
-            let report = maintenance(cli::maintenance::stats(config))?;
-            print!("{}", cli::maintenance::describe_stats(&report));
+        Command::Stats(options) => {
+            let flags = Flags {
+                listen: None,
+                data_dir: options.at.data_dir.clone(),
+                allow_private_networks: false,
+            };
+            let config = configure(config_path, &flags)?;
+            let (stored, savings) = maintenance(cli::maintenance::stats(config, &options))?;
+            if options.json {
+                let text = serde_json::to_string_pretty(&savings)
+                    .map_err(|e| Outcome::Failed(e.to_string()))?;
+                println!("{text}");
+            } else {
+                if let Some(stored) = &stored {
+                    print!("{}", cli::maintenance::describe_stats(stored));
+                }
+                print!("{}", cli::maintenance::describe_savings(&savings));
+            }
             Ok(Outcome::Done)
         }
         Command::Verify {

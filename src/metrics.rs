@@ -57,6 +57,18 @@ pub struct Readings {
     pub tenants: Vec<TenantReading>,
     /// The learned cost model: each class's factor, and the run-time estimates' errors.
     pub cost_model: Option<crate::admission::learned::Reading>,
+    /// The maps' totals and the URL map's bytes, as last read (none before the first
+    /// reading).
+    pub store: Option<crate::maps::StoreReading>,
+    /// Hashes on the takedown list, and the blocklist's listed hashes and fingerprints.
+    pub takedowns: usize,
+    pub blocklist: (usize, usize),
+    /// The stores' budgets (`limits.urls_max_bytes`, `limits.variants_max_bytes`).
+    pub urls_max_bytes: u64,
+    pub variants_max_bytes: u64,
+    /// Whether the maps and the blob store answered the last readiness sample (none before
+    /// the first).
+    pub ready: Option<bool>,
 }
 
 impl Default for Metrics {
@@ -77,6 +89,79 @@ impl Default for Metrics {
 }
 
 fn describe() {
+    describe_counter!(
+        "imgcas_http_errors_total",
+        "Error answers by their code (docs/api.md's error codes)"
+    );
+    describe_counter!(
+        "imgcas_claim_takeovers_total",
+        "Claims this node held that another node took over after their lease lapsed"
+    );
+    // Registered at start: the alert on it reads 0 rather than nothing until one happens.
+    counter!("imgcas_claim_takeovers_total").increment(0);
+    describe_gauge!(
+        "imgcas_ready",
+        "1 while the maps and the blob store answer (as /readyz), else 0; sampled by the node"
+    );
+    describe_counter!(
+        "imgcas_near_dedup_bytes_saved_total",
+        "Bytes of downloads not stored because canonical mode served them from a near-duplicate original"
+    );
+    describe_counter!(
+        "imgcas_queue_waits_total",
+        "Processing runs that took a CPU slot (the count under imgcas_queue_wait_seconds)"
+    );
+    describe_counter!(
+        "imgcas_origin_fetch_microseconds_total",
+        "Time from sending a request to an origin to its answer, summed, by origin (first 50, then other)"
+    );
+    describe_counter!(
+        "imgcas_origin_failures_total",
+        "Origin requests that ended in an error (refused, timed out, an error status), by origin"
+    );
+    describe_gauge!(
+        "imgcas_store_originals",
+        "Originals stored, as the maps count them (shared by every node; read at most once a minute)"
+    );
+    describe_gauge!(
+        "imgcas_store_original_bytes",
+        "Bytes of the originals stored"
+    );
+    describe_gauge!("imgcas_store_urls", "URL map entries");
+    describe_gauge!(
+        "imgcas_store_pointed_bytes",
+        "Bytes the URL map points at: each entry counts the bytes of the original it is served from"
+    );
+    describe_gauge!(
+        "imgcas_store_exact_saved_bytes",
+        "Bytes not stored because URLs share exact bytes (an original's bytes per URL beyond its first)"
+    );
+    describe_gauge!(
+        "imgcas_store_near_urls",
+        "URL entries served from a near-duplicate original (canonical mode)"
+    );
+    describe_gauge!(
+        "imgcas_store_near_saved_bytes",
+        "Bytes not stored for URLs served from a near-duplicate, at the serving original's size"
+    );
+    describe_gauge!(
+        "imgcas_store_reading_timestamp_seconds",
+        "When the imgcas_store_* figures were read from the maps"
+    );
+    describe_gauge!(
+        "imgcas_url_bytes",
+        "What the URL map's entries count for against limits.urls_max_bytes"
+    );
+    describe_gauge!("imgcas_url_max_bytes", "limits.urls_max_bytes");
+    describe_gauge!(
+        "imgcas_takedowns",
+        "Hashes on the takedown list (as this node holds it)"
+    );
+    describe_gauge!(
+        "imgcas_blocklist_entries",
+        "Blocklist entries as this node holds them, by kind (sha256: exact bytes; fingerprint: a picture within a radius)"
+    );
+    describe_gauge!("imgcas_variant_max_bytes", "limits.variants_max_bytes");
     describe_counter!(
         "imgcas_http_requests_total",
         "HTTP requests by route, method and status"
@@ -358,6 +443,35 @@ impl Metrics {
                 .absolute(s.decodes_mezzanine);
             counter!("imgcas_small_decodes_spared_total").absolute(s.small_decodes_spared);
             counter!("imgcas_animation_frames_decoded_total").absolute(s.frames_decoded);
+            counter!("imgcas_near_dedup_bytes_saved_total").absolute(s.near_bytes_saved);
+            counter!("imgcas_queue_waits_total").absolute(s.queue_waits);
+            gauge!("imgcas_url_max_bytes").set(readings.urls_max_bytes as f64);
+            gauge!("imgcas_takedowns").set(readings.takedowns as f64);
+            gauge!("imgcas_blocklist_entries", "kind" => "sha256").set(readings.blocklist.0 as f64);
+            gauge!("imgcas_blocklist_entries", "kind" => "fingerprint")
+                .set(readings.blocklist.1 as f64);
+            gauge!("imgcas_variant_max_bytes").set(readings.variants_max_bytes as f64);
+            if let Some(ready) = readings.ready {
+                gauge!("imgcas_ready").set(f64::from(u8::from(ready)));
+            }
+            if let Some(reading) = &readings.store {
+                let t = &reading.totals;
+                let store = [
+                    ("imgcas_store_originals", t.originals),
+                    ("imgcas_store_original_bytes", t.original_bytes),
+                    ("imgcas_store_urls", t.urls),
+                    ("imgcas_store_pointed_bytes", t.pointed_bytes),
+                    ("imgcas_store_exact_saved_bytes", t.exact_saved_bytes),
+                    ("imgcas_store_near_urls", t.near_urls),
+                    ("imgcas_store_near_saved_bytes", t.near_saved_bytes),
+                    ("imgcas_url_bytes", reading.url_bytes),
+                ];
+                for (name, value) in store {
+                    gauge!(name).set(value as f64);
+                }
+                gauge!("imgcas_store_reading_timestamp_seconds")
+                    .set(reading.read_at_ms as f64 / 1000.0);
+            }
             gauge!("imgcas_coalesced_waiters").set(readings.coalesced_waiters as f64);
             gauge!("imgcas_flights", "kind" => "download").set(readings.download_flights as f64);
             gauge!("imgcas_flights", "kind" => "process").set(readings.process_flights as f64);

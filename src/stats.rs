@@ -64,6 +64,12 @@ pub struct Stats {
     pub frames_decoded: AtomicU64,
     /// Mezzanines built (each original's once, unless evicted or lost).
     pub mezzanines_built: AtomicU64,
+    /// Runs that waited for a CPU slot (every admitted run), and the microseconds they waited.
+    pub queue_waits: AtomicU64,
+    pub queue_wait_micros: AtomicU64,
+    /// Bytes of downloads not stored because canonical mode served the URL from a
+    /// near-duplicate original.
+    pub near_bytes_saved: AtomicU64,
     /// Variants' runs planned (`processors::plan`): once per variant located, never again
     /// for its run.
     pub plans_made: AtomicU64,
@@ -114,6 +120,9 @@ impl Stats {
             frames_decoded: Self::get(&self.frames_decoded),
             mezzanines_built: Self::get(&self.mezzanines_built),
             plans_made: Self::get(&self.plans_made),
+            queue_waits: Self::get(&self.queue_waits),
+            queue_wait_micros: Self::get(&self.queue_wait_micros),
+            near_bytes_saved: Self::get(&self.near_bytes_saved),
         }
     }
 }
@@ -150,4 +159,7 @@ pub struct StatsSnapshot {
     pub frames_decoded: u64,
     pub mezzanines_built: u64,
     pub plans_made: u64,
+    pub queue_waits: u64,
+    pub queue_wait_micros: u64,
+    pub near_bytes_saved: u64,
 }

@@ -601,3 +601,69 @@ pub struct UnblockAnswer {
     pub id: String,
     pub lifted: Vec<String>,
 }
+
+/// `GET /admin/savings`, and what `imgcas stats` prints: what deduplication saves, on this
+/// node since it started and in the shared store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavingsAnswer {
+    /// The node that answered (`cluster.node_id`): `node` is its own figures (none from
+    /// `imgcas stats` on the local data dir, which serves nothing).
+    pub node_id: String,
+    pub node: Option<NodeSavings>,
+    /// The maps' totals, every node's (none before the node's first reading of them).
+    pub store: Option<StoreSavings>,
+}
+
+/// One node's figures since it started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeSavings {
+    pub started_ms: u64,
+    /// Image answers (those with an `X-Imgcas-Cache` outcome), and the hits among them.
+    pub requests: u64,
+    pub hits: u64,
+    pub processing_runs: u64,
+    /// `requests / processing_runs` (none before the first run).
+    pub requests_per_run: Option<f64>,
+    /// `hits / requests` (none before the first request).
+    pub hit_ratio: Option<f64>,
+    /// Bytes of downloads and uploads not stored again: their exact bytes were stored
+    /// already, or (canonical mode) a near-duplicate serves them.
+    pub exact_saved_bytes: u64,
+    pub near_saved_bytes: u64,
+    pub downloads: u64,
+    pub downloaded_bytes: u64,
+}
+
+/// The shared store's totals (every node's) and its budgets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreSavings {
+    /// When the maps were read, ms since the epoch.
+    pub read_at_ms: u64,
+    /// Originals and their bytes, URL entries and the bytes they point at, and what exact
+    /// and near-duplicate deduplication saved (`crate::maps::StoreTotals`'s fields).
+    #[serde(flatten)]
+    pub totals: crate::maps::StoreTotals,
+    pub url_bytes: u64,
+    pub urls_max_bytes: u64,
+    pub variant_bytes: u64,
+    pub variants_max_bytes: u64,
+}
+
+impl StoreSavings {
+    /// A reading of the maps, with the variants' bytes and the two budgets.
+    pub fn new(
+        reading: &crate::maps::StoreReading,
+        variant_bytes: u64,
+        urls_max_bytes: u64,
+        variants_max_bytes: u64,
+    ) -> StoreSavings {
+        StoreSavings {
+            read_at_ms: reading.read_at_ms,
+            totals: reading.totals,
+            url_bytes: reading.url_bytes,
+            urls_max_bytes,
+            variant_bytes,
+            variants_max_bytes,
+        }
+    }
+}

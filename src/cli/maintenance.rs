@@ -2,6 +2,8 @@
 //! progress bar, and the lines they print. They open the configured maps themselves: on the
 //! embedded default, run them while `imgcas serve` is stopped (redb allows one process per
 //! file); on PostgreSQL, while the nodes serve (gc spares what is younger than its grace).
+//! `imgcas stats --server` asks a running node instead (`GET /admin/savings`): the savings
+//! figures of the operator's page, the node's own among them.
 
 use indicatif::ProgressBar;
 
@@ -9,6 +11,7 @@ use imgcas::config::Config;
 use imgcas::error::Error;
 use imgcas::metrics::Metrics;
 use imgcas::pipeline::{GcReport, Pipeline, StatsReport, VerifyReport};
+use imgcas::wire::{SavingsAnswer, StoreSavings};
 
 use super::progress;
 
@@ -30,8 +33,106 @@ fn advance(bar: &ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
     }
 }
 
-pub async fn stats(config: Config) -> Result<StatsReport, Error> {
-    open(config).await?.stored_stats().await
+/// `imgcas stats`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatsOptions {
+    #[command(flatten)]
+    pub at: super::ServerOrLocal,
+    /// Print the savings figures as JSON (`GET /admin/savings`'s body) instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What is stored (locally; none from a server) and the savings figures.
+pub async fn stats(
+    config: Config,
+    options: &StatsOptions,
+) -> Result<(Option<StatsReport>, SavingsAnswer), Error> {
+    if let Some(base) = &options.at.server {
+        let token = options.at.token(&config);
+        let client =
+            super::server_client("imgcas-stats", token, std::time::Duration::from_secs(30))
+                .map_err(Error::Internal)?;
+        let url = base
+            .join("admin/savings")
+            .map_err(|e| Error::invalid_option("server", e.to_string()))?;
+        let body = super::answer_of(base, client.get(url))
+            .await
+            .map_err(Error::StorageUnavailable)?
+            .map_err(|e| Error::Internal(format!("{}: {}", e.code, e.message)))?;
+        let savings = serde_json::from_slice(&body).map_err(|e| {
+            Error::Internal(format!(
+                "{base} answered savings this command cannot read: {e}"
+            ))
+        })?;
+        return Ok((None, savings));
+    }
+    let node_id = config.cluster.node_id.clone().unwrap_or_default();
+    let (urls_max_bytes, variants_max_bytes) = (
+        config.limits.urls_max_bytes,
+        config.limits.variants_max_bytes,
+    );
+    let pipeline = open(config).await?;
+    let stored = pipeline.stored_stats().await?;
+    let reading = pipeline.store_reading(std::time::Duration::ZERO).await?;
+    let savings = SavingsAnswer {
+        node_id,
+        node: None,
+        store: Some(StoreSavings::new(
+            &reading,
+            stored.variant_bytes,
+            urls_max_bytes,
+            variants_max_bytes,
+        )),
+    };
+    Ok((Some(stored), savings))
+}
+
+/// The savings lines: the store's (every node's), then the node's own when a node answered.
+pub fn describe_savings(s: &SavingsAnswer) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let mut out = String::new();
+    if let Some(st) = &s.store {
+        out.push_str(&format!(
+            "savings (the store, every node's)\n\
+             originals stored    {:>10}   {:.1} MiB\n\
+             urls pointing       {:>10}   {:.1} MiB pointed at\n\
+             saved by exact      {:>10.1} MiB\n\
+             saved by near-dup   {:>10.1} MiB   {} URLs\n\
+             url map budget      {:>10.1} MiB of {:.1} MiB used\n",
+            st.totals.originals,
+            mib(st.totals.original_bytes),
+            st.totals.urls,
+            mib(st.totals.pointed_bytes),
+            mib(st.totals.exact_saved_bytes),
+            mib(st.totals.near_saved_bytes),
+            st.totals.near_urls,
+            mib(st.url_bytes),
+            mib(st.urls_max_bytes),
+        ));
+    }
+    if let Some(n) = &s.node {
+        let ratio = |v: Option<f64>, scale: f64| {
+            v.map_or_else(|| "-".to_string(), |v| format!("{:.1}", v * scale))
+        };
+        out.push_str(&format!(
+            "node {} (since it started)\n\
+             image requests      {:>10}\n\
+             processing runs     {:>10}\n\
+             requests per run    {:>10}\n\
+             hit ratio           {:>10} %\n\
+             saved by exact      {:>10.1} MiB\n\
+             saved by near-dup   {:>10.1} MiB\n",
+            s.node_id,
+            n.requests,
+            n.processing_runs,
+            ratio(n.requests_per_run, 1.0),
+            ratio(n.hit_ratio, 100.0),
+            mib(n.exact_saved_bytes),
+            mib(n.near_saved_bytes),
+        ));
+    }
+    out
 }
 
 pub async fn verify(config: Config, repair: bool) -> Result<VerifyReport, Error> {

@@ -193,6 +193,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("server.request_timeout", "IMGCAS_REQUEST_TIMEOUT", server.request_timeout, duration),
     setting!("server.max_connections", "IMGCAS_MAX_CONNECTIONS", server.max_connections, number),
     setting!("server.shutdown_timeout", "IMGCAS_SHUTDOWN_TIMEOUT", server.shutdown_timeout, duration),
+    setting!("server.admin_page", "IMGCAS_ADMIN_PAGE", server.admin_page, boolean),
+    setting!("server.admin_sample_every", "IMGCAS_ADMIN_SAMPLE_EVERY", server.admin_sample_every, duration),
     setting!("server.max_concurrent_uploads", "IMGCAS_MAX_CONCURRENT_UPLOADS", server.max_concurrent_uploads, number),
     setting!("server.min_upload_rate", "IMGCAS_MIN_UPLOAD_RATE", server.min_upload_rate, number),
 ];

@@ -283,6 +283,13 @@ pub struct ServerConfig {
     pub max_concurrent_uploads: usize,
     /// Bytes per second an upload must average after its first 10 s (`IMGCAS_MIN_UPLOAD_RATE`).
     pub min_upload_rate: u64,
+    /// Whether `GET /admin`, the operator's page, is served (`IMGCAS_ADMIN_PAGE`).
+    pub admin_page: bool,
+    /// How often the page's history takes a sample of this node's counters
+    /// (`IMGCAS_ADMIN_SAMPLE_EVERY`): the last hour is kept at this step, the last day at
+    /// thirty times it.
+    #[serde(deserialize_with = "de_duration")]
+    pub admin_sample_every: Duration,
 }
 
 impl Default for ServerConfig {
@@ -294,6 +301,8 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             max_concurrent_uploads: 16,
             min_upload_rate: 64 << 10,
+            admin_page: true,
+            admin_sample_every: Duration::from_secs(10),
         }
     }
 }
@@ -579,6 +588,12 @@ impl Config {
                 "the bucket's timeouts must be above 0",
             ));
         }
+        if self.server.admin_sample_every < Duration::from_millis(100) {
+            return Err(bad(
+                "server.admin_sample_every",
+                "must be at least 100ms (the history holds 360 samples)",
+            ));
+        }
         if self.server.max_connections == 0 || self.server.max_concurrent_uploads == 0 {
             return Err(bad(
                 "server.max_connections",
@@ -807,6 +822,8 @@ mod tests {
             ("IMGCAS_S3_TIMEOUT", (r#""6s""#, "6")),
             ("IMGCAS_MAX_CONCURRENT_UPLOADS", ("4", "4")),
             ("IMGCAS_MIN_UPLOAD_RATE", ("1024", "1024")),
+            ("IMGCAS_ADMIN_PAGE", ("false", "off")),
+            ("IMGCAS_ADMIN_SAMPLE_EVERY", (r#""2s""#, "2s")),
             (
                 "IMGCAS_ADMIN_TOKEN",
                 (r#""0123456789abcdef""#, "0123456789abcdef"),

@@ -22,6 +22,7 @@ use crate::pipeline::Pipeline;
 
 pub mod admin;
 mod answer;
+pub mod console;
 pub mod error;
 mod front;
 pub use fallback::Fallbacks;
@@ -63,6 +64,8 @@ struct Parts {
     url_cache_control: String,
     /// Metric handles by labels, registered once (`observe.rs`).
     series: observe::Series,
+    /// The operator's page: its history of this node's counters (`console/`).
+    console: console::Console,
 }
 
 impl Service {
@@ -102,6 +105,7 @@ impl Service {
                         revalidate.max(60)
                     )
                 },
+                console: console::Console::new(config.server.admin_sample_every),
                 config,
                 metrics,
                 series: observe::Series::default(),
@@ -220,9 +224,7 @@ impl Service {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             });
         let Some(token) = presented else {
-            return Err(Error::Unauthorized(
-                "this route needs `Authorization: Bearer <admin token>`".into(),
-            ));
+            return self.session(headers);
         };
         let presented = digest(token);
         // Every token is compared, so the time taken does not say which one matched.
@@ -233,6 +235,40 @@ impl Service {
             }
         }
         matched.ok_or_else(|| Error::Unauthorized("the admin token does not match".into()))
+    }
+
+    /// The name and scopes of the token whose session cookie (`console/session.rs`) the
+    /// request carries, from the page's own origin.
+    fn session(&self, headers: &axum::http::HeaderMap) -> Result<(&str, Scopes), Error> {
+        let refused =
+            || Error::Unauthorized("this route needs `Authorization: Bearer <admin token>`".into());
+        let presented = console::session::presented(headers).ok_or_else(refused)?;
+        let now_secs = crate::maps::now_ms() / 1000;
+        let (name, _, scopes) = self
+            .parts
+            .tokens
+            .iter()
+            .find(|(name, key, _)| *name == presented.name && presented.valid(key, now_secs))
+            .ok_or_else(|| Error::Unauthorized("the session has expired or is not valid".into()))?;
+        if !console::session::same_origin(headers) {
+            return Err(Error::Unauthorized(
+                "a session is only accepted from the admin page's own origin".into(),
+            ));
+        }
+        Ok((name.as_str(), *scopes))
+    }
+
+    /// The name and digest of the configured token `token` is, when its scopes allow
+    /// `needed` (the login form's check).
+    fn session_key(&self, token: &str, needed: Scope) -> Option<(String, [u8; 32])> {
+        let presented = digest(token);
+        let mut matched = None;
+        for (name, expected, scopes) in &self.parts.tokens {
+            if same_bytes(&presented, expected) && scopes.allow(needed) {
+                matched = Some((name.clone(), *expected));
+            }
+        }
+        matched
     }
 
     /// Who a request asks as: the tier it names in `X-Imgcas-Tier` (a request may lower its
@@ -338,6 +374,12 @@ pub fn router(service: Service) -> Router {
         )
         .route("/v1/originals/{hash}/info", get(originals::info))
         .route("/v1/originals/{hash}/similar", get(originals::similar))
+        .route("/admin", get(console::page))
+        .route("/admin/login", post(console::login))
+        .route("/admin/logout", post(console::logout))
+        .route("/admin/savings", get(console::savings))
+        .route("/admin/admin.js", get(console::script))
+        .route("/admin/admin.css", get(console::style))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .merge(admin)

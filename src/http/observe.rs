@@ -5,7 +5,8 @@
 //! built for it.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
@@ -32,6 +33,8 @@ pub(super) const ROUTES: &[&str] = &[
     "/healthz",
     "/readyz",
     "/metrics",
+    "/admin",
+    "/admin/savings",
 ];
 
 /// `X-Imgcas-Cache` values (`image.rs`, `error.rs`), as `cache` labels.
@@ -51,12 +54,25 @@ struct Handles {
     requests: Counter,
     duration: Histogram,
     outcome: Option<Counter>,
+    tally: Arc<Tally>,
 }
 
-/// The handles registered so far, by labels. Bounded: routes × methods × statuses × outcomes.
+/// Totals the operator's page reads (`console/`), counted with the series above: image
+/// answers with a cache outcome, the hits among them, and error answers.
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    pub outcomes: AtomicU64,
+    pub hits: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// The handles registered so far, by labels. Bounded: routes × methods × statuses × outcomes,
+/// and error codes (a fixed set).
 #[derive(Default)]
 pub(super) struct Series {
     registered: RwLock<HashMap<Labels, Handles>>,
+    errors: RwLock<HashMap<&'static str, Counter>>,
+    tally: Arc<Tally>,
 }
 
 impl Series {
@@ -89,12 +105,41 @@ impl Series {
             outcome: labels.cache.map(
                 |outcome| metrics::counter!("imgcas_cache_outcomes_total", "outcome" => outcome),
             ),
+            tally: self.tally.clone(),
         });
         self.registered
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(labels, handles.clone());
         handles
+    }
+
+    /// Counts an error answer by its code.
+    fn error(&self, metrics: &Metrics, code: &'static str) {
+        self.tally.errors.fetch_add(1, Ordering::Relaxed);
+        let known = self
+            .errors
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(code)
+            .cloned();
+        let counter = match known {
+            Some(counter) => counter,
+            None => {
+                let counter =
+                    metrics.with(|| metrics::counter!("imgcas_http_errors_total", "code" => code));
+                self.errors
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(code, counter.clone());
+                counter
+            }
+        };
+        counter.increment(1);
+    }
+
+    pub(super) fn tally(&self) -> &Tally {
+        &self.tally
     }
 }
 
@@ -128,6 +173,9 @@ pub(super) async fn observe(
             .find(|o| v.as_bytes() == o.as_bytes())
     });
     account(&service, route, method, status, cache, elapsed);
+    if let Some(failed) = response.extensions().get::<super::error::Failed>() {
+        service.series().error(service.metrics(), failed.code);
+    }
     response
 }
 
@@ -192,6 +240,10 @@ fn record(handles: &Handles, labels: Labels, elapsed: std::time::Duration) {
     handles.duration.record(elapsed.as_secs_f64());
     if let Some(outcome) = &handles.outcome {
         outcome.increment(1);
+        handles.tally.outcomes.fetch_add(1, Ordering::Relaxed);
+        if cache == Some("hit") {
+            handles.tally.hits.fetch_add(1, Ordering::Relaxed);
+        }
     }
     crate::log::access(method, route, status, cache, elapsed);
 }

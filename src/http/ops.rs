@@ -32,7 +32,7 @@ pub async fn readyz(State(service): State<Service>) -> Response {
 
 /// Prometheus text format.
 pub async fn metrics(State(service): State<Service>) -> Response {
-    let body = service.metrics().render(&service.pipeline().readings());
+    let body = service.metrics().render(&service.readings());
     (
         [(
             axum::http::header::CONTENT_TYPE,

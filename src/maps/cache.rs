@@ -33,8 +33,8 @@ use async_trait::async_trait;
 use super::{
     BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
     Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
-    Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow, VariantTotals,
-    Variants,
+    Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
+    VariantTotals, Variants,
 };
 use super::{Bucket, HeldFailure, OriginSlot, OriginTurn, Quotas, SlotTake, Take};
 use crate::hash::ContentHash;
@@ -578,6 +578,10 @@ impl<S: MapStore> MapStore for Cached<S> {
 
     async fn compact(&self) -> Result<bool, MapError> {
         self.store.compact().await
+    }
+
+    async fn totals(&self) -> Result<StoreTotals, MapError> {
+        self.store.totals().await
     }
 
     async fn check(&self) -> Result<(), MapError> {

@@ -345,6 +345,46 @@ pub enum ClaimOutcome {
     Published,
 }
 
+/// What the URL map points at against what is stored ([`MapStore::totals`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreTotals {
+    /// Originals stored, and their bytes.
+    pub originals: u64,
+    pub original_bytes: u64,
+    /// URL entries.
+    pub urls: u64,
+    /// The bytes the URL entries point at: each entry counts its served original's bytes.
+    pub pointed_bytes: u64,
+    /// Bytes not stored because several URLs have the same bytes: each original's bytes
+    /// once per URL of its own bytes beyond the first.
+    pub exact_saved_bytes: u64,
+    /// URL entries served from another original as its near-duplicate (canonical mode),
+    /// and the bytes not stored for them, counted at the size of the original serving them
+    /// (their own bytes were never kept to be measured).
+    pub near_urls: u64,
+    pub near_saved_bytes: u64,
+}
+
+/// The maps' totals and the URL map's bytes (its budget's measure), read at one time.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreReading {
+    pub totals: StoreTotals,
+    pub url_bytes: u64,
+    /// When they were read, ms since the epoch.
+    pub read_at_ms: u64,
+}
+
+impl StoreTotals {
+    /// Counts an original of `bytes` served to `exact` URLs of its own bytes and `near`
+    /// URLs of near-duplicate bytes.
+    pub fn add_pointed(&mut self, bytes: u64, exact: u64, near: u64) {
+        self.pointed_bytes += bytes.saturating_mul(exact + near);
+        self.exact_saved_bytes += bytes.saturating_mul(exact.saturating_sub(1));
+        self.near_urls += near;
+        self.near_saved_bytes += bytes.saturating_mul(near);
+    }
+}
+
 /// What [`Variants::evict_variants`] dropped.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Evicted {
@@ -398,6 +438,36 @@ pub trait MapStore:
 
     /// Readiness: the store answers a read.
     async fn check(&self) -> Result<(), MapError>;
+
+    /// What the URL map points at against what is stored (the operator's savings figures:
+    /// `GET /admin`, `imgcas stats`). A walk of every URL entry on the embedded maps (the
+    /// page reads it at most once a minute, off the request path); one statement on
+    /// PostgreSQL.
+    async fn totals(&self) -> Result<StoreTotals, MapError> {
+        let mut totals = StoreTotals::default();
+        // Per original served: the URLs with its own bytes, and those mapped to it as a
+        // near-duplicate (canonical mode).
+        let mut pointed: std::collections::HashMap<ContentHash, (u64, u64)> =
+            std::collections::HashMap::new();
+        for (_, entry) in self.urls().await? {
+            totals.urls += 1;
+            let counts = pointed.entry(entry.serving()).or_default();
+            match entry.canonical.is_some() {
+                true => counts.1 += 1,
+                false => counts.0 += 1,
+            }
+        }
+        for hash in self.original_hashes().await? {
+            let Some(info) = self.original(&hash).await? else {
+                continue;
+            };
+            totals.originals += 1;
+            totals.original_bytes += info.bytes;
+            let (exact, near) = pointed.get(&hash).copied().unwrap_or_default();
+            totals.add_pointed(info.bytes, exact, near);
+        }
+        Ok(totals)
+    }
 
     /// Whether `hash` is on the takedown list this instant, and its originals index entry:
     /// what bytes about to be stored are asked (one read where the store can).

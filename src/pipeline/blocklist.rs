@@ -79,6 +79,12 @@ pub(super) struct Blocked {
 }
 
 impl Blocked {
+    /// Listed hashes and listed fingerprints, as this node holds them.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let list = self.list.read().unwrap_or_else(|p| p.into_inner());
+        (list.exact.len(), list.near.len())
+    }
+
     /// Loads the list from the maps (at open, and when the purge generation moves).
     pub(super) async fn load(maps: &dyn MapStore) -> Result<Blocked, Error> {
         let blocked = Blocked {

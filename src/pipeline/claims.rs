@@ -68,6 +68,8 @@ struct Held {
     /// When the last successful renewal (or the acquiring write) was sent.
     renewed_at: Arc<Mutex<Instant>>,
     lost: Arc<AtomicBool>,
+    /// Where a claim lost to another node is counted (`imgcas_claim_takeovers_total`).
+    metrics: crate::metrics::Metrics,
     renewer: Option<tokio::task::JoinHandle<()>>,
     /// Tells the renewer to stop between renewals (never mid-request: a renewal the
     /// database applied but whose answer was cut off would leave this lease a stale token).
@@ -120,7 +122,12 @@ impl Lease {
         let claim = lock(&held.claim).clone();
         let age = lock(&held.renewed_at).elapsed();
         let margin = held.ttl / 5;
-        if held.lost.load(Ordering::Acquire) || age + margin >= held.ttl {
+        let lost = held.lost.load(Ordering::Acquire);
+        if lost {
+            held.metrics
+                .with(|| metrics::counter!("imgcas_claim_takeovers_total").increment(1));
+        }
+        if lost || age + margin >= held.ttl {
             return Err(format!(
                 "claim {} lost or unconfirmed for {age:?} (time to live {:?})",
                 claim.key, held.ttl
@@ -262,6 +269,7 @@ impl Pipeline {
                         claim,
                         renewed_at,
                         lost,
+                        metrics: s.metrics.clone(),
                         renewer: Some(renewer),
                         stop,
                         released: false,

@@ -2,7 +2,9 @@
 //! other, on either backend. They belong to the pipeline because they read and repair the
 //! state it owns; the commands only print what these return.
 //!
-//! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors.
+//! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors;
+//!   and the store's totals (what the URL map points at against what is stored), which the
+//!   operator's page reads too (`store_totals`, kept for a while: a walk on the embedded maps).
 //! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, every URL
 //!   map entry points at an indexed original (or at taken-down content: such an entry is how
 //!   a URL is remembered as taken down), and nothing of taken-down content is stored. With
@@ -21,7 +23,7 @@ use std::collections::HashSet;
 use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, VariantKey, VariantTotals};
+use crate::maps::{now_ms, StoreReading, VariantKey, VariantTotals};
 
 use super::Pipeline;
 
@@ -91,6 +93,33 @@ pub struct GcReport {
 }
 
 impl Pipeline {
+    /// The maps' totals (what the URL map points at against what is stored) and the URL
+    /// map's budget measure, read afresh when the last reading is older than `max_age`.
+    /// Concurrent callers share one reading.
+    pub async fn store_reading(&self, max_age: std::time::Duration) -> Result<StoreReading, Error> {
+        let mut held = self.shared.totals.lock().await;
+        if let Some((at, reading)) = &*held {
+            if at.elapsed() <= max_age {
+                return Ok(*reading);
+            }
+        }
+        let maps = &self.shared.maps;
+        let reading = StoreReading {
+            totals: maps.totals().await?,
+            url_bytes: maps.url_bytes().await?,
+            read_at_ms: now_ms(),
+        };
+        *held = Some((std::time::Instant::now(), reading));
+        Ok(reading)
+    }
+
+    /// The last [`StoreReading`], if one was made and no reading is under way (`/metrics`
+    /// never waits for the maps' walk).
+    pub fn last_store_reading(&self) -> Option<StoreReading> {
+        let held = self.shared.totals.try_lock().ok()?;
+        held.as_ref().map(|(_, reading)| *reading)
+    }
+
     pub async fn stored_stats(&self) -> Result<StatsReport, Error> {
         let maps = &self.shared.maps;
         let mut report = StatsReport {

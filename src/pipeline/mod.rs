@@ -68,6 +68,7 @@ pub use blocklist::Listed;
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;
+pub use origins::OriginTally;
 pub use recall::Recalled;
 pub use removal::{taken_down, Lifted, TakenDown};
 pub use resolve::{Resolved, UrlState};
@@ -114,6 +115,9 @@ struct Shared {
     admission: Admission,
     /// Work counters.
     stats: Stats,
+    /// The maps' totals as last read, and when (`maintenance.rs`, `store_totals`): a walk
+    /// on the embedded maps, so read at most once per its maximum age.
+    totals: tokio::sync::Mutex<Option<(std::time::Instant, crate::maps::StoreReading)>>,
     /// Where latency histograms and refusals are recorded.
     metrics: Metrics,
     /// Use records, the variants' byte count and the sweep schedule.
@@ -245,6 +249,7 @@ impl Pipeline {
                 original_reads: SingleFlight::default(),
                 admission,
                 stats: Stats::default(),
+                totals: tokio::sync::Mutex::new(None),
                 metrics,
             }),
         })
@@ -308,7 +313,18 @@ impl Pipeline {
                 .collect(),
             tenants: s.admission.tenants(),
             cost_model: Some(s.admission.cost_model()),
+            store: self.last_store_reading(),
+            takedowns: s.takedowns.len(),
+            blocklist: s.blocked.counts(),
+            urls_max_bytes: s.config.limits.urls_max_bytes,
+            variants_max_bytes: s.config.limits.variants_max_bytes,
+            ready: None,
         }
+    }
+
+    /// This node's downloads by origin (the named origins and `other`).
+    pub fn origin_tallies(&self) -> Vec<(String, OriginTally)> {
+        self.shared.origins.tallies()
     }
 
     /// The failure a URL is held with now, and for how much longer.

@@ -10,7 +10,7 @@
 //! downloads under its own slots only (and says so in its log): the origin is then asked by
 //! each node within its own bound, as before, rather than not at all.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,11 +37,23 @@ const MAX_ASKED_PAUSE: Duration = Duration::from_secs(600);
 /// Origins named in metrics, first come; the rest are counted as `other` (cardinality).
 const NAMED_ORIGINS: usize = 50;
 
-/// What a node keeps of its origins: connection failures in a row, and the origins its
-/// metrics name.
+/// What a node keeps of its origins: connection failures in a row, the origins its
+/// metrics name, and each named origin's requests, failures and time (the operator's page).
 pub(super) struct Origins {
     refusals: moka::sync::Cache<String, u32>,
     named: Mutex<HashSet<String>>,
+    tallies: Mutex<HashMap<String, OriginTally>>,
+}
+
+/// One origin's downloads on this node (by its metrics label: at most [`NAMED_ORIGINS`]
+/// and `other`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct OriginTally {
+    pub requests: u64,
+    /// Requests that ended in an error (refused, timed out, an error status), not a `304`.
+    pub failures: u64,
+    /// Seconds from sending the request to its answer, summed.
+    pub seconds: f64,
 }
 
 impl Default for Origins {
@@ -52,6 +64,7 @@ impl Default for Origins {
                 .time_to_idle(Duration::from_secs(600))
                 .build(),
             named: Mutex::new(HashSet::new()),
+            tallies: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -68,6 +81,23 @@ impl Origins {
             return origin.to_string();
         }
         "other".to_string()
+    }
+
+    fn tally(&self, label: &str, seconds: f64, failed: bool) {
+        let mut tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        let tally = tallies.entry(label.to_string()).or_default();
+        tally.requests += 1;
+        tally.failures += u64::from(failed);
+        tally.seconds += seconds;
+    }
+
+    /// Every named origin's tally, by label.
+    pub(super) fn tallies(&self) -> Vec<(String, OriginTally)> {
+        let tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        tallies
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }
 
@@ -123,7 +153,19 @@ impl Pipeline {
             metrics::counter!("imgcas_origin_requests_total", "origin" => label.clone())
                 .increment(1);
         });
+        let sent = Instant::now();
         let answer = s.fetcher.fetch_now(url, validators).await;
+        let took = sent.elapsed().as_secs_f64();
+        let failed = answer.is_err();
+        s.origins.tally(&label, took, failed);
+        s.metrics.with(|| {
+            metrics::counter!("imgcas_origin_fetch_microseconds_total", "origin" => label.clone())
+                .increment((took * 1e6).round() as u64);
+            if failed {
+                metrics::counter!("imgcas_origin_failures_total", "origin" => label.clone())
+                    .increment(1);
+            }
+        });
         if let Some(slot) = slot {
             // Given back off the request's path: the answer does not wait for it (an
             // unreleased slot expires anyway).

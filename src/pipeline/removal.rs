@@ -46,6 +46,11 @@ pub(super) struct Takedowns {
 }
 
 impl Takedowns {
+    /// Hashes on the takedown list, as this node holds it.
+    pub(super) fn len(&self) -> usize {
+        self.listed.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Loads the list and the generation from the maps (at open).
     pub(super) async fn load(maps: &dyn MapStore) -> Result<Takedowns, Error> {
         let generation = maps.purge_generation().await?;

@@ -598,6 +598,7 @@ impl Pipeline {
             };
             if let Some(canonical) = decided {
                 Stats::add(&s.stats.dedup_bytes_saved, size);
+                Stats::add(&s.stats.near_bytes_saved, size);
                 if known.is_none() {
                     Stats::bump(&s.stats.near_duplicates_found);
                     s.maps.put_alias(&hash, &canonical).await?;

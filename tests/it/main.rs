@@ -18,6 +18,7 @@ mod client_hints;
 mod cluster;
 mod compat;
 mod compose;
+mod console;
 mod corpus;
 mod crash;
 mod deadlines;

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
     now_ms, BlockEntry, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo,
-    Originals, PictureFacts, PostgresMaps, RedbMaps, UrlEntry, UrlMap, VariantBody, VariantKey,
-    VariantRow, Variants,
+    Originals, PictureFacts, PostgresMaps, RedbMaps, StoreTotals, UrlEntry, UrlMap, VariantBody,
+    VariantKey, VariantRow, Variants,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -974,6 +974,7 @@ async fn redb_keeps_the_contract() {
     blocklist(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     original_facts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     quotas(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    totals(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
 }
 
 #[tokio::test]
@@ -983,6 +984,54 @@ async fn redb_admits_one_process_at_a_time() {
     let second = RedbMaps::open(dir.path().to_path_buf()).await;
     assert!(second.is_err(), "a second handle on one file is refused");
     drop(first);
+}
+
+/// What the URL map points at against what is stored: three URLs of one original's bytes,
+/// one URL of its near-duplicate (canonical mode), one of another original, an original no
+/// URL names (an upload), and a URL whose original is gone (counted, pointing at nothing).
+async fn totals(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    assert_eq!(maps.totals().await.unwrap(), StoreTotals::default());
+    let (a, b, upload, near_own, gone) = (
+        ContentHash::of(b"tot-a"),
+        ContentHash::of(b"tot-b"),
+        ContentHash::of(b"tot-upload"),
+        ContentHash::of(b"tot-near"),
+        ContentHash::of(b"tot-gone"),
+    );
+    maps.add_original(&a, &info(1000)).await.unwrap();
+    maps.add_original(&b, &info(300)).await.unwrap();
+    maps.add_original(&upload, &info(70)).await.unwrap();
+    for n in 0..3 {
+        maps.put_url(&format!("http://o/a{n}"), &url_entry(a))
+            .await
+            .unwrap();
+    }
+    let near = UrlEntry {
+        canonical: Some(a),
+        ..url_entry(near_own)
+    };
+    maps.put_url("http://o/near", &near).await.unwrap();
+    maps.put_url("http://o/b", &url_entry(b)).await.unwrap();
+    maps.put_url("http://o/gone", &url_entry(gone))
+        .await
+        .unwrap();
+    let totals = maps.totals().await.unwrap();
+    assert_eq!(
+        totals,
+        StoreTotals {
+            originals: 3,
+            original_bytes: 1370,
+            urls: 6,
+            pointed_bytes: 4 * 1000 + 300,
+            exact_saved_bytes: 2 * 1000,
+            near_urls: 1,
+            near_saved_bytes: 1000,
+        }
+    );
+    // The same after a restart (nothing of it is memory).
+    drop(maps);
+    assert_eq!(open().await.totals().await.unwrap(), totals);
 }
 
 /// Opens the PostgreSQL maps in database `url` afresh at each call (a node restarting).
@@ -1013,6 +1062,7 @@ async fn postgres_keeps_the_contract() {
     blocklist(postgres_at(server.database("blocklist"))).await;
     original_facts(postgres_at(server.database("original_facts"))).await;
     quotas(postgres_at(server.database("quotas"))).await;
+    totals(postgres_at(server.database("totals"))).await;
 }
 
 /// Nodes starting together on an empty database all come up (the migrations serialise on a

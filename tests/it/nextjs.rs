@@ -18,18 +18,6 @@ fn clients() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients")
 }
 
-/// The first of `names` on the PATH.
-fn found(names: &[&str]) -> Option<String> {
-    names.iter().find_map(|name| {
-        let ok = std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {name}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| name.to_string())
-    })
-}
-
 /// Runs `program args` in `dir` with `envs`, within `limit`; panics with its output if it
 /// fails.
 async fn run(dir: &Path, program: &str, args: &[&str], envs: &[(&str, String)], limit: u64) {

@@ -553,6 +553,30 @@ const CHECK: Statement = Statement {
     sql: "SELECT 1",
 };
 
+/// [`MapStore::totals`] in one statement: URL entries grouped by the original they are
+/// served from (the canonical half of `canonical` while it belongs to the row's own hash),
+/// joined to the originals.
+const TOTALS: Statement = Statement {
+    op: "totals",
+    sql: "WITH pointed AS (
+             SELECT CASE WHEN canonical IS NOT NULL AND length(canonical) = 64
+                              AND substring(canonical for 32) = hash
+                         THEN substring(canonical from 33) ELSE hash END AS serving,
+                    count(*) FILTER (WHERE canonical IS NULL OR length(canonical) <> 64
+                                     OR substring(canonical for 32) <> hash) AS exact,
+                    count(*) FILTER (WHERE canonical IS NOT NULL AND length(canonical) = 64
+                                     AND substring(canonical for 32) = hash) AS near
+               FROM imgcas_urls GROUP BY 1)
+          SELECT (SELECT count(*) FROM imgcas_originals)::bigint AS originals,
+                 (SELECT coalesce(sum(bytes), 0) FROM imgcas_originals)::bigint AS original_bytes,
+                 (SELECT count(*) FROM imgcas_urls)::bigint AS urls,
+                 coalesce(sum(o.bytes * (p.exact + p.near)), 0)::bigint AS pointed_bytes,
+                 coalesce(sum(o.bytes * greatest(p.exact - 1, 0)), 0)::bigint AS exact_saved_bytes,
+                 coalesce(sum(p.near) FILTER (WHERE o.hash IS NOT NULL), 0)::bigint AS near_urls,
+                 coalesce(sum(o.bytes * p.near), 0)::bigint AS near_saved_bytes
+            FROM pointed p JOIN imgcas_originals o ON o.hash = p.serving",
+};
+
 #[async_trait]
 impl MapStore for PostgresStore {
     fn round_trips(&self) -> Vec<(&'static str, u64)> {
@@ -589,5 +613,25 @@ impl MapStore for PostgresStore {
 
     async fn check(&self) -> Result<(), MapError> {
         self.query(&CHECK, params![]).await.map(|_| ())
+    }
+
+    async fn totals(&self) -> Result<super::StoreTotals, MapError> {
+        let rows = self.query(&TOTALS, params![]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(super::StoreTotals::default());
+        };
+        let get = |name: &str| -> Result<u64, MapError> {
+            let value: i64 = row.try_get(name).map_err(store_error)?;
+            Ok(u64::try_from(value).unwrap_or(0))
+        };
+        Ok(super::StoreTotals {
+            originals: get("originals")?,
+            original_bytes: get("original_bytes")?,
+            urls: get("urls")?,
+            pointed_bytes: get("pointed_bytes")?,
+            exact_saved_bytes: get("exact_saved_bytes")?,
+            near_urls: get("near_urls")?,
+            near_saved_bytes: get("near_saved_bytes")?,
+        })
     }
 }

@@ -227,6 +227,11 @@ impl Pipeline {
             Job::Variant(t, _) => self.with_overlay(&t.spec).await?,
             Job::Mezzanine { .. } => None,
         };
+        Stats::bump(&s.stats.queue_waits);
+        Stats::add(
+            &s.stats.queue_wait_micros,
+            u64::try_from(running.waited.as_micros()).unwrap_or(u64::MAX),
+        );
         let waited = running.waited.as_secs_f64();
         s.metrics.with(|| {
             metrics::histogram!("imgcas_queue_wait_seconds").record(waited);

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod cdp;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod postgres;
@@ -38,6 +39,18 @@ pub fn skip_unless_ci(what: &str) {
         "{what}: CI must run this test (.ci/run provides it)"
     );
     eprintln!("{what}: skipped");
+}
+
+/// The first of `names` on the PATH.
+pub fn found(names: &[&str]) -> Option<String> {
+    names.iter().find_map(|name| {
+        let ok = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| name.to_string())
+    })
 }
 
 pub fn client() -> reqwest::Client {

@@ -1,0 +1,335 @@
+//! The operator's page, `GET /admin` (docs/operations.md "The operator's page"): what
+//! deduplication saves and what the node is doing. Figures are HTML and plots SVG drawn here,
+//! so the page needs no script and no outside resource; its own script and style sheet
+//! (`admin.js`, `admin.css`, in the binary) refresh the sections in place and send the
+//! moderation forms to the existing routes. It is guarded as `/metrics` is (the `metrics`
+//! scope), by the bearer header or the session cookie its login form sets (`session.rs`),
+//! and served with a `Content-Security-Policy` that allows nothing but its own files.
+//!
+//! This node's counters over time are `history.rs`'s (sampled by [`Console::sample`], which
+//! the app runs every `server.admin_sample_every`); the markup is `page.rs`'s;
+//! `GET /admin/savings` answers the savings figures as JSON (`imgcas stats --server`).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+
+use super::Service;
+use crate::config::tokens::Scope;
+use crate::error::Error;
+use crate::maps::now_ms;
+use crate::wire::{NodeSavings, SavingsAnswer, StoreSavings};
+
+pub mod history;
+mod page;
+pub mod session;
+
+use history::{History, Sample, Window};
+
+/// Samples between two readings of the store's totals (a minute at the default step): a walk
+/// of every URL entry on the embedded maps, one statement over them on PostgreSQL.
+const TOTALS_EVERY: u32 = 6;
+/// How long the readiness sample waits for the stores (as `/readyz`).
+const READY_WITHIN: Duration = Duration::from_millis(1500);
+
+/// The page's state on this node: its history and the last readiness sample.
+pub struct Console {
+    history: History,
+    /// 0: not sampled yet; 1: ready; 2: not ready.
+    ready: AtomicU8,
+    started_ms: u64,
+}
+
+impl Console {
+    pub fn new(step: Duration) -> Console {
+        Console {
+            history: History::new(step),
+            ready: AtomicU8::new(0),
+            started_ms: now_ms(),
+        }
+    }
+
+    /// The last readiness sample (none before the first).
+    pub fn ready(&self) -> Option<bool> {
+        match self.ready.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+}
+
+impl Service {
+    /// One sample of this node for the page's history, the readiness gauge and (at most
+    /// once per [`TOTALS_EVERY`] samples) the store's totals. Run by the app on a timer.
+    pub async fn sample(&self) {
+        let console = &self.parts.console;
+        let ready = tokio::time::timeout(READY_WITHIN, self.pipeline().check()).await;
+        let ready = matches!(ready, Ok(Ok(())));
+        console
+            .ready
+            .store(if ready { 1 } else { 2 }, Ordering::Relaxed);
+        if ready {
+            if let Err(e) = self.pipeline().store_reading(self.totals_max_age()).await {
+                tracing::debug!(error = %e, "store totals not read");
+            }
+        }
+        console.history.push(self.sample_now());
+    }
+
+    /// How old the store's totals may be before a sample reads them again.
+    fn totals_max_age(&self) -> Duration {
+        self.parts.console.history.step() * TOTALS_EVERY
+    }
+
+    /// This node's counters now.
+    fn sample_now(&self) -> Sample {
+        let readings = self.pipeline().readings();
+        let tally = self.series().tally();
+        let s = &readings.stats;
+        Sample {
+            at_ms: now_ms(),
+            requests: tally.outcomes.load(Ordering::Relaxed),
+            hits: tally.hits.load(Ordering::Relaxed),
+            runs: s.processing_runs,
+            dedup_saved: s.dedup_bytes_saved,
+            shed: readings.tenants.iter().map(|t| t.totals.refused).sum(),
+            queue_waits: s.queue_waits,
+            queue_wait_micros: s.queue_wait_micros,
+            errors: tally.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The readings `/metrics` renders: the pipeline's, with the readiness sample.
+    pub(super) fn readings(&self) -> crate::metrics::Readings {
+        let mut readings = self.pipeline().readings();
+        readings.ready = self.parts.console.ready();
+        readings
+    }
+
+    /// The savings figures: this node's since it started, and the store's as last read.
+    pub fn savings(&self) -> SavingsAnswer {
+        let now = self.sample_now();
+        let readings = self.pipeline().readings();
+        let s = &readings.stats;
+        let ratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+        SavingsAnswer {
+            node_id: readings.node_id.clone(),
+            node: Some(NodeSavings {
+                started_ms: self.parts.console.started_ms,
+                requests: now.requests,
+                hits: now.hits,
+                processing_runs: now.runs,
+                requests_per_run: ratio(now.requests, now.runs),
+                hit_ratio: ratio(now.hits, now.requests),
+                exact_saved_bytes: s.dedup_bytes_saved.saturating_sub(s.near_bytes_saved),
+                near_saved_bytes: s.near_bytes_saved,
+                downloads: s.downloads,
+                downloaded_bytes: s.downloaded_bytes,
+            }),
+            store: readings.store.map(|reading| {
+                StoreSavings::new(
+                    &reading,
+                    readings.variant_bytes,
+                    readings.urls_max_bytes,
+                    readings.variants_max_bytes,
+                )
+            }),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct PageQuery {
+    /// `live` or `moderation`: that part alone, for the script's refresh.
+    part: Option<String>,
+}
+
+/// The headers every answer of the page carries: nothing may load from elsewhere, run
+/// inline, frame it, or keep it.
+fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    guarded(
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+    )
+}
+
+/// 404 while `server.admin_page` is off.
+fn page_off(service: &Service) -> Option<Response> {
+    (!service.config().server.admin_page).then(|| {
+        Error::NotFound("the admin page is off (`server.admin_page`)".into()).into_response()
+    })
+}
+
+/// `GET /admin`: the page (or one part of it), or the login form (401) for a request that
+/// presents no token or session allowing `metrics`.
+pub async fn page(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    if let Some(off) = page_off(&service) {
+        return off;
+    }
+    if let Err(e) = service.check_scope(&headers, Scope::Metrics) {
+        let status = match &e {
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            _ => StatusCode::FORBIDDEN,
+        };
+        let message = match &e {
+            Error::Unauthorized(_) => None,
+            other => Some(other.to_string()),
+        };
+        return html(status, page::login(message.as_deref()));
+    }
+    // The store's totals for a page opened before the first sample read them.
+    if service.pipeline().last_store_reading().is_none() {
+        let _ = tokio::time::timeout(
+            READY_WITHIN,
+            service.pipeline().store_reading(service.totals_max_age()),
+        )
+        .await;
+    }
+    let view = view(&service, &headers).await;
+    match query.part.as_deref() {
+        Some("live") => html(StatusCode::OK, page::live(&view)),
+        Some("moderation") => html(StatusCode::OK, page::moderation(&view)),
+        _ => html(StatusCode::OK, page::document(&view)),
+    }
+}
+
+/// Everything the page shows, read now.
+async fn view(service: &Service, headers: &HeaderMap) -> page::View {
+    let now = service.sample_now();
+    let console = &service.parts.console;
+    let moderation = match service.check_removal(headers) {
+        Ok(()) => {
+            let pipeline = service.pipeline();
+            match (pipeline.takedowns().await, pipeline.blocklist().await) {
+                (Ok(takedowns), Ok(blocklist)) => Ok((takedowns, blocklist)),
+                (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    page::View {
+        savings: service.savings(),
+        readings: service.readings(),
+        origins: service.pipeline().origin_tallies(),
+        hour: console.history.series(Window::Hour, now),
+        day: console.history.series(Window::Day, now),
+        hour_span: console.history.span(Window::Hour),
+        day_span: console.history.span(Window::Day),
+        refresh_secs: console.history.step().as_secs().clamp(1, 60),
+        moderation,
+        now_ms: now.at_ms,
+    }
+}
+
+/// `POST /admin/login`: a form with `token`. A token allowing `metrics` sets the session
+/// cookie and goes back to the page (303); any other answer is the form again (401).
+pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(off) = page_off(&service) {
+        return off;
+    }
+    let token = url::form_urlencoded::parse(&body)
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    let Some((name, key)) = service.session_key(token.trim(), Scope::Metrics) else {
+        return html(
+            StatusCode::UNAUTHORIZED,
+            page::login(Some("that token does not open this page")),
+        );
+    };
+    let expires = now_ms() / 1000 + session::LIFETIME.as_secs();
+    let secure = headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let cookie = session::set_cookie(&session::value(&name, &key, expires), secure);
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/admin")]).into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    guarded(response)
+}
+
+/// `POST /admin/logout`: ends the session.
+pub async fn logout() -> Response {
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/admin")]).into_response();
+    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    guarded(response)
+}
+
+/// `GET /admin/savings`: the savings figures as JSON (guarded as the page is).
+pub async fn savings(State(service): State<Service>, headers: HeaderMap) -> Response {
+    if let Some(off) = page_off(&service) {
+        return off;
+    }
+    if let Err(e) = service.check_scope(&headers, Scope::Metrics) {
+        return e.into_response();
+    }
+    if service.pipeline().last_store_reading().is_none() {
+        let _ = tokio::time::timeout(
+            READY_WITHIN,
+            service.pipeline().store_reading(service.totals_max_age()),
+        )
+        .await;
+    }
+    Json(service.savings()).into_response()
+}
+
+/// `GET /admin/admin.js` and `/admin/admin.css`: the page's own files, from the binary.
+pub async fn script() -> Response {
+    guarded(
+        (
+            [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+            include_str!("admin.js"),
+        )
+            .into_response(),
+    )
+}
+
+pub async fn style() -> Response {
+    guarded(
+        (
+            [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+            include_str!("admin.css"),
+        )
+            .into_response(),
+    )
+}
