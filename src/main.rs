@@ -73,8 +73,8 @@ enum Command {
         accept: Option<String>,
     },
     /// What is stored (URLs, originals, variants, cached errors) and what deduplication
-    /// saves, as the operator's page shows it. Locally: on the embedded maps run it while the
-    /// server is stopped, on PostgreSQL while nodes serve; with --server, the node's figures
+    /// saves, as the operator's page shows it (on the embedded maps, run it while the server
+    /// is stopped; on PostgreSQL, while nodes serve); with --server, a running node's figures
     /// too, through `GET /admin/savings`.
     Stats(cli::maintenance::StatsOptions),
     /// Check that every map entry points at a stored blob whose SHA-256 matches (on the

@@ -97,8 +97,15 @@ fn describe() {
         "imgcas_claim_takeovers_total",
         "Claims this node held that another node took over after their lease lapsed"
     );
-    // Registered at start: the alert on it reads 0 rather than nothing until one happens.
+    // Registered at start, so that a rate or an alert over them reads 0 rather than nothing
+    // until the first one happens (a bounded set of labels).
     counter!("imgcas_claim_takeovers_total").increment(0);
+    for tier in crate::admission::Tier::ALL {
+        for reason in crate::admission::REFUSAL_REASONS {
+            counter!("imgcas_admission_rejections_total", "reason" => *reason, "tier" => tier.name())
+                .increment(0);
+        }
+    }
     describe_gauge!(
         "imgcas_ready",
         "1 while the maps and the blob store answer (as /readyz), else 0; sampled by the node"

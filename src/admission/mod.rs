@@ -87,6 +87,16 @@ pub const NOBODY: &str = "-";
 /// How many tiers there are.
 pub const TIERS: usize = 3;
 
+/// Every reason admission gives for refusing work (the `reason` label of
+/// `imgcas_admission_rejections_total`).
+pub const REFUSAL_REASONS: &[&str] = &[
+    "estimated_wait",
+    "standing_queue",
+    "waited_too_long",
+    "queue_full",
+    "shed_for_interactive",
+];
+
 /// Who waits for a run: the order slots are granted in, and what is shed first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Tier {

@@ -67,12 +67,12 @@ pub async fn stats(
         })?;
         return Ok((None, savings));
     }
-    let node_id = config.cluster.node_id.clone().unwrap_or_default();
     let (urls_max_bytes, variants_max_bytes) = (
         config.limits.urls_max_bytes,
         config.limits.variants_max_bytes,
     );
     let pipeline = open(config).await?;
+    let node_id = pipeline.readings().node_id;
     let stored = pipeline.stored_stats().await?;
     let reading = pipeline.store_reading(std::time::Duration::ZERO).await?;
     let savings = SavingsAnswer {

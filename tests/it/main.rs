@@ -46,6 +46,7 @@ mod overload;
 mod pg_tls;
 mod politeness;
 mod presets;
+mod prometheus;
 mod proxy;
 mod restart;
 mod revalidation;
