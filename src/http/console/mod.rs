@@ -222,7 +222,9 @@ pub async fn page(
         )
         .await;
     }
-    let view = view(&service, &headers).await;
+    // The live part, refreshed every few seconds, reads no list from the maps.
+    let with_moderation = query.part.as_deref() != Some("live");
+    let view = view(&service, &headers, with_moderation).await;
     match query.part.as_deref() {
         Some("live") => html(StatusCode::OK, page::live(&view)),
         Some("moderation") => html(StatusCode::OK, page::moderation(&view)),
@@ -230,11 +232,12 @@ pub async fn page(
     }
 }
 
-/// Everything the page shows, read now.
-async fn view(service: &Service, headers: &HeaderMap) -> page::View {
+/// Everything the page shows, read now (the moderation lists only `with_moderation`).
+async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> page::View {
     let now = service.sample_now();
     let console = &service.parts.console;
     let moderation = match service.check_removal(headers) {
+        Ok(()) if !with_moderation => Ok(Default::default()),
         Ok(()) => {
             let pipeline = service.pipeline();
             match (pipeline.takedowns().await, pipeline.blocklist().await) {
