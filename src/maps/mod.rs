@@ -27,7 +27,7 @@
 //! to a budget, least recently used first. Use is recorded coarsely by the caller (batched, at most once per key
 //! per interval), never as a write per hit.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -40,21 +40,25 @@ use crate::hash::ContentHash;
 
 mod blocklist;
 pub mod cache;
+mod claims;
 pub mod format_by_name;
 pub mod near;
 mod open;
 pub mod postgres;
 pub mod quotas;
 pub mod redb;
+mod totals;
 
 pub use self::blocklist::{BlockEntry, Blocklist};
 pub use self::cache::Cached;
+pub use self::claims::{Claim, ClaimOutcome, Claims};
 pub use self::open::{open, open_backend, OpenOptions};
 pub use self::postgres::{PostgresMaps, PostgresStore};
 pub use self::quotas::{
     Bucket, HeldFailure, MemoryQuotas, OriginSlot, OriginTurn, Quotas, SlotTake, Take,
 };
 pub use self::redb::{RedbMaps, RedbStore};
+pub use self::totals::{StoreReading, StoreTotals};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
@@ -310,14 +314,6 @@ pub struct VariantTotals {
     pub errors: u64,
 }
 
-/// A claim as the claims table holds it: the job's key and the token of the claim's last
-/// write (every write changes it, so a token names one owner's one renewal).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub key: String,
-    pub token: i64,
-}
-
 /// What a write saw of the takedown list, for the check the pipeline makes right after it
 /// (content written while being taken down is removed again): `Some(listed)` where the
 /// store read the list in the write's own statement (a shared store does, sparing the check
@@ -330,59 +326,6 @@ pub struct Recorded {
     /// The original was new to the index.
     pub new_original: bool,
     pub listed: ListedAtWrite,
-}
-
-/// What [`Claims::try_claim`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// The claim is ours until its time to live runs out, unless renewed.
-    Won,
-    /// Another owner holds it, unexpired.
-    HeldBy(String),
-    /// A result was published under it a moment ago (the claim stands as a tombstone):
-    /// read that result; if it is gone already, try again past the tombstone
-    /// ([`Claims::try_claim_past_published`]).
-    Published,
-}
-
-/// What the URL map points at against what is stored ([`MapStore::totals`]).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoreTotals {
-    /// Originals stored, and their bytes.
-    pub originals: u64,
-    pub original_bytes: u64,
-    /// URL entries.
-    pub urls: u64,
-    /// The bytes the URL entries point at: each entry counts its served original's bytes.
-    pub pointed_bytes: u64,
-    /// Bytes not stored because several URLs have the same bytes: each original's bytes
-    /// once per URL of its own bytes beyond the first.
-    pub exact_saved_bytes: u64,
-    /// URL entries served from another original as its near-duplicate (canonical mode),
-    /// and the bytes not stored for them, counted at the size of the original serving them
-    /// (their own bytes were never kept to be measured).
-    pub near_urls: u64,
-    pub near_saved_bytes: u64,
-}
-
-/// The maps' totals and the URL map's bytes (its budget's measure), read at one time.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoreReading {
-    pub totals: StoreTotals,
-    pub url_bytes: u64,
-    /// When they were read, ms since the epoch.
-    pub read_at_ms: u64,
-}
-
-impl StoreTotals {
-    /// Counts an original of `bytes` served to `exact` URLs of its own bytes and `near`
-    /// URLs of near-duplicate bytes.
-    pub fn add_pointed(&mut self, bytes: u64, exact: u64, near: u64) {
-        self.pointed_bytes += bytes.saturating_mul(exact + near);
-        self.exact_saved_bytes += bytes.saturating_mul(exact.saturating_sub(1));
-        self.near_urls += near;
-        self.near_saved_bytes += bytes.saturating_mul(near);
-    }
 }
 
 /// What [`Variants::evict_variants`] dropped.
@@ -440,33 +383,11 @@ pub trait MapStore:
     async fn check(&self) -> Result<(), MapError>;
 
     /// What the URL map points at against what is stored (the operator's savings figures:
-    /// `GET /admin`, `imgcas stats`). A walk of every URL entry on the embedded maps (the
-    /// page reads it at most once a minute, off the request path); one statement on
-    /// PostgreSQL.
+    /// `GET /admin`, `imgcas stats`): by default a walk of every URL entry and original
+    /// (`totals.rs`), which the page makes every sixth sample, off the request path; one
+    /// statement on PostgreSQL.
     async fn totals(&self) -> Result<StoreTotals, MapError> {
-        let mut totals = StoreTotals::default();
-        // Per original served: the URLs with its own bytes, and those mapped to it as a
-        // near-duplicate (canonical mode).
-        let mut pointed: std::collections::HashMap<ContentHash, (u64, u64)> =
-            std::collections::HashMap::new();
-        for (_, entry) in self.urls().await? {
-            totals.urls += 1;
-            let counts = pointed.entry(entry.serving()).or_default();
-            match entry.canonical.is_some() {
-                true => counts.1 += 1,
-                false => counts.0 += 1,
-            }
-        }
-        for hash in self.original_hashes().await? {
-            let Some(info) = self.original(&hash).await? else {
-                continue;
-            };
-            totals.originals += 1;
-            totals.original_bytes += info.bytes;
-            let (exact, near) = pointed.get(&hash).copied().unwrap_or_default();
-            totals.add_pointed(info.bytes, exact, near);
-        }
-        Ok(totals)
+        totals::walk(self).await
     }
 
     /// Whether `hash` is on the takedown list this instant, and its originals index entry:
@@ -705,61 +626,6 @@ pub trait Takedowns: Send + Sync {
 
     /// Moves the purge generation forward, durably; returns the new one.
     async fn bump_purge_generation(&self) -> Result<u64, MapError>;
-}
-
-/// Claims on work across the processes that share the maps.
-#[async_trait]
-pub trait Claims: Send + Sync {
-    // Claims: how nodes sharing the maps keep from doing one job twice (see
-    // `shared/design/leases.md`). Expiry is decided on the store's clock. A store no other
-    // process shares grants every claim: its one process has no one to share with, and
-    // runs each job once already (the pipeline's single-flight maps).
-
-    /// Whether other processes share these maps, so that work is claimed across them.
-    fn shared(&self) -> bool {
-        false
-    }
-
-    /// Claims `key` for `owner` with `token` for `ttl`, if nobody holds it or its claim has
-    /// expired: one conditional write.
-    async fn try_claim(
-        &self,
-        _key: &str,
-        _owner: &str,
-        _token: i64,
-        _ttl: Duration,
-    ) -> Result<ClaimOutcome, MapError> {
-        Ok(ClaimOutcome::Won)
-    }
-
-    /// [`Claims::try_claim`], taking over the tombstone a published result left too (a
-    /// store whose writes leave one): for work that must be done again even though a result
-    /// was just published, as a recheck of a URL.
-    async fn try_claim_past_published(
-        &self,
-        key: &str,
-        owner: &str,
-        token: i64,
-        ttl: Duration,
-    ) -> Result<ClaimOutcome, MapError> {
-        self.try_claim(key, owner, token, ttl).await
-    }
-
-    /// Extends a claim still held with `claim.token` by `ttl`, under `new_token`. `false`:
-    /// the claim was lost (expired and taken, or released), and its owner must stop.
-    async fn renew_claim(
-        &self,
-        _claim: &Claim,
-        _new_token: i64,
-        _ttl: Duration,
-    ) -> Result<bool, MapError> {
-        Ok(true)
-    }
-
-    /// Gives a claim up (if still held with this token), so a waiter may take it at once.
-    async fn release_claim(&self, _claim: &Claim) -> Result<(), MapError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

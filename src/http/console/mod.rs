@@ -90,7 +90,11 @@ impl Service {
 
     /// This node's counters now.
     fn sample_now(&self) -> Sample {
-        let readings = self.pipeline().readings();
+        self.sample_of(&self.pipeline().readings())
+    }
+
+    /// This node's counters, with the pipeline's as `readings` has them.
+    fn sample_of(&self, readings: &crate::metrics::Readings) -> Sample {
         let tally = self.series().tally();
         let s = &readings.stats;
         Sample {
@@ -115,8 +119,12 @@ impl Service {
 
     /// The savings figures: this node's since it started, and the store's as last read.
     pub fn savings(&self) -> SavingsAnswer {
-        let now = self.sample_now();
-        let readings = self.pipeline().readings();
+        let readings = self.readings();
+        self.savings_of(&readings, &self.sample_of(&readings))
+    }
+
+    /// The savings figures from one reading of the node (`now`, its sample).
+    fn savings_of(&self, readings: &crate::metrics::Readings, now: &Sample) -> SavingsAnswer {
         let s = &readings.stats;
         let ratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
         SavingsAnswer {
@@ -234,7 +242,9 @@ pub async fn page(
 
 /// Everything the page shows, read now (the moderation lists only `with_moderation`).
 async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> page::View {
-    let now = service.sample_now();
+    // One reading of the node for every figure and plot, so that they agree.
+    let readings = service.readings();
+    let now = service.sample_of(&readings);
     let console = &service.parts.console;
     let moderation = match service.check_removal(headers) {
         Ok(()) if !with_moderation => Ok(Default::default()),
@@ -248,8 +258,8 @@ async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> 
         Err(e) => Err(e.to_string()),
     };
     page::View {
-        savings: service.savings(),
-        readings: service.readings(),
+        savings: service.savings_of(&readings, &now),
+        readings,
         origins: service.pipeline().origin_tallies(),
         hour: console.history.series(Window::Hour, now),
         day: console.history.series(Window::Day, now),
