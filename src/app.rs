@@ -151,7 +151,7 @@ async fn serve(
             },
             _ = &mut stop => break,
         };
-        let (socket, _) = tokio::select! {
+        let (socket, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -165,7 +165,7 @@ async fn serve(
         };
         let _ = socket.set_nodelay(true);
         let connection = connections
-            .serve_connection_with_upgrades(TokioIo::new(socket), front.clone())
+            .serve_connection_with_upgrades(TokioIo::new(socket), front.for_peer(peer))
             .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -81,6 +81,10 @@ pub enum Error {
         message: String,
         retry_after_secs: u64,
     },
+    /// A run costs more than its payer's budget refills in `limits.max_budget_wait`: never
+    /// admitted for that payer, however long it waits (`too_costly`, not stored).
+    #[error("{0}")]
+    BeyondBudget(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -139,6 +143,7 @@ impl Error {
             Error::ValidationUnavailable(_) => "validation_unavailable",
             Error::Overloaded { .. } => "overloaded",
             Error::OverBudget { .. } => "over_budget",
+            Error::BeyondBudget(_) => "too_costly",
             Error::Internal(_) => "internal",
         }
     }

@@ -41,6 +41,11 @@ pub struct Readings {
     pub queue_depth: usize,
     /// Cost admitted and not finished.
     pub outstanding_pixels: u64,
+    /// Bytes the running runs hold by their estimates, the bound (`limits.max_memory`), and
+    /// runs that waited for memory.
+    pub memory_held: u64,
+    pub memory_limit: u64,
+    pub memory_waits: u64,
     pub hot_cache_bytes: u64,
     /// Bytes the stored variants count for (the budget's measure).
     pub variant_bytes: u64,
@@ -334,6 +339,18 @@ fn describe() {
         "imgcas_processing_outstanding_pixels",
         "Cost admitted and not finished"
     );
+    describe_gauge!(
+        "imgcas_processing_memory_bytes",
+        "Bytes the running processing runs hold, by their estimates"
+    );
+    describe_gauge!(
+        "imgcas_processing_memory_limit_bytes",
+        "Bytes processing runs may hold at once (limits.max_memory)"
+    );
+    describe_counter!(
+        "imgcas_processing_memory_waits_total",
+        "Runs that waited for memory to start"
+    );
     describe_gauge!("imgcas_hot_cache_bytes", "Bytes held by the hot cache");
     describe_gauge!(
         "imgcas_variant_bytes",
@@ -484,6 +501,9 @@ impl Metrics {
             gauge!("imgcas_flights", "kind" => "process").set(readings.process_flights as f64);
             gauge!("imgcas_processing_queue_depth").set(readings.queue_depth as f64);
             gauge!("imgcas_processing_outstanding_pixels").set(readings.outstanding_pixels as f64);
+            gauge!("imgcas_processing_memory_bytes").set(readings.memory_held as f64);
+            gauge!("imgcas_processing_memory_limit_bytes").set(readings.memory_limit as f64);
+            counter!("imgcas_processing_memory_waits_total").absolute(readings.memory_waits);
             gauge!("imgcas_hot_cache_bytes").set(readings.hot_cache_bytes as f64);
             gauge!("imgcas_variant_bytes").set(readings.variant_bytes as f64);
             gauge!("imgcas_node_info", "node_id" => readings.node_id.clone()).set(1.0);

@@ -35,6 +35,7 @@ pub mod facts;
 pub mod fingerprint;
 pub mod formats;
 pub mod geometry;
+pub mod interrupt;
 #[allow(unsafe_code)]
 mod jpeg_encode;
 mod jxl_encode;

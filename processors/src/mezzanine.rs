@@ -214,7 +214,20 @@ fn split_row(height: u32) -> u32 {
 /// touched (as [`crate::cost`] counts a run): a whole decode (sources with a mezzanine do
 /// not shrink on load).
 pub fn build_cost(info: &SourceInfo) -> u64 {
-    u64::from(info.width.max(1)) * u64::from(info.height.max(1))
+    (u64::from(info.width.max(1)) * u64::from(info.height.max(1)))
+        .saturating_mul(crate::plan::decode_weight(Some(info.format)))
+}
+
+/// Bytes a mezzanine's build holds at its peak: the original decoded whole at its decoder's
+/// bytes per pixel, the mezzanine's pixels and their JPEG encode, and the codecs' state.
+pub fn build_memory(info: &SourceInfo) -> u64 {
+    let pixels = u64::from(info.width.max(1)) * u64::from(info.height.max(1));
+    let (mw, mh) = size_for((info.width, info.height));
+    let mezzanine = u64::from(mw) * u64::from(mh);
+    pixels
+        .saturating_mul(crate::plan::decode_bytes_per_pixel(Some(info.format)))
+        .saturating_add(mezzanine.saturating_mul(12))
+        .saturating_add(crate::plan::RUN_BASE_BYTES)
 }
 
 /// A stored mezzanine, read: the original's upright size and the JPEGs of its stripes, top

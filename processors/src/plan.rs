@@ -112,6 +112,10 @@ pub struct Plan {
     pub route: PlannedRoute,
     /// The run's work from the mezzanine, when the route may take it.
     pub mezzanine_cost: Option<u64>,
+    /// Bytes the run holds at its peak from the original ([`memory`]).
+    pub memory: u64,
+    /// Bytes the run holds at its peak from the mezzanine, when the route may take it.
+    pub mezzanine_memory: Option<u64>,
     /// A drawing's own size and the size it is drawn at ([`vector_size`]).
     pub drawing: Option<((u32, u32), (u32, u32))>,
     /// The reduction from which the mezzanine serves, when it may.
@@ -129,6 +133,7 @@ pub fn plan(header: &Header, spec: &ResolvedSpec, limits: &Limits, mezzanine: bo
     let size = header.size.unwrap_or((side, side));
     let (drawing, cost) = cost_with(header.format, size, spec, &mut fits);
     let cost = cost.saturating_mul(u64::from(header.frames_made.max(1)));
+    let memory = memory_with(header.format, size, spec, &mut fits);
     let facts = match (header.format, header.size) {
         (Some(format), Some((width, height))) if mezzanine => Some(SourceInfo {
             format,
@@ -156,6 +161,10 @@ pub fn plan(header: &Header, spec: &ResolvedSpec, limits: &Limits, mezzanine: bo
         let mezzanine = mezzanine::size_for(size);
         cost_with(Some(SourceFormat::Jpeg), mezzanine, spec, &mut fits).1
     });
+    let mezzanine_memory = (route != PlannedRoute::Original).then(|| {
+        let mezzanine = mezzanine::size_for(size);
+        memory_with(Some(SourceFormat::Jpeg), mezzanine, spec, &mut fits)
+    });
     // The run lays the output out on the upright size (a drawing's drawn size): ready for it.
     match drawing {
         Some((_, drawn)) => fits.at(drawn),
@@ -168,6 +177,8 @@ pub fn plan(header: &Header, spec: &ResolvedSpec, limits: &Limits, mezzanine: bo
         size_known: header.size.is_some(),
         route,
         mezzanine_cost,
+        memory,
+        mezzanine_memory,
         drawing,
         mezzanine_from,
         fits: fits.done,
@@ -269,8 +280,9 @@ fn cost_with(
     };
     // A watermark's overlay is decoded whole, by its own size.
     let overlay = spec.shape.watermark.as_ref().map_or(0, |w| w.source.pixels);
-    let decoded =
-        (u64::from(w) * u64::from(h) / (denominator * denominator)).saturating_add(overlay);
+    let decoded = (u64::from(w) * u64::from(h) / (denominator * denominator))
+        .saturating_mul(decode_weight(format))
+        .saturating_add(overlay);
     let (ow, oh) = fit.plan.output_size();
     let output = u64::from(ow) * u64::from(oh);
     let cost = decoded
@@ -278,6 +290,100 @@ fn cost_with(
         .saturating_add(output.saturating_mul(output_passes(spec, output)))
         .max(1);
     (drawing, cost)
+}
+
+/// How many pixel-equivalents a decoded pixel of `format` costs: 1 for the decoders the
+/// unit was measured on (a decode, a resize and a JPEG encode touch a pixel about once each,
+/// about 40 ns of one core here), more for a decoder that does far more per pixel. JPEG XL
+/// (jxl-oxide, one thread) keeps float planes through inverse transforms and restoration
+/// filters: here its lossy render took about 90 ns a pixel on three camera photos (1.9 MP,
+/// `cjxl -d 1`) and on a flat 7000×7000 (4.4 CPU s), its lossless one 65 ns, against 5–15 ns
+/// for PNG (audit #4: a 6.6 KB file declaring 7000×7000 was charged as a 49 MP PNG); 4 holds
+/// it with room for slower machines, and the run's deadline stops the rest (`interrupt.rs`).
+pub fn decode_weight(format: Option<SourceFormat>) -> u64 {
+    match format {
+        Some(SourceFormat::Jxl) => JXL_DECODE_WEIGHT,
+        _ => 1,
+    }
+}
+
+/// [`decode_weight`] of JPEG XL.
+pub const JXL_DECODE_WEIGHT: u64 = 4;
+
+/// Bytes a run holds at its peak, from the same sizes as its [`cost`]: the decoded picture at
+/// its decoder's bytes per pixel ([`decode_bytes_per_pixel`]), the output's pixels through
+/// resizing and its encoder ([`output_bytes_per_pixel`], a `q=auto` search's attempts
+/// included), and [`RUN_BASE_BYTES`] for the codecs'
+/// own state. What admission holds against `limits.max_memory` (audit #4: admission counted
+/// pixels, and two 49 MP runs of 1.5 and 1.8 GB on two slots took the machine's memory).
+pub fn memory(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
+    memory_with(format, size, spec, &mut Fits::new(spec))
+}
+
+/// A run's memory beyond its pixels: the encoders' and decoders' tables and contexts.
+pub const RUN_BASE_BYTES: u64 = 24 << 20;
+
+fn memory_with(
+    format: Option<SourceFormat>,
+    size: (u32, u32),
+    spec: &ResolvedSpec,
+    fits: &mut Fits<'_>,
+) -> u64 {
+    let (w, h) = (size.0.max(1), size.1.max(1));
+    let (w, h) = match format {
+        Some(f) if f.is_vector() => vector_size((w, h), spec),
+        _ => (w, h),
+    };
+    let fit = fits.at((w, h));
+    let denominator = match format.is_some_and(SourceFormat::shrinks_on_load) {
+        true => u64::from(fit.denominator(spec)),
+        false => 1,
+    };
+    let decoded = u64::from(w) * u64::from(h) / (denominator * denominator);
+    let (ow, oh) = fit.plan.output_size();
+    let output = u64::from(ow) * u64::from(oh);
+    let overlay = spec.shape.watermark.as_ref().map_or(0, |w| w.source.pixels);
+    decoded
+        .saturating_mul(decode_bytes_per_pixel(format))
+        .saturating_add(output.saturating_mul(output_bytes_per_pixel(spec, output)))
+        .saturating_add(overlay.saturating_mul(8))
+        .saturating_add(RUN_BASE_BYTES)
+}
+
+/// Bytes a decoder holds per pixel of its picture at its peak: the 8-bit RGBA picture (4)
+/// and the decoder's own planes beside it. JPEG XL keeps 32-bit float planes (a 7000×7000
+/// render peaked at 1.77 GB, audit #4); AV1 and HEVC their 8- to 16-bit YUV planes; PNG and
+/// TIFF may be 16 bits a sample before they are brought to 8.
+pub fn decode_bytes_per_pixel(format: Option<SourceFormat>) -> u64 {
+    match format {
+        Some(SourceFormat::Jxl) => 40,
+        Some(SourceFormat::Avif | SourceFormat::Heic) => 16,
+        Some(SourceFormat::Png | SourceFormat::Tiff) => 12,
+        Some(f) if f.is_vector() => 12,
+        _ => 8,
+    }
+}
+
+/// Bytes a run holds per output pixel: the resized picture and its copy (8), the encoder's
+/// working memory (AVIF and lossless JPEG XL keep several planes and their transforms: 49 MP
+/// outputs peaked at 1.5 and 1.8 GB, audit #4), and for a `q=auto` search the reference and
+/// one attempt's encode and decode more.
+pub fn output_bytes_per_pixel(spec: &ResolvedSpec, output: u64) -> u64 {
+    let encoder = match spec.format {
+        OutputFormat::Jpeg => 4,
+        OutputFormat::Png => 8,
+        OutputFormat::Webp if spec.lossless => 24,
+        OutputFormat::Webp => 12,
+        OutputFormat::Avif => 24,
+        OutputFormat::Gif => 12,
+        OutputFormat::Jxl if spec.lossless => 32,
+        OutputFormat::Jxl => 24,
+    };
+    let search = match search_passes(spec, encoder, output) {
+        0 => 0,
+        _ => 8 + encoder + 16,
+    };
+    8 + encoder + search
 }
 
 /// How many times the output's pixels are charged beyond the first, by what the spec asks of
@@ -525,6 +631,53 @@ mod tests {
 
     /// Issue 28: the output is charged again for each pass its encoder and filters imply, so
     /// the dear specs cost what they take, and the dearest are over the default limit.
+    #[test]
+    fn a_run_is_held_to_memory_near_what_49_mp_runs_were_measured_to_take() {
+        // Audit #4, measured peaks: a 49 MP AVIF output 1.5 GB, a 49 MP lossless JPEG XL
+        // output 1.82 GB, a 7000x7000 JPEG XL rendered for a 100 px PNG 1.77 GB. The
+        // estimates hold them (what admission reserves), and not twice over.
+        let big = [("w", "7000"), ("h", "7000"), ("fit", "fill")];
+        let png = Some(SourceFormat::Png);
+        let of = |format: Option<SourceFormat>, extra: &[(&'static str, &'static str)]| {
+            memory(format, (7000, 7000), &resolved(&[&big[..], extra].concat()))
+        };
+        for (estimate, measured) in [
+            (of(png, &[("format", "avif")]), 1_500_000_000u64),
+            (
+                of(png, &[("format", "jxl"), ("lossless", "1")]),
+                1_820_000_000,
+            ),
+            (
+                memory(
+                    Some(SourceFormat::Jxl),
+                    (7000, 7000),
+                    &resolved(&[("w", "100"), ("format", "png")]),
+                ),
+                1_770_000_000,
+            ),
+        ] {
+            assert!(
+                estimate >= measured && estimate <= 2 * measured,
+                "estimate {estimate} for a measured {measured}"
+            );
+        }
+        // A small JPEG run is small.
+        let thumb = memory(
+            Some(SourceFormat::Jpeg),
+            (4000, 3000),
+            &resolved(&[("w", "200")]),
+        );
+        assert!(thumb < 64 << 20, "{thumb}");
+    }
+
+    #[test]
+    fn a_jpeg_xl_decode_is_charged_its_decoders_weight() {
+        let spec = resolved(&[("w", "100"), ("format", "png")]);
+        let png = cost(Some(SourceFormat::Png), (7000, 7000), &spec);
+        let jxl = cost(Some(SourceFormat::Jxl), (7000, 7000), &spec);
+        assert_eq!(jxl, png - 49_000_000 + 49_000_000 * JXL_DECODE_WEIGHT);
+    }
+
     #[test]
     fn cost_charges_encoders_and_filters_by_the_output() {
         let png = Some(SourceFormat::Png);

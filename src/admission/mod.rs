@@ -81,6 +81,15 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// How long an image request's refusal for its estimated wait counts as pressure (unless an
 /// interactive run would start at once before then).
 const REFUSALS_STAND_FOR: Duration = Duration::from_secs(2);
+/// The memory bound before one is set ([`Admission::with_memory`]): none to speak of (the
+/// semaphore's largest count is far above this).
+const UNBOUNDED_MIB: u32 = 1 << 30;
+
+/// A run's memory in MiB permits, rounded up.
+fn mib_of(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
 /// The tenant of work no token or source host names (requests by hash, facts, probes).
 pub const NOBODY: &str = "-";
 
@@ -130,11 +139,23 @@ impl Tier {
 /// A tenant's name: a source host, or a token's name.
 pub type Tenant = Arc<str>;
 
-/// Who a run is for: its tier and its tenant.
+/// Who a run is for: its tier, its tenant (whose share of the queue it takes), and who pays
+/// for it (whose budget it spends, `pipeline/budgets.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Asker {
     pub tier: Tier,
     pub tenant: Tenant,
+    pub payer: Payer,
+}
+
+/// Whose budget a run spends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Payer {
+    /// The tenant itself: a token's name, or a batch the service was given to run.
+    Tenant,
+    /// An anonymous client, at this address if it is known: it spends its own budget, never
+    /// the host's or another client's.
+    Anonymous(Option<std::net::IpAddr>),
 }
 
 impl Asker {
@@ -142,17 +163,28 @@ impl Asker {
         Asker {
             tier,
             tenant: Tenant::from(tenant),
+            payer: Payer::Tenant,
         }
     }
 
-    /// Work of `tier` no token or source host names: the tenant [`NOBODY`].
+    /// Work of `tier` no token or source host names: the tenant [`NOBODY`], paid by no
+    /// budget (the service's own work, or a client whose address is not known).
     pub fn anonymous(tier: Tier) -> Asker {
-        Asker::new(tier, NOBODY)
+        Asker {
+            payer: Payer::Anonymous(None),
+            ..Asker::new(tier, NOBODY)
+        }
     }
 }
 
 pub struct Admission {
     cpu: Arc<Slots>,
+    /// Memory runs hold at once, in MiB permits, against `limits.max_memory` (audit #4: by
+    /// pixels alone, two 49 MP runs of 1.5 and 1.8 GB were admitted on two slots).
+    memory: Arc<tokio::sync::Semaphore>,
+    memory_mib: u32,
+    /// Runs that found the memory taken and waited for it.
+    memory_waits: std::sync::atomic::AtomicU64,
     /// Where the lower tiers' CPU work runs (`niced.rs`).
     niced: niced::Niced,
     slots: usize,
@@ -277,11 +309,15 @@ pub struct Ticket<'a> {
     /// Its place among its tenant's waiters.
     place: i128,
     waiting: bool,
+    /// The memory it holds while it runs, in MiB ([`Admission::with_memory`]).
+    memory_mib: u32,
 }
 
-/// A run holding a CPU slot.
+/// A run holding a CPU slot and its memory.
 pub struct Running {
     pub permit: Slot,
+    /// Its share of `limits.max_memory`, held until dropped with the slot.
+    pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
     /// How long the ticket waited for the slot.
     pub waited: Duration,
 }
@@ -291,6 +327,9 @@ impl Admission {
         let slots = slots.max(1);
         Admission {
             cpu: Arc::new(Slots::new(slots)),
+            memory: Arc::new(tokio::sync::Semaphore::new(UNBOUNDED_MIB as usize)),
+            memory_mib: UNBOUNDED_MIB,
+            memory_waits: Default::default(),
             niced: niced::Niced::new(slots),
             slots,
             target,
@@ -307,6 +346,35 @@ impl Admission {
                 book: Default::default(),
             }),
         }
+    }
+
+    /// Holds runs' memory to `bytes` at once (rounded down to MiB, at least one).
+    pub fn with_memory(mut self, bytes: u64) -> Admission {
+        let mib = u32::try_from((bytes >> 20).max(1)).unwrap_or(UNBOUNDED_MIB);
+        self.memory_mib = mib.min(UNBOUNDED_MIB);
+        self.memory = Arc::new(tokio::sync::Semaphore::new(self.memory_mib as usize));
+        self
+    }
+
+    /// Bytes runs may hold at once.
+    pub fn memory_limit(&self) -> u64 {
+        u64::from(self.memory_mib) << 20
+    }
+
+    /// Bytes admitted runs hold now (their estimates), and how many runs have waited for
+    /// memory (metrics).
+    pub fn memory_held(&self) -> (u64, u64) {
+        let free = self.memory.available_permits() as u64;
+        let held = u64::from(self.memory_mib).saturating_sub(free) << 20;
+        (
+            held,
+            self.memory_waits.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Whether a run estimated at `bytes` could ever be admitted.
+    pub fn memory_fits(&self, bytes: u64) -> bool {
+        mib_of(bytes) <= self.memory_mib
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -378,6 +446,19 @@ impl Admission {
         class: &str,
         asker: &Asker,
     ) -> Result<Ticket<'_>, Overloaded> {
+        self.admit_run(cost, 0, class, asker)
+    }
+
+    /// [`Admission::admit_class`] of a run that holds `memory` bytes at its peak: it starts
+    /// once that much of `limits.max_memory` is free, as well as a CPU slot (the caller
+    /// refuses a run that could never fit, [`Admission::memory_fits`]).
+    pub fn admit_run(
+        &self,
+        cost: u64,
+        memory: u64,
+        class: &str,
+        asker: &Asker,
+    ) -> Result<Ticket<'_>, Overloaded> {
         let raw_cost = cost.max(MIN_COST);
         let now = Instant::now();
         let tier = asker.tier;
@@ -441,6 +522,10 @@ impl Admission {
             admitted_at: now,
             place: self.cpu.place(now, lead.min(LEAD)),
             waiting: true,
+            memory_mib: match memory {
+                0 => 0,
+                bytes => mib_of(bytes).min(self.memory_mib),
+            },
         })
     }
 
@@ -520,7 +605,23 @@ impl Ticket<'_> {
             place: self.place,
             cost: self.cost,
         };
-        let acquired = tokio::time::timeout_at(deadline.into(), admission.cpu.acquire(want)).await;
+        // Memory first, then the CPU slot, both within the wait the tier allows: a run that
+        // starts holds what it will need.
+        let slot_and_memory = async {
+            let memory = match self.memory_mib {
+                0 => None,
+                mib => {
+                    if admission.memory.available_permits() < mib as usize {
+                        admission
+                            .memory_waits
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    admission.memory.clone().acquire_many_owned(mib).await.ok()
+                }
+            };
+            (admission.cpu.acquire(want).await, memory)
+        };
+        let acquired = tokio::time::timeout_at(deadline.into(), slot_and_memory).await;
         let now = Instant::now();
         let waited = now - self.admitted_at;
         let mut state = admission.state();
@@ -529,7 +630,7 @@ impl Ticket<'_> {
         self.waiting = false;
         let codel = &mut state.codel[(tier as usize).min(1)];
         match acquired {
-            Ok(permit) => {
+            Ok((permit, memory)) => {
                 if waited > target {
                     let since = *codel.above_since.get_or_insert(now);
                     if now - since >= INTERVAL {
@@ -539,7 +640,11 @@ impl Ticket<'_> {
                     codel.clear();
                 }
                 state.running += self.cost;
-                Ok(Running { permit, waited })
+                Ok(Running {
+                    permit,
+                    memory,
+                    waited,
+                })
             }
             // Timed out: the queue stands.
             Err(_) => {
@@ -559,25 +664,47 @@ impl Ticket<'_> {
     /// Feeds a finished run's wall time on its CPU slot into the cost estimate and the
     /// latency windows.
     pub fn record(&self, ran: Duration) {
-        self.record_with_storage(ran, Duration::ZERO);
+        self.record_with_storage(ran, Duration::ZERO, true);
     }
 
     /// Records a run that took `ran` on the CPU after `storage` spent reading its input
-    /// (the bucket, the maps): the class learns from `ran`; the pressure signal counts
-    /// both, so a slow bucket or database sheds bulk work as slow CPUs do.
-    pub fn record_with_storage(&self, ran: Duration, storage: Duration) {
+    /// (the bucket, the maps): the pressure signal counts both, so a slow bucket or
+    /// database sheds bulk work as slow CPUs do. Only a run that `succeeded` teaches the cost
+    /// model (audit #4: a failed or stopped run says nothing of what its class costs, and
+    /// hostile inputs are made to fail), and no one run drags the averages far
+    /// (`learned::steady_average`).
+    pub fn record_with_storage(&self, ran: Duration, storage: Duration, succeeded: bool) {
         let secs = ran.as_secs_f64();
-        let sample = secs / self.cost.max(1) as f64;
         let mut state = self.admission.state();
-        let (learned, fixed) = (self.learned_estimate, self.fixed_estimate);
-        state
-            .learned
-            .observe(self.class, secs, self.raw_cost, learned, fixed);
-        state.secs_per_pixel = 0.8 * state.secs_per_pixel + 0.2 * sample;
-        let unscaled = secs / self.raw_cost.max(1) as f64;
-        state.fixed_secs_per_pixel = 0.8 * state.fixed_secs_per_pixel + 0.2 * unscaled;
+        if succeeded {
+            let sample = secs / self.cost.max(1) as f64;
+            let (learned, fixed) = (self.learned_estimate, self.fixed_estimate);
+            state
+                .learned
+                .observe(self.class, secs, self.raw_cost, learned, fixed);
+            state.secs_per_pixel = learned::steady_average(state.secs_per_pixel, sample, 0.2);
+            let unscaled = secs / self.raw_cost.max(1) as f64;
+            state.fixed_secs_per_pixel =
+                learned::steady_average(state.fixed_secs_per_pixel, unscaled, 0.2);
+        }
         let loaded = (secs + storage.as_secs_f64()) / self.cost.max(1) as f64;
         state.latency.record(loaded, Instant::now());
+    }
+
+    /// What a run that held its slot for `ran` spent, in the plan's cost units: its time at
+    /// the average rate of every run (a tenant is charged what its runs took, not what was
+    /// feared, `pipeline/budgets.rs`). At most the plan's cost: a run slower than planned is
+    /// its input's fault only as far as the plan says, and the rest is the service's.
+    pub fn spent(&self, ran: Duration) -> u64 {
+        let rate = self.admission.state().fixed_secs_per_pixel;
+        if rate <= 0.0 {
+            return self.raw_cost;
+        }
+        let units = ran.as_secs_f64() / rate;
+        match units.is_finite() {
+            true => (units as u64).min(self.raw_cost),
+            false => self.raw_cost,
+        }
     }
 
     /// The cost as admission counts it (the plan's, scaled by its class's learned rate).
@@ -604,6 +731,40 @@ mod tests {
 
     fn web() -> Asker {
         Asker::new(Tier::Interactive, "shop.example")
+    }
+
+    #[tokio::test]
+    async fn a_run_waits_for_memory_another_holds_even_with_a_slot_free() {
+        // Two slots, 3 GB: the audit's two 49 MP runs (a 1.5 GB AVIF output, a 1.82 GB
+        // lossless JPEG XL one) no longer run together.
+        let a = Admission::new(2, Duration::from_secs(10)).with_memory(3_000_000_000);
+        let (avif, jxl) = (1_500_000_000, 1_820_000_000);
+        let mut first = a.admit_run(MIN_COST, avif, "avif", &web()).unwrap();
+        let running = first.start().await.unwrap();
+        assert!(a.memory_held().0 >= avif);
+        let mut second = a.admit_run(MIN_COST, jxl, "jxl", &web()).unwrap();
+        {
+            let start = second.start();
+            tokio::pin!(start);
+            let early = tokio::time::timeout(Duration::from_millis(200), &mut start).await;
+            assert!(early.is_err(), "started beside the first");
+        }
+        drop(running);
+        drop(first);
+        let started = tokio::time::timeout(Duration::from_secs(2), second.start())
+            .await
+            .expect("starts once the first ends");
+        let started = started.unwrap();
+        assert!(a.memory_held().0 >= jxl);
+        assert!(a.memory_held().1 >= 1, "the wait was counted");
+        drop(started);
+        drop(second);
+        assert_eq!(a.memory_held().0, 0);
+        assert!(
+            !a.memory_fits(3_500_000_000),
+            "more than all of it never fits"
+        );
+        assert!(a.memory_fits(jxl));
     }
 
     #[tokio::test]

@@ -171,6 +171,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("limits.mezzanine", "IMGCAS_MEZZANINE", limits.mezzanine, boolean),
     setting!("limits.max_url_bytes", "IMGCAS_MAX_URL_BYTES", limits.max_url_bytes, number),
     setting!("limits.max_cost", "IMGCAS_MAX_COST", limits.max_cost, number),
+    setting!("limits.max_budget_wait", "IMGCAS_MAX_BUDGET_WAIT", limits.max_budget_wait, duration),
+    setting!("limits.max_memory", "IMGCAS_MAX_MEMORY", limits.max_memory, number),
     setting!("security.signing_key", "IMGCAS_SIGNING_KEY", security.signing_key, some_text),
     setting!("security.only_presets", "IMGCAS_ONLY_PRESETS", security.only_presets, boolean),
     setting!("security.admin_token", "IMGCAS_ADMIN_TOKEN", security.admin_token, some_text),
@@ -197,4 +199,5 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("server.admin_sample_every", "IMGCAS_ADMIN_SAMPLE_EVERY", server.admin_sample_every, duration),
     setting!("server.max_concurrent_uploads", "IMGCAS_MAX_CONCURRENT_UPLOADS", server.max_concurrent_uploads, number),
     setting!("server.min_upload_rate", "IMGCAS_MIN_UPLOAD_RATE", server.min_upload_rate, number),
+    setting!("server.trusted_proxies", "IMGCAS_TRUSTED_PROXIES", server.trusted_proxies, super::parse_networks),
 ];

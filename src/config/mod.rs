@@ -260,6 +260,18 @@ pub struct LimitsConfig {
     /// before any decode. The default, 10^9, is about 15 s of one core here: a 14 MP GIF is
     /// admitted, an 8192×6000 one is not.
     pub max_cost: u64,
+    /// Extension: the longest a tenant's budget makes anyone wait (`IMGCAS_MAX_BUDGET_WAIT`):
+    /// a `429 over_budget`'s `Retry-After` is never longer, since a run is admitted only
+    /// while its budget can refill what it takes within this time, and a run costing more
+    /// than the budget refills in it is refused outright (`too_costly`).
+    #[serde(deserialize_with = "de_duration")]
+    pub max_budget_wait: Duration,
+    /// Extension: bytes the processing runs of this node may hold at once
+    /// (`IMGCAS_MAX_MEMORY`), by each run's estimate (its decode, resize, encode and `q=auto`
+    /// attempts): a run starts once its share is free, and one that needs more than all of it
+    /// is refused (`too_costly`). Defaults to half of the machine's memory (or of the
+    /// control group's limit, when that is lower).
+    pub max_memory: u64,
 }
 
 /// How the server protects itself from slow, idle and numerous clients.
@@ -290,6 +302,11 @@ pub struct ServerConfig {
     /// thirty times it.
     #[serde(deserialize_with = "de_duration")]
     pub admin_sample_every: Duration,
+    /// The proxies whose `X-Forwarded-For` names the client (`IMGCAS_TRUSTED_PROXIES`:
+    /// addresses or networks, `10.0.0.0/8,::1`); from any other peer the header is ignored.
+    /// The client's address is what an anonymous request's budget is kept by.
+    #[serde(deserialize_with = "de_networks")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for ServerConfig {
@@ -303,6 +320,7 @@ impl Default for ServerConfig {
             min_upload_rate: 64 << 10,
             admin_page: true,
             admin_sample_every: Duration::from_secs(10),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -392,7 +410,30 @@ impl Default for LimitsConfig {
             mezzanine: true,
             max_url_bytes: 8 << 10,
             max_cost: 1_000_000_000,
+            max_budget_wait: Duration::from_secs(60),
+            max_memory: machine_memory() / 2,
         }
+    }
+}
+
+/// The machine's memory in bytes: `MemTotal`, or the control group's limit when lower (a
+/// container's); 4 GiB where neither can be read.
+pub fn machine_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        });
+    let group = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (total, group) {
+        (Some(t), Some(g)) => t.min(g),
+        (Some(t), None) => t,
+        (None, Some(g)) => g,
+        (None, None) => 4 << 30,
     }
 }
 
@@ -403,6 +444,33 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Ok(Duration::from_secs(secs));
     }
     humantime::parse_duration(text).map_err(|e| format!("`{text}` is not a duration ({e})"))
+}
+
+/// `10.0.0.0/8,192.168.1.7,::1`: networks, or addresses standing for themselves.
+pub fn parse_networks(text: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<ipnet::IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("`{t}` is not an address or a network"))
+        })
+        .collect()
+}
+
+fn de_networks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        List(Vec<String>),
+        Text(String),
+    }
+    let text = match Raw::deserialize(d)? {
+        Raw::List(items) => items.join(","),
+        Raw::Text(t) => t,
+    };
+    parse_networks(&text).map_err(serde::de::Error::custom)
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -546,6 +614,12 @@ impl Config {
         }
         if self.limits.queue_target.is_zero() {
             return Err(bad("limits.queue_target", "must be above 0"));
+        }
+        if self.limits.max_memory < 64 << 20 {
+            return Err(bad("limits.max_memory", "must be 64 MiB or more"));
+        }
+        if self.limits.max_budget_wait < Duration::from_secs(1) {
+            return Err(bad("limits.max_budget_wait", "must be 1 s or more"));
         }
         if self.fetch.forget_after.is_zero() {
             return Err(bad("fetch.forget_after", "must be above 0"));
@@ -797,6 +871,12 @@ mod tests {
             ("IMGCAS_URLS_MAX_BYTES", ("2000000", "2_000_000")),
             ("IMGCAS_MAX_PIXELS", ("1000", "1000")),
             ("IMGCAS_MAX_FRAMES", ("40", "40")),
+            ("IMGCAS_MAX_BUDGET_WAIT", (r#""30s""#, "30")),
+            ("IMGCAS_MAX_MEMORY", ("3000000000", "3_000_000_000")),
+            (
+                "IMGCAS_TRUSTED_PROXIES",
+                (r#"["10.0.0.0/8", "::1"]"#, "10.0.0.0/8, ::1"),
+            ),
             ("IMGCAS_PROCESS_CONCURRENCY", ("7", "7")),
             ("IMGCAS_QUEUE_TARGET", (r#""250ms""#, "250ms")),
             ("IMGCAS_HOT_CACHE_BYTES", ("0", "0")),

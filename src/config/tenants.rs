@@ -3,6 +3,13 @@
 //! `rate` units a second up to `burst`. Processing runs and downloads spend from it; hits
 //! never do. A tenant not listed is unlimited unless a `default` entry is given, which then
 //! holds for every tenant not listed, each with a bucket of its own.
+//!
+//! A budget is a tenant's to spend, and nobody else's (audit #4: anonymous requests by URL
+//! spent their host's budget, and every anonymous request by hash one shared bucket, so one
+//! client could lock everyone out): a token's name is spent by requests presenting it; a
+//! host's entry by anonymous requests for its URLs only when it says `anonymous = true`;
+//! other anonymous requests spend the `default` entry's budget per client address
+//! (`pipeline/budgets.rs`).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +26,10 @@ pub struct TenantBudget {
     pub rate: f64,
     /// Cost units it holds at most (what a tenant idle for a while may spend at once).
     pub burst: f64,
+    /// Whether anonymous requests for this host's URLs spend it (a host's entry; off: only
+    /// a token of this name does, and anonymous clients spend their own).
+    #[serde(default)]
+    pub anonymous: bool,
 }
 
 /// `[tenants]`: budgets by tenant name.
@@ -41,21 +52,34 @@ pub fn parse_env(v: &str) -> Result<Tenants, String> {
             ));
         };
         let name = name.trim();
-        let (mut rate, mut burst) = (None, None);
+        let (mut rate, mut burst, mut anonymous) = (None, None, false);
         for pair in options.split('&').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((key, value)) = pair.split_once('=') else {
                 return Err(format!("tenant `{name}`: `{pair}` is not `key=value`"));
             };
-            let number = value
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| format!("tenant `{name}`: `{key}` is not a number: `{value}`"))?;
+            let number = || {
+                value
+                    .trim()
+                    .parse::<f64>()
+                    .map_err(|_| format!("tenant `{name}`: `{key}` is not a number: `{value}`"))
+            };
             match key.trim() {
-                "rate" => rate = Some(number),
-                "burst" => burst = Some(number),
+                "rate" => rate = Some(number()?),
+                "burst" => burst = Some(number()?),
+                "anonymous" => {
+                    anonymous = match value.trim().to_ascii_lowercase().as_str() {
+                        "1" | "true" | "yes" | "on" => true,
+                        "0" | "false" | "no" | "off" => false,
+                        _ => {
+                            return Err(format!(
+                                "tenant `{name}`: `anonymous` is not a boolean: `{value}`"
+                            ))
+                        }
+                    }
+                }
                 other => {
                     return Err(format!(
-                        "tenant `{name}`: unknown setting `{other}` (rate, burst)"
+                        "tenant `{name}`: unknown setting `{other}` (rate, burst, anonymous)"
                     ))
                 }
             }
@@ -64,7 +88,14 @@ pub fn parse_env(v: &str) -> Result<Tenants, String> {
             return Err(format!("tenant `{name}` needs both rate and burst"));
         };
         if tenants
-            .insert(name.to_string(), TenantBudget { rate, burst })
+            .insert(
+                name.to_string(),
+                TenantBudget {
+                    rate,
+                    burst,
+                    anonymous,
+                },
+            )
             .is_some()
         {
             return Err(format!("tenant `{name}` is given twice"));
@@ -96,9 +127,13 @@ mod tests {
             t["shop"],
             TenantBudget {
                 rate: 1e6,
-                burst: 5e7
+                burst: 5e7,
+                anonymous: false,
             }
         );
+        let open = parse_env("shop=rate=1&burst=2&anonymous=true").unwrap();
+        assert!(open["shop"].anonymous);
+        assert!(parse_env("shop=rate=1&burst=2&anonymous=maybe").is_err());
         assert_eq!(budget_of(&t, "other").map(|b| b.rate), Some(10.0));
         assert_eq!(budget_of(&t, "shop").map(|b| b.burst), Some(5e7));
         assert!(budget_of(&parse_env("shop=rate=1&burst=1").unwrap(), "x").is_none());
@@ -115,7 +150,8 @@ mod tests {
             "a",
             &TenantBudget {
                 rate: 0.0,
-                burst: 1.0
+                burst: 1.0,
+                anonymous: false,
             }
         )
         .is_err());
@@ -123,7 +159,8 @@ mod tests {
             "a",
             &TenantBudget {
                 rate: 1.0,
-                burst: f64::NAN
+                burst: f64::NAN,
+                anonymous: false,
             }
         )
         .is_err());

@@ -56,6 +56,8 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::StorageUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
         Error::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, NO_STORE),
         Error::OverBudget { .. } => (StatusCode::TOO_MANY_REQUESTS, NO_STORE),
+        // Another payer may be admitted the same work: never kept downstream.
+        Error::BeyondBudget(_) => (StatusCode::UNPROCESSABLE_ENTITY, NO_STORE),
         Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, NO_STORE),
     }
 }

@@ -12,9 +12,17 @@
 //! per remembered request by `answer.rs`'s `decorate_headers`, plus the `Accept-CH` the image
 //! routes' layer adds, and kept with it. They are counted and logged as routed ones are
 //! (`observe.rs`).
+//!
+//! The front also says who the client is: the connection's peer, or, behind a proxy listed
+//! in `server.trusted_proxies`, the address that proxy names in `X-Forwarded-For`. It writes
+//! that into the request as [`CLIENT`], having first removed any such header the request
+//! came with, so the routes below (which hand a `HeaderMap` down, not the request) read an
+//! address only the front can have set. An anonymous client's budget is kept by it
+//! (`pipeline/budgets.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -34,6 +42,44 @@ pub struct Front {
     router: TowerToHyperService<Router>,
     /// The accounting of hits answered here, by route pattern.
     hits: Arc<Vec<(&'static str, observe::Fixed)>>,
+    /// The connection's peer (set per connection by [`Front::for_peer`]).
+    peer: Option<IpAddr>,
+}
+
+/// The header the front writes the client's address into (see the module's doc).
+pub const CLIENT: &str = "x-imgcas-client";
+
+/// The client's address as the front found it, if it did.
+pub fn client_of(headers: &HeaderMap) -> Option<IpAddr> {
+    headers.get(CLIENT)?.to_str().ok()?.parse().ok()
+}
+
+/// The client behind `peer`: `peer` itself unless it is a trusted proxy, else the last
+/// address of `X-Forwarded-For` that is not a trusted proxy (each proxy appends the address
+/// it was reached from; what a client wrote itself stands further left and is not believed).
+fn client(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(&ip.to_canonical()));
+    let peer = peer.to_canonical();
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for value in headers.get_all("x-forwarded-for").iter().rev() {
+        let Ok(text) = value.to_str() else {
+            return client;
+        };
+        for part in text.rsplit(',') {
+            let Ok(ip) = part.trim().parse::<IpAddr>() else {
+                // A malformed hop: nothing left of it can be believed.
+                return client;
+            };
+            client = ip.to_canonical();
+            if !is_trusted(&client) {
+                return client;
+            }
+        }
+    }
+    client
 }
 
 impl Front {
@@ -49,6 +95,15 @@ impl Front {
             ),
             service,
             router: TowerToHyperService::new(router),
+            peer: None,
+        }
+    }
+
+    /// The front for one connection from `peer`.
+    pub fn for_peer(&self, peer: SocketAddr) -> Front {
+        Front {
+            peer: Some(peer.ip()),
+            ..self.clone()
         }
     }
 }
@@ -81,12 +136,22 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Front {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, request: Request<hyper::body::Incoming>) -> Answer {
+    fn call(&self, mut request: Request<hyper::body::Incoming>) -> Answer {
+        let trusted = &self.service.config().server.trusted_proxies;
+        let found = self
+            .peer
+            .map(|peer| client(peer, request.headers(), trusted));
+        let headers = request.headers_mut();
+        headers.remove(CLIENT);
+        if let Some(ip) = found {
+            if let Ok(value) = HeaderValue::from_str(&ip.to_string()) {
+                headers.insert(CLIENT, value);
+            }
+        }
         // A target over `limits.max_url_bytes` is not looked up: the router answers it 414.
         if super::target_too_long(&self.service, request.uri()) {
             return Box::pin(self.router.call(request));
         }
-        let mut request = request;
         if let Some(route) = image_route(request.uri()) {
             // The request key and the request cache are looked up once, here: a hit in memory
             // is answered now, and anything else carries what was found to the handler.
@@ -159,3 +224,42 @@ impl Front {
 
 /// The headers of a remembered request's answer, kept with it in the request cache.
 struct AnswerHeaders(HeaderMap);
+
+#[cfg(test)]
+mod client_tests {
+    use super::*;
+
+    fn forwarded(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_client_is_the_peer_unless_the_peer_is_a_trusted_proxy() {
+        let trusted = crate::config::parse_networks("10.0.0.0/8, ::1").unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let h = forwarded(&["198.51.100.7"]);
+        assert_eq!(client(ip("192.0.2.1"), &h, &trusted), ip("192.0.2.1"));
+        assert_eq!(client(ip("10.1.2.3"), &h, &trusted), ip("198.51.100.7"));
+        // Each trusted hop appends; the first untrusted one from the right is the client,
+        // and what stands left of it (written by the client) is not believed.
+        let h = forwarded(&["203.0.113.9, 198.51.100.7", "10.9.9.9"]);
+        assert_eq!(client(ip("10.1.2.3"), &h, &trusted), ip("198.51.100.7"));
+        // A malformed hop ends the walk at the last address believed.
+        let h = forwarded(&["198.51.100.7, junk"]);
+        assert_eq!(client(ip("::1"), &h, &trusted), ip("::1"));
+        // No header: the proxy itself.
+        assert_eq!(
+            client(ip("10.1.2.3"), &HeaderMap::new(), &trusted),
+            ip("10.1.2.3")
+        );
+        // An IPv4 peer seen as IPv6 is the IPv4 address.
+        assert_eq!(
+            client(ip("::ffff:192.0.2.1"), &HeaderMap::new(), &[]),
+            ip("192.0.2.1")
+        );
+    }
+}

@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::admission::{Asker, Tier};
+use crate::admission::{Asker, Payer, Tier};
 use crate::config::tokens::{Scope, Scopes};
 use crate::config::Config;
 use crate::error::Error;
@@ -280,11 +280,22 @@ impl Service {
             .and_then(|v| v.to_str().ok())
             .and_then(Tier::parse)
             .map_or(default.tier, |asked| asked.max(default.tier));
-        let tenant = match self.presented(headers) {
-            Ok((name, _)) => name.into(),
-            Err(_) => default.tenant,
-        };
-        Asker { tier, tenant }
+        match self.presented(headers) {
+            Ok((name, _)) => Asker {
+                tier,
+                tenant: name.into(),
+                payer: Payer::Tenant,
+            },
+            // Nobody named: the client pays, by the address the front found for it.
+            Err(_) => Asker {
+                tier,
+                tenant: default.tenant,
+                payer: match default.payer {
+                    Payer::Tenant => Payer::Tenant,
+                    Payer::Anonymous(_) => Payer::Anonymous(front::client_of(headers)),
+                },
+            },
+        }
     }
 }
 

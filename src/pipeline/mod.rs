@@ -218,7 +218,8 @@ impl Pipeline {
         let admission = Admission::new(
             config.limits.process_concurrency,
             config.limits.queue_target,
-        );
+        )
+        .with_memory(config.limits.max_memory);
         Ok(Pipeline {
             shared: Arc::new(Shared {
                 hot: HotVariants::new(config.limits.hot_cache_bytes),
@@ -294,6 +295,7 @@ impl Pipeline {
     pub fn readings(&self) -> Readings {
         let s = &self.shared;
         let (outstanding_pixels, queue_depth) = s.admission.load();
+        let (memory_held, memory_waits) = s.admission.memory_held();
         Readings {
             stats: s.stats.snapshot(),
             coalesced_waiters: s.url_flights.waiters() + s.variant_flights.waiters(),
@@ -301,6 +303,9 @@ impl Pipeline {
             process_flights: s.variant_flights.in_flight(),
             queue_depth,
             outstanding_pixels,
+            memory_held,
+            memory_limit: s.admission.memory_limit(),
+            memory_waits,
             hot_cache_bytes: s.hot.weighted_size(),
             variant_bytes: s.upkeep.variant_bytes(),
             node_id: s.node_id.clone(),

@@ -1066,10 +1066,13 @@ async fn a_budget_spent_on_one_node_holds_on_the_others_and_hot_misses_read_once
     let Some((cluster, origin, _bucket)) = cluster_of(
         3,
         "cluster_budgets",
-        &[(
-            "IMGCAS_TENANTS",
-            "127.0.0.1=rate=1000&burst=1000".to_string(),
-        )],
+        &[
+            (
+                "IMGCAS_TENANTS",
+                "127.0.0.1=rate=1000&burst=1000&anonymous=true".to_string(),
+            ),
+            ("IMGCAS_MAX_BUDGET_WAIT", "600".to_string()),
+        ],
     )
     .await
     else {
@@ -1204,5 +1207,53 @@ async fn three_nodes_work_through_pgbouncer_in_transaction_mode() {
             .filter(|l| l.starts_with("imgcas_http_requests_total") && l.contains("status=\"5"))
             .collect();
         assert!(failed.is_empty(), "node {node} answered 5xx: {failed:?}");
+    }
+}
+
+/// Audit #4 on two nodes sharing PostgreSQL: an anonymous client's budget is its own and
+/// held across nodes (spent on one, refused on the other with a `Retry-After` within
+/// `limits.max_budget_wait`), and another client is served meanwhile on either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_anonymous_clients_budget_is_its_own_on_every_node() {
+    let Some((cluster, origin, _bucket)) = cluster_of(
+        2,
+        "cluster_client_budgets",
+        &[
+            ("IMGCAS_TENANTS", "default=rate=5000&burst=1000".to_string()),
+            ("IMGCAS_MAX_BUDGET_WAIT", "60".to_string()),
+            ("IMGCAS_TRUSTED_PROXIES", "127.0.0.1".to_string()),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    for i in 0..4u8 {
+        origin.put(&format!("/c{i}.jpg"), jpeg(320, 240, 40 + i));
+    }
+    let ask = |node: usize, path: &str, client: &str| {
+        let (http, base) = (cluster.client.clone(), cluster.nodes[node].base.clone());
+        let (source, client) = (origin.url(path), client.to_string());
+        async move {
+            let mut url = reqwest::Url::parse(&format!("{base}/v1/image")).unwrap();
+            url.query_pairs_mut()
+                .append_pair("url", &source)
+                .append_pair("w", "100");
+            http.get(url)
+                .header("x-forwarded-for", client)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = ask(0, "/c0.jpg", "198.51.100.7").await;
+    assert_eq!(r.status(), 200, "client X's first run, on node 0");
+    let r = ask(1, "/c1.jpg", "198.51.100.7").await;
+    assert_eq!(r.status(), 429, "X's budget is spent on node 1 too");
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    for node in [1, 0] {
+        let r = ask(node, &format!("/c{}.jpg", 2 + node), "198.51.100.8").await;
+        assert_eq!(r.status(), 200, "client Y is served on node {node}");
     }
 }

@@ -12,6 +12,7 @@ mod animation;
 mod auto_quality;
 mod blob_contract;
 mod bounded_growth;
+mod budgets;
 mod cache_tags;
 mod cdn;
 mod client_hints;

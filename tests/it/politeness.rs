@@ -113,15 +113,17 @@ async fn an_origin_that_refuses_connections_is_paused() {
 async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
     let origin = Origin::start().await;
     let app = spawn_app_with(|c| {
-        // Every tenant (here the origin's host) on its own bucket: 1,000 units at once,
-        // 1 a second, so one run takes it far below zero.
+        // Every anonymous client on its own bucket: 1,000 units at once, 1,000 a second,
+        // so one run takes it far below zero (waits of up to 600 s allowed).
         c.tenants.insert(
             "default".into(),
             TenantBudget {
                 rate: 1000.0,
                 burst: 1000.0,
+                anonymous: false,
             },
         );
+        c.limits.max_budget_wait = Duration::from_secs(600);
     })
     .await;
     origin.put("/a.jpg", jpeg(320, 240, 1));
@@ -144,7 +146,7 @@ async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
         metric_value(
             &scrape,
             "imgcas_tenant_over_budget_total",
-            &[("tenant", "default")]
+            &[("tenant", "-")]
         ),
         1.0
     );
@@ -152,21 +154,37 @@ async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
         metric_value(
             &scrape,
             "imgcas_tenant_spent_units_total",
-            &[("tenant", "default")]
+            &[("tenant", "-")]
         ) > 1000.0
     );
-    // A batch (the anonymous tenant's, `-`: a budget of its own under `default`) is charged
-    // its downloads, byte for byte: the first item's spends the budget, and the next
-    // batch's item is refused before it downloads.
+    // A batch from another client (a budget of its own under `default`) is charged its
+    // downloads, byte for byte: the first item's spends the budget, and the next batch's
+    // item is refused before it downloads.
     origin.put("/b1.jpg", jpeg(320, 240, 2));
     origin.put("/b2.jpg", jpeg(320, 240, 3));
-    let (status, answer) =
-        crate::ingest::ingest(&app, serde_json::json!({ "urls": [origin.url("/b1.jpg")] })).await;
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .no_proxy()
+        .build()
+        .unwrap();
+    let batch = |url: String| {
+        let (other, endpoint) = (other.clone(), app.url("/v1/ingest"));
+        async move {
+            let r = other
+                .post(endpoint)
+                .header("content-type", "application/json")
+                .body(serde_json::json!({ "urls": [url] }).to_string())
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), json(r).await)
+        }
+    };
+    let (status, answer) = batch(origin.url("/b1.jpg")).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["results"][0]["status"], "new", "{answer}");
     let full = origin.full();
-    let (_, answer) =
-        crate::ingest::ingest(&app, serde_json::json!({ "urls": [origin.url("/b2.jpg")] })).await;
+    let (_, answer) = batch(origin.url("/b2.jpg")).await;
     assert_eq!(
         answer["results"][0]["error"]["code"], "over_budget",
         "{answer}"
@@ -235,7 +253,8 @@ async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_l
     }
     let reads = app.stats().variant_map_reads - reads_before;
     assert!(reads < 50, "{reads} reads for 50 concurrent misses");
-    // Runs of two classes: the model names them and compares its estimates.
+    // Runs of two classes: the model names them (source, output and operation) and compares
+    // its estimates.
     for (i, q) in ["w=60&format=webp", "w=61&format=avif", "w=62&format=webp"]
         .iter()
         .enumerate()
@@ -249,7 +268,7 @@ async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_l
         metric_value(
             &scrape,
             "imgcas_cost_class_runs_total",
-            &[("class", "webp:still")]
+            &[("class", "jpeg>webp:still")]
         ),
         2.0
     );

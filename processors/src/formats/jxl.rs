@@ -14,7 +14,11 @@
 //! The decoder is told to stay on the calling thread (no pool: a run owns one slot of the
 //! bounded CPU pool) and holds its buffers to a budget derived from the pixel limit, so a
 //! codestream that asks for more than its size needs fails as undecodable instead of taking
-//! the memory.
+//! the memory. That budget is also how a render is cut short: the decoder has no way to be
+//! cancelled, but it asks its tracker before every buffer (each group's coefficients and
+//! planes), so a watcher that empties the tracker once the run's stop signal is up
+//! (`interrupt.rs`) makes the render fail at its next buffer (audit #4: a 6.6 KB file
+//! declaring 7000×7000 rendered for 13 s past its deadline).
 
 use image::{DynamicImage, GrayAlphaImage, GrayImage, RgbImage, RgbaImage};
 use jxl_oxide::{
@@ -45,7 +49,7 @@ impl Format for Jxl {
     }
 
     fn open<'a>(&self, bytes: &'a [u8], limits: &Limits) -> Result<Header<'a>, ProcessError> {
-        let image = read(bytes, limits)?;
+        let (image, tracker) = read_tracked(bytes, limits)?;
         let header = image.image_header();
         let (width, height) = (header.size.width, header.size.height);
         let has_alpha = header.metadata.alpha().is_some();
@@ -63,7 +67,11 @@ impl Format for Jxl {
             orientation: image::metadata::Orientation::NoTransforms,
             // Applied after the decoder's render, as for other formats (`decode::Source`).
             icc: own_space_profile(&image),
-            decoder: Box::new(JxlSource { image, upright }),
+            decoder: Box::new(JxlSource {
+                image,
+                tracker,
+                upright,
+            }),
         })
     }
 
@@ -91,12 +99,16 @@ impl Format for Jxl {
 /// The bytes read into a decoder: the header parsed, every frame's header and table of
 /// contents loaded (no pixel decoded yet).
 fn read(bytes: &[u8], limits: &Limits) -> Result<JxlImage, ProcessError> {
+    read_tracked(bytes, limits).map(|(image, _)| image)
+}
+
+/// [`read`], with the tracker the decoder's buffers are allocated from.
+fn read_tracked(bytes: &[u8], limits: &Limits) -> Result<(JxlImage, AllocTracker), ProcessError> {
     let budget = limits.max_pixels.saturating_mul(BUFFER_BYTES_PER_PIXEL);
+    let tracker = AllocTracker::with_limit(usize::try_from(budget).unwrap_or(usize::MAX));
     let mut reader = JxlImage::builder()
         .pool(JxlThreadPool::none())
-        .alloc_tracker(AllocTracker::with_limit(
-            usize::try_from(budget).unwrap_or(usize::MAX),
-        ))
+        .alloc_tracker(tracker.clone())
         .build_uninit();
     reader.feed_bytes(bytes).map_err(refused)?;
     let mut image = match reader.try_init().map_err(refused)? {
@@ -114,7 +126,57 @@ fn read(bytes: &[u8], limits: &Limits) -> Result<JxlImage, ProcessError> {
         };
         image.request_color_encoding(encoding);
     }
-    Ok(image)
+    Ok((image, tracker))
+}
+
+/// How often a render's watcher reads the stop signal.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Runs `render` on this thread while another watches this thread's stop signal, taking
+/// every byte of `tracker`'s budget away once it is up (and keeping it away as the decoder
+/// frees buffers, until the render returns). `Err(Stopped)` when the signal cut it short.
+fn watched<T>(
+    tracker: &AllocTracker,
+    render: impl FnOnce() -> Result<T, ProcessError>,
+) -> Result<T, ProcessError> {
+    let Some(stop) = crate::interrupt::signal() else {
+        return render();
+    };
+    if stop() {
+        return Err(crate::interrupt::stopped());
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let fired = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            use std::sync::atomic::Ordering::Relaxed;
+            while !done.load(Relaxed) {
+                if fired.load(Relaxed) || stop() {
+                    fired.store(true, Relaxed);
+                    drain(tracker);
+                }
+                std::thread::park_timeout(WATCH_EVERY);
+            }
+        });
+        let result = render();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Not a watch period more.
+        watcher.thread().unpark();
+        result
+    });
+    // A render that ended by itself keeps its answer: only a failure after the signal is
+    // the signal's doing.
+    match (result, fired.load(std::sync::atomic::Ordering::Relaxed)) {
+        (Err(_), true) => Err(crate::interrupt::stopped()),
+        (result, _) => result,
+    }
+}
+
+/// Takes all that is left of `tracker`'s budget (largest pieces first).
+fn drain(tracker: &AllocTracker) {
+    for shift in (0..usize::BITS).rev() {
+        while tracker.shrink_limit(1usize << shift).is_ok() {}
+    }
 }
 
 /// The ICC profile to apply after a render in the picture's own space: `None` where the
@@ -159,6 +221,8 @@ fn undecodable(why: &str) -> ProcessError {
 /// An opened JPEG XL source.
 pub(crate) struct JxlSource {
     image: JxlImage,
+    /// What the decoder's buffers are allocated from (emptied to cut a render short).
+    tracker: AllocTracker,
     upright: (u32, u32),
 }
 
@@ -167,7 +231,9 @@ impl JxlSource {
     /// (else in its own space, the header's profile still to apply), and how long it shows,
     /// in milliseconds.
     pub(crate) fn frame(&self, index: usize) -> Result<(DynamicImage, u32), ProcessError> {
-        let render = self.image.render_frame(index).map_err(refused)?;
+        let render = watched(&self.tracker, || {
+            self.image.render_frame(index).map_err(refused)
+        })?;
         let mut stream = render.stream();
         let (width, height, channels) = (stream.width(), stream.height(), stream.channels());
         let len = usize::try_from(u64::from(width) * u64::from(height) * u64::from(channels))
@@ -213,9 +279,13 @@ pub(crate) fn frames(
     bytes: &[u8],
     limits: &Limits,
 ) -> Result<image::Frames<'static>, ProcessError> {
-    let image = read(bytes, limits)?;
+    let (image, tracker) = read_tracked(bytes, limits)?;
     let upright = (image.width(), image.height());
-    let source = JxlSource { image, upright };
+    let source = JxlSource {
+        image,
+        tracker,
+        upright,
+    };
     let count = source.frames() as usize;
     let rendered = (0..count).map(move |index| {
         let (image, ms) = source.frame(index).map_err(|e| {

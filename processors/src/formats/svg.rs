@@ -254,7 +254,7 @@ impl Decoder for Drawing {
         crate::check_cost(drawing_work(&self.tree, scale), at.limits)?;
         let mut pixmap =
             Pixmap::new(width, height).ok_or_else(|| undecodable("an empty drawing size"))?;
-        resvg::render(&self.tree, scale, &mut pixmap.as_mut());
+        draw(&self.tree, scale, &mut pixmap)?;
         let pixels = pixmap
             .pixels()
             .iter()
@@ -271,6 +271,46 @@ impl Decoder for Drawing {
     fn drawing_work(&self, size: (u32, u32)) -> u64 {
         drawing_work(&self.tree, self.scale_to(size)).saturating_add(self.layout)
     }
+}
+
+/// Draws `tree` onto `pixmap`: at once where the run has no stop signal, else a piece at a
+/// time with the signal read between pieces (`interrupt.rs`), so that a drawing stops within
+/// one piece of its deadline (audit #4: one drew for 4.6 CPU s after its answer). A piece is
+/// a path, a picture, a text, or a group drawn on a layer of its own; a group that is not
+/// (no opacity, clip, mask, filter or blend) is walked into, as resvg itself walks it, so
+/// the pieces draw the same pixels in the same order.
+fn draw(tree: &usvg::Tree, transform: Transform, pixmap: &mut Pixmap) -> Result<(), ProcessError> {
+    if crate::interrupt::signal().is_none() {
+        resvg::render(tree, transform, &mut pixmap.as_mut());
+        return Ok(());
+    }
+    draw_pieces(tree.root(), transform, &mut pixmap.as_mut())
+}
+
+fn draw_pieces(
+    group: &usvg::Group,
+    transform: Transform,
+    pixmap: &mut resvg::tiny_skia::PixmapMut<'_>,
+) -> Result<(), ProcessError> {
+    for node in group.children() {
+        if crate::interrupt::requested() {
+            return Err(crate::interrupt::stopped());
+        }
+        match node {
+            usvg::Node::Group(inner) if !inner.should_isolate() => {
+                draw_pieces(inner, transform.pre_concat(inner.transform()), pixmap)?;
+            }
+            _ => {
+                // `render_node` places a node by its box (it is meant for drawing one node
+                // on a canvas of its own): moved back by as much, it draws where the whole
+                // drawing would.
+                if let Some(b) = node.abs_layer_bounding_box() {
+                    resvg::render_node(node, transform.pre_translate(b.x(), b.y()), pixmap);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The work of drawing a document at `scale`, in the pixel-equivalents of `crate::cost`
@@ -633,5 +673,51 @@ mod tests {
         };
         let refused = drawing.decode(&at).err().expect("refused");
         assert_eq!(refused.kind(), Some(crate::ProcessFailure::TooCostly));
+    }
+
+    #[test]
+    fn a_drawing_in_pieces_is_the_drawing_and_stops_between_pieces() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let doc = br##"<svg xmlns="http://www.w3.org/2000/svg" width="200" height="150">
+            <defs><linearGradient id="g"><stop offset="0" stop-color="#f00"/><stop offset="1" stop-color="#00f"/></linearGradient></defs>
+            <rect width="200" height="150" fill="#eee"/>
+            <g transform="translate(20 10) rotate(12)">
+              <rect x="5" y="5" width="80" height="40" fill="url(#g)"/>
+              <g transform="scale(1.5)"><circle cx="60" cy="50" r="20" fill="#0a0" stroke="#000"/></g>
+              <g opacity="0.5"><rect x="40" y="30" width="60" height="60" fill="#00f"/></g>
+            </g>
+            <text x="10" y="140" font-size="20">Ab</text>
+        </svg>"##;
+        let limits = Limits::default();
+        let tree = parse(doc, &limits).unwrap().0;
+        let scale = Transform::from_scale(1.5, 1.5);
+        let mut whole = Pixmap::new(300, 225).unwrap();
+        draw(&tree, scale, &mut whole).unwrap();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let _guard = crate::interrupt::stop_this_thread_when(Arc::new(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+            false
+        }));
+        let mut pieces = Pixmap::new(300, 225).unwrap();
+        draw(&tree, scale, &mut pieces).unwrap();
+        assert!(asked.load(Ordering::Relaxed) >= 5, "read between pieces");
+        let most = whole
+            .data()
+            .iter()
+            .zip(pieces.data())
+            .map(|(a, b)| a.abs_diff(*b))
+            .max()
+            .unwrap();
+        assert!(most <= 1, "pieces differ from the whole by {most}");
+        // A signal raised after the second piece stops the drawing there.
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let _guard = crate::interrupt::stop_this_thread_when(Arc::new(move || {
+            counter.fetch_add(1, Ordering::Relaxed) >= 2
+        }));
+        let mut cut = Pixmap::new(300, 225).unwrap();
+        let stopped = draw(&tree, scale, &mut cut).expect_err("stopped");
+        assert!(matches!(stopped, ProcessError::Stopped(_)), "{stopped}");
     }
 }

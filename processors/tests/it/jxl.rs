@@ -199,3 +199,36 @@ fn damaged_bytes_are_undecodable_never_a_panic() {
         }
     }
 }
+
+/// Audit #4's bomb: 6.9 KB of one flat colour declaring 7000×7000 renders for seconds in one
+/// decoder call. Under a stop signal raised 100 ms in, the render itself is cut short (its
+/// buffers' budget taken away: the decoder fails at its next one) and the run answers
+/// `Stopped`; without a signal it renders whole. And the plan charges the decoder's weight.
+#[test]
+fn a_jpeg_xl_render_stops_when_its_run_is_told_to() {
+    let bytes = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/crafted/jxl-flat-7000x7000.jxl"),
+    )
+    .expect("the crafted file");
+    let limits = Limits::default();
+    let spec = Spec::from_pairs([("w", "100"), ("format", "png")])
+        .unwrap()
+        .resolve(None, false, None);
+    let started = std::time::Instant::now();
+    let _guard =
+        imgcas_processors::interrupt::stop_this_thread_when(std::sync::Arc::new(move || {
+            started.elapsed() > std::time::Duration::from_millis(100)
+        }));
+    let stopped = imgcas_processors::process(&bytes, &spec, &limits).expect_err("cut short");
+    assert!(
+        matches!(stopped, imgcas_processors::ProcessError::Stopped(_)),
+        "{stopped}"
+    );
+    drop(_guard);
+    let cost = imgcas_processors::cost(Some(SourceFormat::Jxl), (7000, 7000), &spec);
+    assert!(
+        cost >= 49_000_000 * imgcas_processors::plan::JXL_DECODE_WEIGHT,
+        "{cost}"
+    );
+}

@@ -130,11 +130,12 @@ impl Target {
     }
 
     /// Who asks for it when nobody says otherwise: an interactive request of the source
-    /// URL's host (by hash: the anonymous tenant).
+    /// URL's host (by hash: the anonymous tenant), from a client nobody named.
     pub fn asker(&self) -> Asker {
         Asker {
             tier: Tier::Interactive,
             tenant: self.tenant.clone(),
+            payer: crate::admission::Payer::Anonymous(None),
         }
     }
 

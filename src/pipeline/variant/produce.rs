@@ -138,7 +138,7 @@ impl Pipeline {
         let limits = self.limits();
         // What the run reads: the mezzanine's bytes, or the original's (read now when
         // deciding took them, else once admitted). Its cost is the plan's.
-        let (hash, mezzanine_bytes, read, cost) = match &job {
+        let (hash, mezzanine_bytes, read, cost, memory) = match &job {
             Job::Variant(t, asker) => {
                 if t.spec.animated {
                     // Refused from the headers' frame count, before admission (its cost
@@ -156,17 +156,36 @@ impl Pipeline {
                     Route::Mezzanine => match self.mezzanine(&t.key.hash, asker).await? {
                         Ok(bytes) => {
                             let cost = t.plan.mezzanine_cost.unwrap_or(t.plan.cost);
-                            (t.key.hash, Some(bytes), None, cost)
+                            let memory = t.plan.mezzanine_memory.unwrap_or(t.plan.memory);
+                            (t.key.hash, Some(bytes), None, cost, memory)
                         }
                         // The mezzanine's failure (the original does not decode) is this
                         // variant's too: the same bytes fail the same way.
                         Err(failed) => return Ok(failed),
                     },
-                    Route::Original(read) => (t.key.hash, None, read, t.plan.cost),
+                    Route::Original(read) => (t.key.hash, None, read, t.plan.cost, t.plan.memory),
                 }
             }
-            Job::Mezzanine { hash, info, .. } => (*hash, None, None, mezzanine::build_cost(info)),
+            Job::Mezzanine { hash, info, .. } => (
+                *hash,
+                None,
+                None,
+                mezzanine::build_cost(info),
+                mezzanine::build_memory(info),
+            ),
         };
+        // A run that needs more memory than all this node's runs may hold never starts
+        // (audit #4): refused as too costly, before admission and before any decode.
+        if !s.admission.memory_fits(memory) {
+            return Err(Error::Process {
+                kind: processors::ProcessFailure::TooCostly,
+                message: format!(
+                    "this run needs about {} MiB, more than limits.max_memory ({} MiB)",
+                    memory >> 20,
+                    s.admission.memory_limit() >> 20
+                ),
+            });
+        }
         // A drawing's work is in its content, not its size: read from its bytes and charged
         // at the size it will be drawn, or refused, before admission (audit #3: 400 KB of
         // text drawn at 50 px was charged as a 50 px output and took 53 s).
@@ -201,32 +220,50 @@ impl Pipeline {
         let class = cost_class(&job);
         let mut ticket = s
             .admission
-            .admit_class(cost, &class, asker)
+            .admit_run(cost, memory, &class, asker)
             .map_err(|o| self.overloaded(o))?;
-        // Admitted: the tenant's budget pays for the run and for the download that located
-        // it (a run admission refuses costs the tenant nothing).
+        // Admitted: the payer's budget pays for the run and for the download that located
+        // it (a run admission refuses costs nothing), settled below to what the run spent.
         let fetched = match &job {
             Job::Variant(t, _) => t.fetched_bytes,
             Job::Mezzanine { .. } => 0,
         };
-        self.charge_budget(&asker.tenant, cost.saturating_add(fetched))
+        let charge = self
+            .charge_budget(asker, cost.saturating_add(fetched))
             .await?;
-        let running = ticket.start().await.map_err(|o| self.overloaded(o))?;
+        let running = match ticket.start().await {
+            Ok(running) => running,
+            Err(o) => {
+                // Never run: only the download is paid for.
+                self.settle_budget(charge, fetched).await;
+                return Err(self.overloaded(o));
+            }
+        };
         // The input is read only now, holding a CPU slot: runs waiting in the queue hold
         // no bytes, so memory is bounded by the slots, not by the queue (up to 1,024 waiters
         // of 32 MiB each otherwise).
         let from_mezzanine = mezzanine_bytes.is_some();
         let reading = Instant::now();
-        let bytes = match mezzanine_bytes.or(read) {
-            Some(bytes) => bytes,
-            None => self.original_bytes(&hash).await?,
+        let inputs = async {
+            let bytes = match mezzanine_bytes.or(read) {
+                Some(bytes) => bytes,
+                None => self.original_bytes(&hash).await?,
+            };
+            // A watermark's overlay is read with the input, as the run starts.
+            let spec = match &job {
+                Job::Variant(t, _) => self.with_overlay(&t.spec).await?,
+                Job::Mezzanine { .. } => None,
+            };
+            Ok::<_, Error>((bytes, spec))
+        };
+        let (bytes, spec) = match inputs.await {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                self.settle_budget(charge, fetched).await;
+                return Err(e);
+            }
         };
         let storage = reading.elapsed();
-        // A watermark's overlay is read with the input, as the run starts.
-        let spec = match &job {
-            Job::Variant(t, _) => self.with_overlay(&t.spec).await?,
-            Job::Mezzanine { .. } => None,
-        };
         Stats::bump(&s.stats.queue_waits);
         Stats::add(
             &s.stats.queue_wait_micros,
@@ -252,8 +289,15 @@ impl Pipeline {
         // A batch's run gives its core up to a request's (`admission/niced.rs`).
         let run = s.admission.run_as(tier, move || {
             // The slot is the thread's: held until the run really ends, deadline or not.
-            let _permit = running.permit;
+            let (_permit, _memory) = (running.permit, running.memory);
             run_stop.running_here();
+            // A codec call under way (a JPEG XL render, a drawing) stops at the deadline too,
+            // not only the stages between them (`interrupt.rs`).
+            let signal = run_stop.clone();
+            let _signal =
+                processors::interrupt::stop_this_thread_when(std::sync::Arc::new(move || {
+                    signal.check().is_err()
+                }));
             let decodes = this
                 .shared
                 .decodes
@@ -271,13 +315,20 @@ impl Pipeline {
                 Job::Mezzanine { .. } => mezzanine::build(&bytes, &limits, &decodes),
             }
         });
-        let result = deadline::bounded(&stop, bound, &s.stats, run).await?;
+        let result = deadline::bounded(&stop, bound, &s.stats, run).await;
+        let ran = started.elapsed();
+        // What the run spent, at the average rate of all runs: a failure or a stop in a few
+        // milliseconds is charged those milliseconds (audit #4).
+        let spent = ticket.spent(ran).min(cost);
+        self.settle_budget(charge, fetched.saturating_add(spent))
+            .await;
+        let result = result?;
         if cost >= GIVE_BACK_AFTER {
             // What the run's buffers took, back to the system (`give_memory_back`).
             tokio::task::spawn_blocking(crate::admission::give_memory_back);
         }
-        let ran = started.elapsed();
-        ticket.record_with_storage(ran, storage);
+        // Only a run that made its output teaches the cost model what its class costs.
+        ticket.record_with_storage(ran, storage, result.is_ok());
         tracing::debug!(target: "imgcas::cost", class = %class, cost, secs = ran.as_secs_f64(), "run measured");
         drop(ticket);
         s.metrics.with(|| {
@@ -367,7 +418,10 @@ fn cost_class(job: &Job) -> String {
                 _ if t.spec.lossless => "lossless",
                 _ => "still",
             };
-            format!("{}:{op}", t.spec.format.name())
+            // The source's format too: a decoder no honest tenant uses (audit #4's crafted
+            // JPEG XL) is a class of its own, and cannot make PNG sources dearer.
+            let source = t.plan.header.format.map_or("unknown", |f| f.name());
+            format!("{source}>{}:{op}", t.spec.format.name())
         }
         Job::Mezzanine { .. } => "mezzanine".to_string(),
     }
