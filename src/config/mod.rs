@@ -559,6 +559,13 @@ impl Config {
         if !(self.fetch.per_host_rate.is_finite() && self.fetch.per_host_rate > 0.0) {
             return Err(bad("fetch.per_host_rate", "must be a number above 0"));
         }
+        let share = self.fetch.origin_share;
+        if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+            return Err(bad(
+                "fetch.origin_share",
+                "must be a fraction above 0 and at most 1",
+            ));
+        }
         for (name, budget) in &self.tenants {
             tenants::check(name, budget).map_err(|why| bad("tenants", why))?;
         }
