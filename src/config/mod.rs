@@ -799,6 +799,8 @@ mod tests {
             ("IMGCAS_REVALIDATE_AFTER", ("60", "1m")),
             ("IMGCAS_FETCH_PER_HOST", ("3", "3")),
             ("IMGCAS_FETCH_CONCURRENCY", ("5", "5")),
+            ("IMGCAS_FETCH_ORIGIN_SHARE", ("0.25", "0.25")),
+            ("IMGCAS_FETCH_MIN_RATE", ("4_096", "4096")),
             ("IMGCAS_FORGET_AFTER", (r#""7d""#, "7days")),
             ("IMGCAS_VARIANTS_MAX_BYTES", ("1000000", "1_000_000")),
             ("IMGCAS_URLS_MAX_BYTES", ("2000000", "2_000_000")),
