@@ -36,6 +36,13 @@ case "$target" in
     grep -rhoE "[a-z_]+=[^&\"' ]+(&[a-z_]+=[^&\"' ]+)*" "$repo/tests" "$repo/docs" | sort -u | head -2000 |
       while read -r line; do printf '%s' "$line" >"$seeds/$(printf '%s' "$line" | sha1sum | cut -c1-16)"; done
     ;;
+  jxl)
+    # JPEG XL files only: the target passes other bytes over.
+    for dir in "$repo/../shared/corpus" "$repo/testdata"; do
+      [ -d "$dir" ] && find "$dir" -type f -size -2M -name '*.jxl' \
+        -exec sh -c 'for f; do cp "$f" "$0/$(sha1sum "$f" | cut -c1-16).jxl"; done' "$seeds" {} + || true
+    done
+    ;;
   svg)
     # Drawings only (the hostile corpus among them), and any more a run is given in
     # FUZZ_EXTRA_SEEDS (a folder, e.g. a renderer's own test suite: seeds, never committed).

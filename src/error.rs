@@ -186,7 +186,9 @@ impl From<FetchError> for Error {
             FetchError::NotAllowed(_) => Error::SourceNotAllowed(message),
             FetchError::NotFound(_) => Error::NotFound(message),
             FetchError::TooLarge { limit } => Error::SourceTooLarge { limit },
-            FetchError::Timeout => Error::OriginTimeout(message),
+            FetchError::Timeout | FetchError::TooSlow { .. } | FetchError::SlotWait => {
+                Error::OriginTimeout(message)
+            }
             FetchError::Status(_)
             | FetchError::RateLimited { .. }
             | FetchError::Busy { .. }

@@ -257,11 +257,15 @@ fn describe() {
     );
     describe_counter!(
         "imgcas_origin_requests_total",
-        "Requests sent to origins, by origin (the first 50 named, the rest other)"
+        "Requests sent to origins, by the origin that answered (a redirect's last hop; the first 50 named, the rest other)"
     );
     describe_counter!(
         "imgcas_origin_slot_waits_total",
         "Polls of a download slot the cluster held all of, by origin"
+    );
+    describe_counter!(
+        "imgcas_origin_slot_timeouts_total",
+        "Downloads that gave up waiting for a slot at their request's deadline, by origin"
     );
     describe_counter!(
         "imgcas_origin_rate_waits_total",

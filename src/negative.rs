@@ -89,6 +89,8 @@ pub fn hold_for(error: &FetchError, streak: u32) -> Option<Duration> {
         .min(MAX_BACKOFF);
     match error {
         FetchError::BadUrl(_) | FetchError::UrlTooLong { .. } | FetchError::NotAllowed(_) => None,
+        // Nothing was sent: the slots were busy (maybe with other origins), not this URL.
+        FetchError::SlotWait => None,
         FetchError::NotFound(_) | FetchError::TooLarge { .. } => Some(GONE),
         FetchError::RateLimited {
             retry_after: Some(asked),
@@ -101,6 +103,7 @@ pub fn hold_for(error: &FetchError, streak: u32) -> Option<Duration> {
         FetchError::RateLimited { retry_after: None }
         | FetchError::Status(_)
         | FetchError::Timeout
+        | FetchError::TooSlow { .. }
         | FetchError::Connect(_)
         | FetchError::Body(_)
         | FetchError::TooManyRedirects

@@ -98,3 +98,53 @@ pub fn svg(data: &[u8]) -> String {
     }
     answer
 }
+
+/// Seconds one unit of cost is taken to cost (the service's prior, `admission`), how many
+/// times over a run may take before it is stopped (the service's `SPARE`), and how much
+/// slower the fuzzer's instrumented build runs than the service.
+const SECS_PER_UNIT: f64 = 40e-9;
+const SPARE: f64 = 10.0;
+const INSTRUMENTED: f64 = 3.0;
+
+/// `jxl`: JPEG XL bytes through the whole path with the cost checks on, as the service runs
+/// them (issue 67): the plan's cost first (over the limit: refused before any decode), then
+/// the run under a stop signal raised at the deadline the service would give it (its cost
+/// at [`SECS_PER_UNIT`], [`SPARE`] times over, at least a second). Two things are bugs:
+/// a run that goes on more than a second past its signal (the render was not cut short), and
+/// a run the signal had to stop at all (the cost under-charged it [`SPARE`] times over).
+/// Bytes that are not JPEG XL are passed over.
+pub fn jxl(data: &[u8]) -> String {
+    use imgcas_processors::SourceFormat;
+    if imgcas_processors::sniff(data) != Some(SourceFormat::Jxl) {
+        return "not_jxl".into();
+    }
+    let limits = limits();
+    let spec = Spec::from_pairs([("w", "48"), ("h", "48"), ("fit", "cover")])
+        .expect("a valid spec")
+        .resolve(Some(OutputFormat::Png), false, None);
+    let size = match imgcas_processors::probe(data, &limits) {
+        Ok(info) => (info.width, info.height),
+        Err(e) => return outcome::<()>(Err(e)),
+    };
+    let cost = imgcas_processors::cost(Some(SourceFormat::Jxl), size, &spec);
+    if let Err(e) = imgcas_processors::check_cost(cost, &limits) {
+        return outcome::<()>(Err(e));
+    }
+    let deadline = (cost as f64 * SECS_PER_UNIT * SPARE * INSTRUMENTED).max(1.0);
+    let deadline = std::time::Duration::from_secs_f64(deadline);
+    let started = std::time::Instant::now();
+    let _signal =
+        imgcas_processors::interrupt::stop_this_thread_when(std::sync::Arc::new(move || {
+            started.elapsed() > deadline
+        }));
+    let result = imgcas_processors::process(data, &spec, &limits);
+    let took = started.elapsed();
+    assert!(
+        took <= deadline + std::time::Duration::from_secs(1),
+        "ran {took:?}, past its stop at {deadline:?} (cost {cost} for {size:?})"
+    );
+    if let Err(ProcessError::Stopped(_)) = &result {
+        panic!("under-charged: stopped at {deadline:?} for a cost of {cost} ({size:?})");
+    }
+    outcome(result)
+}

@@ -33,6 +33,10 @@ impl Limits {
     }
 }
 
+/// A run's memory beyond its pixels: the encoders' and decoders' tables and contexts (what
+/// `plan::memory` adds to every run's estimate).
+pub const RUN_BASE_BYTES: u64 = 24 << 20;
+
 /// Refuses a run whose cost ([`crate::cost`]) is over `limits.max_cost`.
 pub fn check_cost(cost: u64, limits: &Limits) -> Result<(), ProcessError> {
     if cost > limits.max_cost {

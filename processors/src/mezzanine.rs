@@ -215,7 +215,7 @@ fn split_row(height: u32) -> u32 {
 /// not shrink on load).
 pub fn build_cost(info: &SourceInfo) -> u64 {
     (u64::from(info.width.max(1)) * u64::from(info.height.max(1)))
-        .saturating_mul(crate::plan::decode_weight(Some(info.format)))
+        .saturating_mul(info.format.decode_weight())
 }
 
 /// Bytes a mezzanine's build holds at its peak: the original decoded whole at its decoder's
@@ -225,9 +225,9 @@ pub fn build_memory(info: &SourceInfo) -> u64 {
     let (mw, mh) = size_for((info.width, info.height));
     let mezzanine = u64::from(mw) * u64::from(mh);
     pixels
-        .saturating_mul(crate::plan::decode_bytes_per_pixel(Some(info.format)))
+        .saturating_mul(info.format.decode_bytes_per_pixel())
         .saturating_add(mezzanine.saturating_mul(12))
-        .saturating_add(crate::plan::RUN_BASE_BYTES)
+        .saturating_add(crate::limits::RUN_BASE_BYTES)
 }
 
 /// A stored mezzanine, read: the original's upright size and the JPEGs of its stripes, top

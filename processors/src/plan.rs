@@ -292,23 +292,14 @@ fn cost_with(
     (drawing, cost)
 }
 
-/// How many pixel-equivalents a decoded pixel of `format` costs: 1 for the decoders the
-/// unit was measured on (a decode, a resize and a JPEG encode touch a pixel about once each,
-/// about 40 ns of one core here), more for a decoder that does far more per pixel. JPEG XL
-/// (jxl-oxide, one thread) keeps float planes through inverse transforms and restoration
-/// filters: here its lossy render took about 90 ns a pixel on three camera photos (1.9 MP,
-/// `cjxl -d 1`) and on a flat 7000×7000 (4.4 CPU s), its lossless one 65 ns, against 5–15 ns
-/// for PNG (audit #4: a 6.6 KB file declaring 7000×7000 was charged as a 49 MP PNG); 4 holds
-/// it with room for slower machines, and the run's deadline stops the rest (`interrupt.rs`).
+/// How many pixel-equivalents a decoded pixel of `format` costs (its room's
+/// [`SourceFormat::decode_weight`]); 1 for a format not known.
 pub fn decode_weight(format: Option<SourceFormat>) -> u64 {
-    match format {
-        Some(SourceFormat::Jxl) => JXL_DECODE_WEIGHT,
-        _ => 1,
-    }
+    format.map_or(1, SourceFormat::decode_weight)
 }
 
-/// [`decode_weight`] of JPEG XL.
-pub const JXL_DECODE_WEIGHT: u64 = 4;
+pub use crate::formats::JXL_DECODE_WEIGHT;
+pub use crate::limits::RUN_BASE_BYTES;
 
 /// Bytes a run holds at its peak, from the same sizes as its [`cost`]: the decoded picture at
 /// its decoder's bytes per pixel ([`decode_bytes_per_pixel`]), the output's pixels through
@@ -319,9 +310,6 @@ pub const JXL_DECODE_WEIGHT: u64 = 4;
 pub fn memory(format: Option<SourceFormat>, size: (u32, u32), spec: &ResolvedSpec) -> u64 {
     memory_with(format, size, spec, &mut Fits::new(spec))
 }
-
-/// A run's memory beyond its pixels: the encoders' and decoders' tables and contexts.
-pub const RUN_BASE_BYTES: u64 = 24 << 20;
 
 fn memory_with(
     format: Option<SourceFormat>,
@@ -350,18 +338,10 @@ fn memory_with(
         .saturating_add(RUN_BASE_BYTES)
 }
 
-/// Bytes a decoder holds per pixel of its picture at its peak: the 8-bit RGBA picture (4)
-/// and the decoder's own planes beside it. JPEG XL keeps 32-bit float planes (a 7000×7000
-/// render peaked at 1.77 GB, audit #4); AV1 and HEVC their 8- to 16-bit YUV planes; PNG and
-/// TIFF may be 16 bits a sample before they are brought to 8.
+/// Bytes a decoder holds per pixel of its picture at its peak (its room's
+/// [`SourceFormat::decode_bytes_per_pixel`]); 8 for a format not known.
 pub fn decode_bytes_per_pixel(format: Option<SourceFormat>) -> u64 {
-    match format {
-        Some(SourceFormat::Jxl) => 40,
-        Some(SourceFormat::Avif | SourceFormat::Heic) => 16,
-        Some(SourceFormat::Png | SourceFormat::Tiff) => 12,
-        Some(f) if f.is_vector() => 12,
-        _ => 8,
-    }
+    format.map_or(8, SourceFormat::decode_bytes_per_pixel)
 }
 
 /// Bytes a run holds per output pixel: the resized picture and its copy (8), the encoder's

@@ -155,6 +155,8 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("fetch.revalidate_after", "IMGCAS_REVALIDATE_AFTER", fetch.revalidate_after, duration),
     setting!("fetch.per_host_concurrency", "IMGCAS_FETCH_PER_HOST", fetch.per_host_concurrency, number),
     setting!("fetch.concurrency", "IMGCAS_FETCH_CONCURRENCY", fetch.concurrency, number),
+    setting!("fetch.origin_share", "IMGCAS_FETCH_ORIGIN_SHARE", fetch.origin_share, number),
+    setting!("fetch.min_rate", "IMGCAS_FETCH_MIN_RATE", fetch.min_rate, number),
     setting!("fetch.per_host_rate", "IMGCAS_FETCH_PER_HOST_RATE", fetch.per_host_rate, number),
     setting!("fetch.forget_after", "IMGCAS_FORGET_AFTER", fetch.forget_after, duration),
     setting!("fetch.source_buckets", "IMGCAS_SOURCE_BUCKETS", fetch.source_buckets, hosts),

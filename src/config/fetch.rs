@@ -25,6 +25,14 @@ pub struct FetchConfig {
     pub per_host_concurrency: usize,
     /// Extension: downloads in flight in all (`IMGCAS_FETCH_CONCURRENCY`).
     pub concurrency: usize,
+    /// The part of `concurrency` one origin may hold (`IMGCAS_FETCH_ORIGIN_SHARE`, above 0,
+    /// at most 1; at least one slot): with `per_host_concurrency` at or above `concurrency`,
+    /// one slow origin would otherwise hold every slot of the node.
+    pub origin_share: f64,
+    /// Bytes a second a body must keep arriving at after its first second, over the last
+    /// two (`IMGCAS_FETCH_MIN_RATE`; 0: off): an origin that drips its body holds a slot
+    /// for `timeout` otherwise.
+    pub min_rate: u64,
     /// Extension: requests a second to one origin at most, the whole cluster's
     /// (`IMGCAS_FETCH_PER_HOST_RATE`; a burst of one second's worth).
     pub per_host_rate: f64,
@@ -51,6 +59,8 @@ impl Default for FetchConfig {
             revalidate_after: Duration::from_secs(300),
             per_host_concurrency: 8,
             concurrency: 64,
+            origin_share: 0.5,
+            min_rate: 16 << 10,
             per_host_rate: 100.0,
             forget_after: Duration::from_secs(30 * 24 * 3600),
             source_buckets: Vec::new(),

@@ -633,6 +633,13 @@ impl Config {
         if !(self.fetch.per_host_rate.is_finite() && self.fetch.per_host_rate > 0.0) {
             return Err(bad("fetch.per_host_rate", "must be a number above 0"));
         }
+        let share = self.fetch.origin_share;
+        if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+            return Err(bad(
+                "fetch.origin_share",
+                "must be a fraction above 0 and at most 1",
+            ));
+        }
         for (name, budget) in &self.tenants {
             tenants::check(name, budget).map_err(|why| bad("tenants", why))?;
         }
@@ -866,6 +873,8 @@ mod tests {
             ("IMGCAS_REVALIDATE_AFTER", ("60", "1m")),
             ("IMGCAS_FETCH_PER_HOST", ("3", "3")),
             ("IMGCAS_FETCH_CONCURRENCY", ("5", "5")),
+            ("IMGCAS_FETCH_ORIGIN_SHARE", ("0.25", "0.25")),
+            ("IMGCAS_FETCH_MIN_RATE", ("4_096", "4096")),
             ("IMGCAS_FORGET_AFTER", (r#""7d""#, "7days")),
             ("IMGCAS_VARIANTS_MAX_BYTES", ("1000000", "1_000_000")),
             ("IMGCAS_URLS_MAX_BYTES", ("2000000", "2_000_000")),

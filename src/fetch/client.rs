@@ -1,7 +1,7 @@
 //! The origin client: one GET with the stored validators, a hard byte limit enforced while
 //! streaming, an overall deadline, and redirects followed by hand so every hop is checked.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -12,8 +12,9 @@ use reqwest::header::{
 use reqwest::StatusCode;
 use url::{Host, Url};
 
+use super::drip::{self, DripMeter};
 use super::guard::{refusal, GuardedResolver, Refused};
-use super::politeness::OriginSlots;
+use super::politeness::{origin_limit, origin_of, OriginSlots};
 use super::FetchError;
 use crate::config::FetchConfig;
 
@@ -37,13 +38,29 @@ pub enum FetchOutcome {
     },
 }
 
+/// A download's result and the URL that gave it: the last hop its redirects reached, whose
+/// origin a pause it asks for, a refused connection or a failure is charged to (issue 67: a
+/// redirect to an origin that answers 429 pauses that origin, not the one that redirected).
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Result<FetchOutcome, FetchError>,
+    pub from: Url,
+}
+
+/// Asked before a download follows a redirect to another origin than its own; an error ends
+/// the download there, unsent (that origin may be paused for the whole cluster).
+#[async_trait::async_trait]
+pub trait HopGuard: Send + Sync {
+    async fn before_hop(&self, to: &Url) -> Result<(), FetchError>;
+}
+
 pub struct Fetcher {
     client: reqwest::Client,
     config: FetchConfig,
     /// `s3://` sources (`bucket.rs`).
     buckets: super::bucket::Buckets,
-    /// Download slots per origin and in all, in this process; waiting for one does not count
-    /// against the timeout.
+    /// Download slots per origin (at most `fetch.origin_share` of the whole) and in all, in
+    /// this process; waiting for one does not count against the timeout.
     pub slots: OriginSlots,
 }
 
@@ -101,7 +118,14 @@ impl Fetcher {
             client,
             buckets: super::bucket::Buckets::new(&config.source_buckets, &config.buckets, s3),
             config: config.clone(),
-            slots: OriginSlots::new(config.per_host_concurrency, config.concurrency),
+            slots: OriginSlots::new(
+                origin_limit(
+                    config.per_host_concurrency,
+                    config.concurrency,
+                    config.origin_share,
+                ),
+                config.concurrency,
+            ),
         })
     }
 
@@ -159,8 +183,8 @@ impl Fetcher {
         validators: Option<&Validators>,
     ) -> Result<FetchOutcome, FetchError> {
         self.check_source(url)?;
-        let _slot = self.slots.acquire(url).await;
-        self.fetch_now(url, validators).await
+        let _slot = self.slots.acquire(url, None).await;
+        self.fetch_now(url, validators, None).await.result
     }
 
     /// The checks a source URL passes before any traffic: the address guard's (for HTTP),
@@ -174,36 +198,55 @@ impl Fetcher {
 
     /// [`Fetcher::fetch`] for a caller that holds the download's slots already: the
     /// request alone, bounded by `fetch.timeout` from the moment it is sent (time spent
-    /// waiting for a slot never counts against it).
+    /// waiting for a slot never counts against it). `hops`, when given, is asked before a
+    /// redirect leads to another origin. The answer names the URL that gave it.
     pub async fn fetch_now(
         &self,
         url: &Url,
         validators: Option<&Validators>,
-    ) -> Result<FetchOutcome, FetchError> {
-        self.check_source(url)?;
+        hops: Option<&dyn HopGuard>,
+    ) -> Answer {
+        if let Err(e) = self.check_source(url) {
+            return Answer {
+                result: Err(e),
+                from: url.clone(),
+            };
+        }
+        // The hop the download reached, read even when the timeout drops the request.
+        let mut from = url.clone();
         let download = async {
             match url.scheme() == "s3" {
                 true => {
                     let max = self.config.max_bytes;
                     self.buckets.get(url, validators, max).await
                 }
-                false => self.fetch_inner(url, validators).await,
+                false => self.fetch_inner(url, validators, hops, &mut from).await,
             }
         };
-        match tokio::time::timeout(self.config.timeout, download).await {
+        let result = match tokio::time::timeout(self.config.timeout, download).await {
             Ok(result) => result,
             Err(_) => Err(FetchError::Timeout),
-        }
+        };
+        Answer { result, from }
     }
 
+    /// The request and its redirects; `sent_to` is set to each hop as its request is sent
+    /// (a hop refused before it is sent is not the origin that answered).
     async fn fetch_inner(
         &self,
         url: &Url,
         validators: Option<&Validators>,
+        hops: Option<&dyn HopGuard>,
+        sent_to: &mut Url,
     ) -> Result<FetchOutcome, FetchError> {
+        let first = origin_of(url);
         let mut current = url.clone();
-        for _ in 0..=MAX_REDIRECTS {
+        for hop in 0..=MAX_REDIRECTS {
             self.check(&current)?;
+            if let (Some(guard), true) = (hops, hop > 0 && origin_of(&current) != first) {
+                guard.before_hop(&current).await?;
+            }
+            sent_to.clone_from(&current);
             let mut headers = HeaderMap::new();
             headers.insert(ACCEPT, HeaderValue::from_static("image/*,*/*;q=0.8"));
             if let Some(v) = validators {
@@ -289,7 +332,25 @@ impl Fetcher {
         }
         let mut body = BytesMut::with_capacity(declared.unwrap_or(64 << 10).min(limit) as usize);
         let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
+        let min_rate = self.config.min_rate;
+        let mut meter = DripMeter::new(min_rate, Instant::now());
+        // Looked at on a clock, not on each chunk: a body that stalls sends no chunk.
+        let mut check = tokio::time::interval_at(
+            tokio::time::Instant::now() + drip::CHECK_EVERY,
+            drip::CHECK_EVERY,
+        );
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let chunk = tokio::select! {
+                chunk = stream.next() => chunk,
+                _ = check.tick() => {
+                    if let Some(rate) = meter.too_slow(Instant::now(), body.len() as u64) {
+                        return Err(FetchError::TooSlow { rate, min_rate });
+                    }
+                    continue;
+                }
+            };
+            let Some(chunk) = chunk else { break };
             let chunk = chunk.map_err(|e| FetchError::Body(e.to_string()))?;
             if (body.len() + chunk.len()) as u64 > limit {
                 return Err(FetchError::TooLarge { limit });

@@ -1,13 +1,14 @@
 //! Origin fetching: a bounded, conditional, redirect-checked GET ([`client`]) behind an
-//! address guard ([`guard`]), with download slots per origin host ([`politeness`]); and
-//! objects of listed S3 buckets as sources ([`bucket`]).
+//! address guard ([`guard`]), with download slots per origin host ([`politeness`]) and a cut
+//! for bodies that drip ([`drip`]); and objects of listed S3 buckets as sources ([`bucket`]).
 
 pub mod bucket;
 pub mod client;
+pub mod drip;
 pub mod guard;
 pub mod politeness;
 
-pub use client::{FetchOutcome, Fetcher, Validators};
+pub use client::{Answer, FetchOutcome, Fetcher, HopGuard, Validators};
 
 /// Why a fetch failed. `is_transient` says whether a stored mapping should be served instead.
 /// (Serialized: a URL's held failure is shared with the other nodes through the maps.)
@@ -43,6 +44,12 @@ pub enum FetchError {
     TooLarge { limit: u64 },
     #[error("the origin did not answer in time")]
     Timeout,
+    /// The body arrived slower than `fetch.min_rate` after its first second (a drip).
+    #[error("the origin sent its body at {rate} bytes/s, under the minimum of {min_rate}")]
+    TooSlow { rate: u64, min_rate: u64 },
+    /// No download slot came free before the request's deadline: nothing was sent.
+    #[error("no download slot came free before the request's deadline")]
+    SlotWait,
     #[error("cannot reach the origin: {0}")]
     Connect(String),
     #[error("the origin's body broke off: {0}")]
@@ -64,6 +71,8 @@ impl FetchError {
             | FetchError::Busy { .. }
             | FetchError::Paused { .. }
             | FetchError::Timeout
+            | FetchError::TooSlow { .. }
+            | FetchError::SlotWait
             | FetchError::Connect(_)
             | FetchError::Body(_) => true,
             _ => false,

@@ -19,7 +19,7 @@ use url::Url;
 use super::claims::{new_token, Backoff};
 use super::Pipeline;
 use crate::fetch::politeness::origin_of;
-use crate::fetch::{FetchError, FetchOutcome, Validators};
+use crate::fetch::{FetchError, FetchOutcome, HopGuard, Validators};
 use crate::maps::{Bucket, OriginSlot, OriginTurn, SlotTake};
 use crate::negative::SharedFailure;
 
@@ -109,6 +109,38 @@ fn refusal_pause(streak: u32) -> Duration {
         .min(MAX_REFUSAL_PAUSE)
 }
 
+/// When a download that starts waiting for its slots now gives the wait up: its request's
+/// limit (`server.request_timeout`, issue 67), less a moment, so that its caller hears why
+/// (504 `origin_timeout`) rather than the limit's bare 503. A batch's download is held to the
+/// same bound, as its runs are.
+pub(super) fn slot_deadline(request_timeout: Duration) -> tokio::time::Instant {
+    let margin = (request_timeout / 20).min(Duration::from_millis(250));
+    tokio::time::Instant::now() + request_timeout.saturating_sub(margin)
+}
+
+/// The cluster's pauses, asked before a download follows a redirect to another origin: an
+/// origin paused for asking so (or for refusing connections) is not asked through another
+/// origin's redirect either.
+struct PausedHops<'a> {
+    pipeline: &'a Pipeline,
+}
+
+#[async_trait::async_trait]
+impl HopGuard for PausedHops<'_> {
+    async fn before_hop(&self, to: &Url) -> Result<(), FetchError> {
+        let origin = origin_of(to);
+        match self.pipeline.shared.maps.origin_pause(&origin).await {
+            Ok(Some(left)) => Err(FetchError::Paused { left }),
+            Ok(None) => Ok(()),
+            // As for a turn: a node that cannot read the maps asks within its own bounds.
+            Err(e) => {
+                tracing::warn!(%origin, error = %e, "origin pause unread; the redirect is followed");
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Why a download was not fetched: the origin failed (or was paused), or the URL's failure
 /// is held by the cluster (with the time it has left).
 pub(super) enum NotFetched {
@@ -120,12 +152,16 @@ impl Pipeline {
     /// Downloads `url` (conditionally with `validators`) politely: this node's slot, then
     /// the cluster's turn (one of the origin's slots and a token of its rate, unless it is
     /// paused or the URL's failure is held: one statement), then the request, timed from
-    /// when it is sent. With the answer, the streak of failures the cluster remembers for
-    /// the URL (0: none), which a new failure extends.
+    /// when it is sent. The wait for the slot and the turn ends at `deadline` (the request's:
+    /// [`slot_deadline`]) with [`FetchError::SlotWait`]. With the answer, the streak of
+    /// failures the cluster remembers for the URL (0: none), which a new failure extends.
+    /// What the answer says of an origin (a pause, a refusal, a failure) is charged to the
+    /// origin that gave it: after redirects, the last hop's.
     pub(super) async fn download(
         &self,
         url: &Url,
         validators: Option<&Validators>,
+        deadline: tokio::time::Instant,
     ) -> (Result<FetchOutcome, NotFetched>, u32) {
         let s = &self.shared;
         if let Err(e) = s.fetcher.check_source(url) {
@@ -134,15 +170,20 @@ impl Pipeline {
         let origin = origin_of(url);
         let label = s.origins.label(&origin);
         let waited = Instant::now();
-        let _own = s.fetcher.slots.acquire(url).await;
-        let (slot, streak) = match self.origin_turn(url, &origin, &label).await {
+        let Some(_own) = s.fetcher.slots.acquire(url, Some(deadline)).await else {
+            self.slot_wait_ended(&label);
+            return (Err(NotFetched::Failed(FetchError::SlotWait)), 0);
+        };
+        let (slot, streak) = match self.origin_turn(url, &origin, &label, deadline).await {
             Ok(turn) => turn,
             Err(not) => {
-                if let NotFetched::Failed(FetchError::Paused { .. }) = &not {
-                    s.metrics.with(|| {
+                match &not {
+                    NotFetched::Failed(FetchError::Paused { .. }) => s.metrics.with(|| {
                         metrics::counter!("imgcas_origin_paused_total", "origin" => label.clone())
                             .increment(1);
-                    });
+                    }),
+                    NotFetched::Failed(FetchError::SlotWait) => self.slot_wait_ended(&label),
+                    _ => {}
                 }
                 return (Err(not), 0);
             }
@@ -150,19 +191,28 @@ impl Pipeline {
         let waited = waited.elapsed().as_secs_f64();
         s.metrics.with(|| {
             metrics::histogram!("imgcas_origin_slot_wait_seconds").record(waited);
-            metrics::counter!("imgcas_origin_requests_total", "origin" => label.clone())
-                .increment(1);
         });
         let sent = Instant::now();
-        let answer = s.fetcher.fetch_now(url, validators).await;
+        let hops = PausedHops { pipeline: self };
+        let answer = s.fetcher.fetch_now(url, validators, Some(&hops)).await;
         let took = sent.elapsed().as_secs_f64();
-        let failed = answer.is_err();
-        s.origins.tally(&label, took, failed);
+        // The origin that answered: the one redirected to, when there were redirects.
+        let (answered, answered_label) = match origin_of(&answer.from) {
+            other if other != origin => {
+                let other_label = s.origins.label(&other);
+                (other, other_label)
+            }
+            _ => (origin.clone(), label.clone()),
+        };
+        let failed = answer.result.is_err();
+        s.origins.tally(&answered_label, took, failed);
         s.metrics.with(|| {
-            metrics::counter!("imgcas_origin_fetch_microseconds_total", "origin" => label.clone())
+            metrics::counter!("imgcas_origin_requests_total", "origin" => answered_label.clone())
+                .increment(1);
+            metrics::counter!("imgcas_origin_fetch_microseconds_total", "origin" => answered_label.clone())
                 .increment((took * 1e6).round() as u64);
             if failed {
-                metrics::counter!("imgcas_origin_failures_total", "origin" => label.clone())
+                metrics::counter!("imgcas_origin_failures_total", "origin" => answered_label.clone())
                     .increment(1);
             }
         });
@@ -176,8 +226,17 @@ impl Pipeline {
                 }
             });
         }
-        self.origin_answered(&origin, &label, &answer).await;
-        (answer.map_err(NotFetched::Failed), streak)
+        self.origin_answered(&answered, &answered_label, &answer.result)
+            .await;
+        (answer.result.map_err(NotFetched::Failed), streak)
+    }
+
+    /// Counts a download that gave up waiting for a slot at its request's deadline.
+    fn slot_wait_ended(&self, label: &str) {
+        self.shared.metrics.with(|| {
+            metrics::counter!("imgcas_origin_slot_timeouts_total", "origin" => label.to_string())
+                .increment(1);
+        });
     }
 
     /// The cluster's turn at `origin` for `url`: one of its slots with a token of its rate
@@ -188,7 +247,9 @@ impl Pipeline {
         url: &Url,
         origin: &str,
         label: &str,
+        deadline: tokio::time::Instant,
     ) -> Result<(Option<OriginSlot>, u32), NotFetched> {
+        let past_deadline = || NotFetched::Failed(FetchError::SlotWait);
         let s = &self.shared;
         let fetch = &s.config.fetch;
         let rate_key = format!("rate:{origin}");
@@ -233,7 +294,12 @@ impl Pipeline {
                         metrics::counter!("imgcas_origin_slot_waits_total", "origin" => label.to_string())
                             .increment(1);
                     });
-                    backoff.wait().await;
+                    if tokio::time::timeout_at(deadline, backoff.wait())
+                        .await
+                        .is_err()
+                    {
+                        return Err(past_deadline());
+                    }
                 }
                 SlotTake::RateWait(wait) => {
                     s.metrics.with(|| {
@@ -241,7 +307,12 @@ impl Pipeline {
                             .increment(1);
                     });
                     let wait = wait.clamp(Duration::from_millis(1), Duration::from_secs(1));
-                    tokio::time::sleep(wait).await;
+                    if tokio::time::timeout_at(deadline, tokio::time::sleep(wait))
+                        .await
+                        .is_err()
+                    {
+                        return Err(past_deadline());
+                    }
                 }
             }
         }
@@ -258,6 +329,9 @@ impl Pipeline {
         let s = &self.shared;
         let (pause, reason) = match answer {
             Err(e) if e.asked_pause().is_some() => (e.asked_pause(), "retry_after"),
+            // A pause found on a redirect's hop is already the cluster's; the origin has not
+            // answered, so its streak of refusals neither grows nor ends.
+            Err(FetchError::Paused { .. }) => (None, ""),
             Err(FetchError::Connect(_)) => {
                 let streak = s.origins.refusals.get(origin).unwrap_or(0) + 1;
                 s.origins.refusals.insert(origin.to_string(), streak);

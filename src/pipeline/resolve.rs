@@ -15,7 +15,7 @@ use imgcas_processors::{self as processors, sniff, SourceInfo};
 
 use super::claims::{Backoff, Lease, Turn};
 use super::near::Canonical;
-use super::origins::NotFetched;
+use super::origins::{slot_deadline, NotFetched};
 use super::{blocking, Failure, Pipeline};
 use crate::admission::Tier;
 use crate::blob::PutOutcome;
@@ -165,6 +165,8 @@ impl Pipeline {
         // The moment this request arrived: another node's check that began later is as fresh
         // as this request needs, whatever `revalidate_after` says (issue 54).
         let arrived_ms = now_ms();
+        // The wait for a download slot is the request's to bound, not the flight's.
+        let deadline = slot_deadline(s.config.server.request_timeout);
         let (this, u) = (self.clone(), url.clone());
         // A forced recheck has flights of its own: a request's flight may answer from a
         // mapping another flight just refreshed, without asking the origin, and one that
@@ -178,7 +180,10 @@ impl Pipeline {
             .url_flights
             .run(
                 key,
-                async move { this.refresh_url(u, recheck, entry, arrived_ms).await },
+                async move {
+                    this.refresh_url(u, recheck, entry, arrived_ms, deadline)
+                        .await
+                },
                 |m| Err(Error::Internal(format!("download task failed: {m}")).into()),
             )
             .await;
@@ -192,13 +197,14 @@ impl Pipeline {
     /// The one origin request of a flight: conditional when the URL is known.
     /// `seen` is the entry the flight's first caller found (shared maps: the claim below
     /// looks again once it is ours, so it is not read twice); `arrived_ms`, when that caller
-    /// arrived.
+    /// arrived; `deadline`, when its wait for a download slot ends ([`slot_deadline`]).
     async fn refresh_url(
         &self,
         url: Url,
         recheck: bool,
         seen: Option<UrlEntry>,
         arrived_ms: u64,
+        deadline: tokio::time::Instant,
     ) -> Result<Resolved, Failure> {
         let s = &self.shared;
         let mut entry = match s.maps.shared() {
@@ -229,7 +235,7 @@ impl Pipeline {
         // A check's time is when it began: the origin's answer says what the URL named then,
         // and a waiter that arrived before it adopts it (`refreshed`).
         let began_ms = now_ms();
-        let (fetched, prior_streak) = self.download(&url, validators.as_ref()).await;
+        let (fetched, prior_streak) = self.download(&url, validators.as_ref(), deadline).await;
         let fetched = match fetched {
             Ok(fetched) => fetched,
             // A failure another node holds for this URL answers here too: the cluster asks

@@ -273,3 +273,203 @@ async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_l
         2.0
     );
 }
+
+/// `/v1/image?url=<source>&w=32` on the app at `base` (`app.url("/v1/image")`), for a
+/// request sent from a task of its own.
+fn image_url(base: &str, source: &str) -> reqwest::Url {
+    let mut url = reqwest::Url::parse(base).unwrap();
+    url.query_pairs_mut()
+        .append_pair("url", source)
+        .append_pair("w", "32");
+    url
+}
+
+/// Issue 67, finding 6: origin A redirects to B, and B asks for a 10-minute pause. B is the
+/// origin paused (its own URLs answer at once, unsent), not A; a redirect to B from A is not
+/// followed while B's pause lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_asked_through_a_redirect_is_the_answering_origins() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let app = spawn_app().await;
+    a.redirect("/r.jpg", &b.url("/busy.jpg"));
+    b.status_retry_after("/busy.jpg", 429, "600");
+    let r = app.image_by_url(&a.url("/r.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502);
+
+    // B's own URLs: not sent, with the time left.
+    b.put("/own.jpg", jpeg(64, 48, 1));
+    let before = b.requests();
+    let r = app.image_by_url(&b.url("/own.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502, "B is paused");
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!(retry > 500, "{retry}");
+    assert_eq!(b.requests(), before, "nothing sent to B while paused");
+
+    // A's own URLs are served.
+    a.put("/own.jpg", jpeg(64, 48, 2));
+    let r = app.image_by_url(&a.url("/own.jpg"), "w=32").await;
+    assert_eq!(r.status(), 200, "A is not paused");
+
+    // Another of A's redirects to B stops before B.
+    a.redirect("/r2.jpg", &b.url("/own.jpg"));
+    let r = app.image_by_url(&a.url("/r2.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502);
+    assert_eq!(
+        b.requests(),
+        before,
+        "a redirect does not reach a paused origin"
+    );
+
+    let scrape = app.metrics().await;
+    let label = |o: &Origin| format!("http://{}", o.addr);
+    let pauses = |o: &Origin| {
+        metric_value(
+            &scrape,
+            "imgcas_origin_pauses_total",
+            &[("origin", &label(o)), ("reason", "retry_after")],
+        )
+    };
+    assert_eq!((pauses(&a), pauses(&b)), (0.0, 1.0));
+}
+
+/// Issue 67, finding 7: a download waiting for a slot (the node's only one, held by an
+/// origin that is slow to send) gives up at its request's deadline with the fetch timeout's
+/// answer, 504 `origin_timeout`, a batch's item included, instead of waiting as long as the
+/// slot is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_download_waiting_for_a_slot_ends_at_the_requests_deadline() {
+    let (slow, other) = (Origin::start().await, Origin::start().await);
+    let app = spawn_app_with(|c| {
+        c.fetch.concurrency = 1;
+        c.fetch.timeout = Duration::from_secs(6);
+        c.fetch.min_rate = 0;
+        c.server.request_timeout = Duration::from_secs(1);
+    })
+    .await;
+    slow.drip("/d.jpg", jpeg(64, 48, 1), Duration::from_millis(20));
+    other.put("/e.jpg", jpeg(64, 48, 2));
+    other.put("/f.jpg", jpeg(64, 48, 3));
+    let holder = {
+        let (client, url) = (app.client.clone(), app.url("/v1/image"));
+        let source = slow.url("/d.jpg");
+        tokio::spawn(async move { client.get(image_url(&url, &source)).send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(slow.requests(), 1, "the slot is held");
+
+    let asked = Instant::now();
+    let r = app.image_by_url(&other.url("/e.jpg"), "w=32").await;
+    let took = asked.elapsed();
+    assert_eq!(r.status(), 504, "after {took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(json(r).await["error"]["code"], "origin_timeout");
+
+    // A batch is spared the request limit, not the wait's bound.
+    let asked = Instant::now();
+    let (status, answer) =
+        crate::ingest::ingest(&app, serde_json::json!({ "urls": [other.url("/f.jpg")] })).await;
+    let took = asked.elapsed();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["results"][0]["error"]["code"], "origin_timeout",
+        "{answer}"
+    );
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(other.requests(), 0, "nothing was sent");
+    holder.abort();
+}
+
+/// Issue 67, finding 7: one origin, however many of its URLs are asked for at once, holds at
+/// most its share of the node's download slots (`fetch.origin_share`, half), so another
+/// origin's download starts at once even when that origin sends slowly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_slow_origin_holds_at_most_its_share_of_the_pool() {
+    let (slow, fast) = (Origin::start().await, Origin::start().await);
+    let app = spawn_app_with(|c| {
+        c.fetch.concurrency = 4;
+        c.fetch.per_host_concurrency = 8;
+        c.fetch.timeout = Duration::from_secs(4);
+        c.fetch.min_rate = 0;
+    })
+    .await;
+    let mut held = Vec::new();
+    for i in 0..4u8 {
+        let path = format!("/s{i}.jpg");
+        slow.drip(&path, jpeg(64, 48, i), Duration::from_millis(20));
+        let (client, url, source) = (app.client.clone(), app.url("/v1/image"), slow.url(&path));
+        held.push(tokio::spawn(async move {
+            client.get(image_url(&url, &source)).send().await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(slow.requests(), 2, "half of four slots");
+    fast.put("/f.jpg", jpeg(64, 48, 9));
+    let asked = Instant::now();
+    let r = app.image_by_url(&fast.url("/f.jpg"), "w=32").await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    for h in held {
+        h.abort();
+    }
+}
+
+/// Issue 67, finding 7: an origin that drips its body (a byte every 50 ms) is cut off after
+/// the body's first second, under `fetch.min_rate`, with 504 `origin_timeout`, instead of
+/// holding its slot for `fetch.timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dripping_body_is_cut_off_after_its_first_second() {
+    let origin = Origin::start().await;
+    let app = spawn_app_with(|c| c.fetch.timeout = Duration::from_secs(8)).await;
+    origin.drip("/d.jpg", jpeg(64, 48, 1), Duration::from_millis(50));
+    let asked = Instant::now();
+    let r = app.image_by_url(&origin.url("/d.jpg"), "w=32").await;
+    let took = asked.elapsed();
+    assert_eq!(r.status(), 504);
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    let body = json(r).await;
+    assert_eq!(body["error"]["code"], "origin_timeout");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("bytes/s"), "{message}");
+}
+
+/// Issue 67, finding 7 as the audit saw it: four origins dripping their bodies fill the
+/// node's download slots; a fifth origin's download waits only until the drips are cut off
+/// (about a second), not for `fetch.timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_dripping_origins_do_not_starve_a_fifth() {
+    let mut drips = Vec::new();
+    for _ in 0..4 {
+        drips.push(Origin::start().await);
+    }
+    let app = spawn_app_with(|c| {
+        c.fetch.concurrency = 4;
+        c.fetch.timeout = Duration::from_secs(8);
+    })
+    .await;
+    let mut held = Vec::new();
+    for (i, origin) in drips.iter().enumerate() {
+        origin.drip("/d.jpg", jpeg(64, 48, i as u8), Duration::from_millis(50));
+        let (client, url) = (app.client.clone(), app.url("/v1/image"));
+        let source = origin.url("/d.jpg");
+        held.push(tokio::spawn(async move {
+            let r = client.get(image_url(&url, &source)).send().await.unwrap();
+            r.status().as_u16()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(drips.iter().all(|o| o.requests() == 1), "four slots held");
+    let fifth = Origin::start().await;
+    fifth.put("/f.jpg", jpeg(64, 48, 9));
+    let asked = Instant::now();
+    let r = app.image_by_url(&fifth.url("/f.jpg"), "w=32").await;
+    let took = asked.elapsed();
+    assert_eq!(r.status(), 200);
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    for h in held {
+        assert_eq!(h.await.unwrap(), 504, "each drip cut off");
+    }
+}

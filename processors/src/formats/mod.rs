@@ -51,6 +51,9 @@ pub enum SourceFormat {
     Jxl,
 }
 
+/// [`SourceFormat::decode_weight`] of JPEG XL.
+pub const JXL_DECODE_WEIGHT: u64 = 4;
+
 /// A format's entry in [`FORMATS`].
 struct Entry {
     format: SourceFormat,
@@ -318,6 +321,36 @@ impl SourceFormat {
 
     pub fn name(self) -> &'static str {
         self.entry().map_or("unknown", |e| e.name)
+    }
+
+    /// How many pixel-equivalents (the unit of `crate::cost`) one decoded pixel costs: 1 for
+    /// the decoders the unit was measured on (a decode, a resize and a JPEG encode touch a
+    /// pixel about once each, about 40 ns of one core here), more for a decoder that does far
+    /// more per pixel. JPEG XL (jxl-oxide, one thread) keeps float planes through inverse
+    /// transforms and restoration filters: here its lossy render took about 90 ns a pixel on
+    /// three camera photos (1.9 MP, `cjxl -d 1`) and on a flat 7000×7000 (4.4 CPU s), its
+    /// lossless one 65 ns, against 5–15 ns for PNG (audit #4: a 6.6 KB file declaring
+    /// 7000×7000 was charged as a 49 MP PNG); [`JXL_DECODE_WEIGHT`] holds it with room for
+    /// slower machines, and the run's deadline stops the rest (`interrupt.rs`).
+    pub fn decode_weight(self) -> u64 {
+        match self {
+            SourceFormat::Jxl => JXL_DECODE_WEIGHT,
+            _ => 1,
+        }
+    }
+
+    /// Bytes its decoder holds per pixel of the picture at its peak: the 8-bit RGBA picture
+    /// (4) and the decoder's own planes beside it. JPEG XL keeps 32-bit float planes (a flat
+    /// 7000×7000 render peaked at 1.35 GB here, 1.77 GB in audit #4); AV1 and HEVC their 8- to
+    /// 16-bit YUV planes; PNG and TIFF may be 16 bits a sample before they are brought to 8; a
+    /// drawing its premultiplied canvas and the picture made from it.
+    pub fn decode_bytes_per_pixel(self) -> u64 {
+        match self {
+            SourceFormat::Jxl => 40,
+            SourceFormat::Avif | SourceFormat::Heic => 16,
+            SourceFormat::Png | SourceFormat::Tiff | SourceFormat::Svg => 12,
+            _ => 8,
+        }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {

@@ -21,6 +21,7 @@ fn every_kept_input_gives_its_recorded_answer() {
         ("fingerprint", checks::fingerprint),
         ("decode", checks::decode),
         ("svg", checks::svg),
+        ("jxl", checks::jxl),
     ] {
         total += replay(&kept, target, check);
     }

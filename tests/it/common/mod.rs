@@ -300,6 +300,8 @@ enum Resource {
     RetryAfter(u16, String),
     Redirect(String),
     Slow(Duration),
+    /// A 200 whose body comes one byte every so often (a drip: issue 67).
+    Drip(Bytes, Duration),
 }
 
 /// An origin server that counts what it is asked.
@@ -420,6 +422,11 @@ impl Origin {
         self.set(path, Resource::Slow(delay));
     }
 
+    /// Serves `bytes` at `path` one byte every `every` (with their length declared).
+    pub fn drip(&self, path: &str, bytes: Vec<u8>, every: Duration) {
+        self.set(path, Resource::Drip(Bytes::from(bytes), every));
+    }
+
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
     }
@@ -496,6 +503,22 @@ async fn answer(state: &OriginState, uri: Uri, headers: HeaderMap) -> Response {
         Some(Resource::Slow(delay)) => {
             tokio::time::sleep(delay).await;
             StatusCode::OK.into_response()
+        }
+        Some(Resource::Drip(bytes, every)) => {
+            let length = bytes.len();
+            let drops = futures_util::stream::unfold(bytes, move |rest| async move {
+                if rest.is_empty() {
+                    return None;
+                }
+                tokio::time::sleep(every).await;
+                let byte = rest.slice(..1);
+                Some((Ok::<_, std::io::Error>(byte), rest.slice(1..)))
+            });
+            (
+                [(header::CONTENT_LENGTH, length.to_string())],
+                axum::body::Body::from_stream(drops),
+            )
+                .into_response()
         }
         Some(Resource::Body {
             bytes,
