@@ -65,6 +65,9 @@ pub fn canonical_url(raw: &str, max_bytes: usize) -> Result<Url, FetchError> {
         return Err(FetchError::BadUrl("the URL has no host".into()));
     }
     if url.scheme() == "s3" {
+        // The parser has removed `.` and `..` segments by now (`a/../b` is `b`): the key as
+        // given is checked too, so that a key the parser tidied is refused, not fetched.
+        super::bucket::check_given_key(raw.trim())?;
         super::bucket::check_object_key(&url)?;
     }
     if !url.username().is_empty() || url.password().is_some() {
@@ -366,6 +369,31 @@ mod tests {
         assert!(canonical_url("gopher://x/", LIMIT).is_err());
         assert!(canonical_url("http://user:pw@example.com/", LIMIT).is_err());
         assert!(canonical_url("not a url", LIMIT).is_err());
+    }
+
+    #[test]
+    fn s3_keys_the_parser_would_tidy_are_refused_as_given() {
+        for raw in [
+            "s3://b/a/../b.png",
+            "s3://b/a/%2e%2e/b.png",
+            "s3://b/a/.%2E/b.png",
+            "s3://b/a/./b.png",
+            "s3://b/a/%2E/b.png",
+            "s3://b/a/.\t./b.png",
+            "s3://b/a/..",
+        ] {
+            assert!(
+                matches!(canonical_url(raw, LIMIT), Err(FetchError::BadUrl(m)) if m.contains("segment")),
+                "{raw}"
+            );
+        }
+        for fine in [
+            "s3://b/a/b.png",
+            "s3://b/v1..2/.hidden..png",
+            "s3://b/a.png?x=/../",
+        ] {
+            assert!(canonical_url(fine, LIMIT).is_ok(), "{fine}");
+        }
     }
 
     #[test]
