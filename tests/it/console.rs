@@ -458,3 +458,36 @@ async fn the_page_in_chromium_logs_in_refreshes_and_lists_through_its_form() {
     );
     app.stop().await;
 }
+
+/// An app with the admin token alone (no traffic).
+async fn app_with_admin() -> TestApp {
+    spawn_app_with(|c| c.security.admin_token = Some(ADMIN.into())).await
+}
+
+/// Audit #4 (issue 67): a URL whose host the URL standard admits but an HTTP request cannot
+/// carry (`http://a{1}.example/…`) failed in the client after its origin had been named on the
+/// operator's page and in metrics, so anyone could fill the 50 named slots with such URLs.
+/// They are refused as malformed now (400 `invalid_option`), and no origin is named for them.
+#[tokio::test(flavor = "multi_thread")]
+async fn urls_a_request_cannot_carry_name_no_origin() {
+    let app = app_with_admin().await;
+    for i in 0..3 {
+        let bad = format!("http://slot{{{i}}}.example/a.jpg");
+        let answer = app.image_by_url(&bad, "w=10").await;
+        assert_eq!(answer.status(), 400, "{bad}");
+        assert_eq!(
+            json(answer).await["error"]["code"],
+            "invalid_option",
+            "{bad}"
+        );
+    }
+    let text = get_as(&app, "/metrics", ADMIN).await.text().await.unwrap();
+    let named: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("imgcas_origin_") && l.contains("slot"))
+        .collect();
+    assert!(named.is_empty(), "origins named: {named:?}");
+    let page = get_as(&app, "/admin", ADMIN).await.text().await.unwrap();
+    assert!(!page.contains("slot{"), "the page names a malformed origin");
+    app.stop().await;
+}
