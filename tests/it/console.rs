@@ -3,7 +3,9 @@
 //! plot holding the counters `/metrics` reports; in Debian's headless Chromium, the login
 //! form, every section, the plots, a refresh in place, a blocklist listing made through its
 //! form (the content answers 451 after), and a console without a CSP violation or an error.
-//! `imgcas stats --server` prints the same savings.
+//! `imgcas stats --server` prints the same savings. The fourth audit's low items (issue 67):
+//! logout revokes the cookie, a login from another origin (or scheme) is refused, every
+//! answer is `no-store`, and a URL no request can carry names no origin.
 
 use std::time::Duration;
 
