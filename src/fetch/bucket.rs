@@ -167,6 +167,41 @@ impl Buckets {
     }
 }
 
+/// An `s3://` URL's key as the client wrote it (`raw`, the whole URL) must be a plain path
+/// too: the URL parser removes `.` and `..` segments (written as such or as `%2e`), so that
+/// [`check_object_key`], which sees the parsed URL, would find `a/../b.png` to be `b.png`
+/// and a request for one object would read another. The parser also drops tabs and newlines
+/// anywhere in a URL (`.\t.` is `..` to it), so they are dropped here first as well.
+pub(crate) fn check_given_key(raw: &str) -> Result<(), FetchError> {
+    let text: String = raw
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    // `s3:` is not a special scheme: its authority ends at the first `/`, `?` or `#`, and
+    // its path at the first `?` or `#`.
+    let Some((_, rest)) = text.split_once("://") else {
+        return Ok(());
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let Some((_, path)) = rest.split_once('/') else {
+        return Ok(());
+    };
+    let dotted = path.split('/').find_map(|segment| {
+        let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+        match decoded.as_ref() {
+            "." => Some("a '.'"),
+            ".." => Some("a '..'"),
+            _ => None,
+        }
+    });
+    match dotted {
+        None => Ok(()),
+        Some(which) => Err(FetchError::BadUrl(format!(
+            "the object key has {which} segment; keys are plain paths"
+        ))),
+    }
+}
+
 /// An `s3://` URL's object key, percent-decoded, must be a plain path: no empty, `.` or `..`
 /// segment. The SDK sends a key's dots and slashes as they are, so `..%2F` would reach the
 /// endpoint as `/bucket/../other/…`, and a proxy or store that normalises paths would read

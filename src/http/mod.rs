@@ -243,19 +243,36 @@ impl Service {
         let refused =
             || Error::Unauthorized("this route needs `Authorization: Bearer <admin token>`".into());
         let presented = console::session::presented(headers).ok_or_else(refused)?;
-        let now_secs = crate::maps::now_ms() / 1000;
-        let (name, _, scopes) = self
-            .parts
-            .tokens
-            .iter()
-            .find(|(name, key, _)| *name == presented.name && presented.valid(key, now_secs))
+        let (name, scopes) = self
+            .session_token(&presented)
             .ok_or_else(|| Error::Unauthorized("the session has expired or is not valid".into()))?;
+        if self.parts.console.revoked(&presented) {
+            return Err(Error::Unauthorized(
+                "the session was ended (`POST /admin/logout`)".into(),
+            ));
+        }
         if !console::session::same_origin(headers) {
             return Err(Error::Unauthorized(
                 "a session is only accepted from the admin page's own origin".into(),
             ));
         }
-        Ok((name.as_str(), *scopes))
+        Ok((name, scopes))
+    }
+
+    /// The name and scopes of the token `presented` was signed with, while it has not expired.
+    fn session_token(&self, presented: &console::session::Presented) -> Option<(&str, Scopes)> {
+        let now_secs = crate::maps::now_ms() / 1000;
+        self.parts
+            .tokens
+            .iter()
+            .find(|(name, key, _)| *name == presented.name && presented.valid(key, now_secs))
+            .map(|(name, _, scopes)| (name.as_str(), *scopes))
+    }
+
+    /// Whether `presented` is a session some configured token signed and that has not expired
+    /// (revoked or not).
+    fn session_valid(&self, presented: &console::session::Presented) -> bool {
+        self.session_token(presented).is_some()
     }
 
     /// The name and digest of the configured token `token` is, when its scopes allow

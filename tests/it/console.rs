@@ -3,7 +3,9 @@
 //! plot holding the counters `/metrics` reports; in Debian's headless Chromium, the login
 //! form, every section, the plots, a refresh in place, a blocklist listing made through its
 //! form (the content answers 451 after), and a console without a CSP violation or an error.
-//! `imgcas stats --server` prints the same savings.
+//! `imgcas stats --server` prints the same savings. The fourth audit's low items (issue 67):
+//! logout revokes the cookie, a login from another origin (or scheme) is refused, every
+//! answer is `no-store`, and a URL no request can carry names no origin.
 
 use std::time::Duration;
 
@@ -456,5 +458,253 @@ async fn the_page_in_chromium_logs_in_refreshes_and_lists_through_its_form() {
         "console: {:#?}",
         browser.problems
     );
+    app.stop().await;
+}
+
+/// An app with the admin token alone (no traffic).
+async fn app_with_admin() -> TestApp {
+    spawn_app_with(|c| c.security.admin_token = Some(ADMIN.into())).await
+}
+
+/// `POST /admin/login` with the admin token and `headers`.
+async fn post_login(app: &TestApp, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url("/admin/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+/// The session cookie (`name=value`) a login answer sets.
+fn session_of(login: &reqwest::Response) -> String {
+    assert_eq!(login.status(), 303);
+    let cookie = header(login, "set-cookie").expect("a session cookie");
+    cookie.split(';').next().unwrap().to_string()
+}
+
+/// `GET path` with the session cookie and `headers`.
+async fn get_with_session(
+    app: &TestApp,
+    path: &str,
+    session: &str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut request = app.client.get(app.url(path)).header("cookie", session);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+/// Audit #4 (issue 67), low items: `POST /admin/logout` only cleared the browser's cookie, and
+/// a copy of the cookie replayed afterwards opened the page for the rest of its 12 hours.
+/// Logging out now revokes it on the node; a new login is a new session.
+#[tokio::test(flavor = "multi_thread")]
+async fn logging_out_revokes_the_session() {
+    let app = app_with_admin().await;
+    let session = session_of(&post_login(&app, &[]).await);
+    assert_eq!(
+        get_with_session(&app, "/admin", &session, &[])
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        get_with_session(&app, "/metrics", &session, &[])
+            .await
+            .status(),
+        200
+    );
+
+    let logout = app
+        .client
+        .post(app.url("/admin/logout"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(logout.status(), 303);
+    assert!(header(&logout, "set-cookie").unwrap().contains("Max-Age=0"));
+
+    // The same cookie, replayed: refused everywhere it opened.
+    let replayed = get_with_session(&app, "/admin", &session, &[]).await;
+    assert_eq!(replayed.status(), 401, "the page after logout");
+    assert!(!replayed.text().await.unwrap().contains("id=\"savings\""));
+    assert_eq!(
+        get_with_session(&app, "/metrics", &session, &[])
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(
+        get_with_session(&app, "/admin/savings", &session, &[])
+            .await
+            .status(),
+        401
+    );
+
+    // Logging in again (in the same second, too) is another session, which works.
+    let again = session_of(&post_login(&app, &[]).await);
+    assert_ne!(again, session);
+    assert_eq!(
+        get_with_session(&app, "/admin", &again, &[]).await.status(),
+        200
+    );
+    app.stop().await;
+}
+
+/// Audit #4 (issue 67): a form on another site posting to `/admin/login` (login CSRF) set a
+/// session in the operator's browser, even as `text/plain`. A post from another origin is
+/// refused now, as a session from one is: 401 `unauthorized`, and no cookie.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_login_from_another_origin_is_refused() {
+    let app = app_with_admin().await;
+    let own = format!("http://{}", app.addr);
+    for headers in [
+        vec![("origin", "https://elsewhere.example")],
+        vec![
+            ("origin", "https://elsewhere.example"),
+            ("content-type", "text/plain"),
+        ],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("origin", "null")],
+    ] {
+        let refused = post_login(&app, &headers).await;
+        assert_eq!(refused.status(), 401, "{headers:?}");
+        assert!(header(&refused, "set-cookie").is_none(), "{headers:?}");
+        assert_eq!(header(&refused, "cache-control"), Some("no-store"));
+        let body = json(refused).await;
+        assert_eq!(body["error"]["code"], "unauthorized", "{headers:?}: {body}");
+    }
+    // The page's own origin, and a client that names none (curl, scripts), log in.
+    let from_page = post_login(&app, &[("origin", &own), ("sec-fetch-site", "same-origin")]).await;
+    let session = session_of(&from_page);
+    assert_eq!(
+        get_with_session(&app, "/admin", &session, &[])
+            .await
+            .status(),
+        200
+    );
+    session_of(&post_login(&app, &[]).await);
+    app.stop().await;
+}
+
+/// Audit #4 (issue 67): the origin check compared the host alone, so `Origin: http://host`
+/// passed for a page served over HTTPS (as `X-Forwarded-Proto` says). The scheme counts now.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_origin_check_compares_the_scheme() {
+    let app = app_with_admin().await;
+    let plain = format!("http://{}", app.addr);
+    let secure = format!("https://{}", app.addr);
+    let session = session_of(&post_login(&app, &[]).await);
+    let https_origin = [("x-forwarded-proto", "https"), ("origin", secure.as_str())];
+    let http_origin = [("x-forwarded-proto", "https"), ("origin", plain.as_str())];
+    // Served over HTTPS: only the https origin acts through the session.
+    let ok = get_with_session(&app, "/metrics", &session, &https_origin).await;
+    assert_eq!(ok.status(), 200);
+    let refused = get_with_session(&app, "/metrics", &session, &http_origin).await;
+    assert_eq!(refused.status(), 401, "http origin for an https page");
+    // Served over plain HTTP: the https origin is another one.
+    let refused = get_with_session(&app, "/metrics", &session, &[("origin", &secure)]).await;
+    assert_eq!(refused.status(), 401, "https origin for an http page");
+    let ok = get_with_session(&app, "/metrics", &session, &[("origin", &plain)]).await;
+    assert_eq!(ok.status(), 200);
+    // The login form too; behind HTTPS its cookie is `Secure`.
+    assert_eq!(post_login(&app, &http_origin).await.status(), 401);
+    let secure_login = post_login(&app, &https_origin).await;
+    assert_eq!(secure_login.status(), 303);
+    assert!(header(&secure_login, "set-cookie")
+        .unwrap()
+        .contains("; Secure"));
+    app.stop().await;
+}
+
+/// Audit #4 (issue 67): `/admin/savings` answered 200 with no `Cache-Control`, so a cache
+/// between the operator and the node could keep the figures. Every answer of the page's
+/// routes is `no-store` now, refusals included.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_admin_answer_is_no_store() {
+    let app = app_with_admin().await;
+    let session = session_of(&post_login(&app, &[]).await);
+    let mut answers = vec![
+        ("GET /admin without a token", app.get("/admin").await),
+        ("GET /admin", get_as(&app, "/admin", ADMIN).await),
+        (
+            "GET /admin?part=live",
+            get_as(&app, "/admin?part=live", ADMIN).await,
+        ),
+        (
+            "GET /admin/savings without a token",
+            app.get("/admin/savings").await,
+        ),
+        (
+            "GET /admin/savings",
+            get_as(&app, "/admin/savings", ADMIN).await,
+        ),
+        (
+            "GET /admin/savings with the session",
+            get_with_session(&app, "/admin/savings", &session, &[]).await,
+        ),
+        ("POST /admin/login", post_login(&app, &[]).await),
+        ("GET /admin/admin.js", app.get("/admin/admin.js").await),
+        ("GET /admin/admin.css", app.get("/admin/admin.css").await),
+    ];
+    let wrong = app
+        .client
+        .post(app.url("/admin/login"))
+        .body("token=not-the-token-at-all-0000")
+        .send()
+        .await
+        .unwrap();
+    answers.push(("POST /admin/login with a wrong token", wrong));
+    let logout = app
+        .client
+        .post(app.url("/admin/logout"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    answers.push(("POST /admin/logout", logout));
+    for (what, answer) in answers {
+        assert_eq!(
+            header(&answer, "cache-control"),
+            Some("no-store"),
+            "{what}: {}",
+            answer.status()
+        );
+    }
+    app.stop().await;
+}
+
+/// Audit #4 (issue 67): a URL whose host the URL standard admits but an HTTP request cannot
+/// carry (`http://a{1}.example/…`) failed in the client after its origin had been named on the
+/// operator's page and in metrics, so anyone could fill the 50 named slots with such URLs.
+/// They are refused as malformed now (400 `invalid_option`), and no origin is named for them.
+#[tokio::test(flavor = "multi_thread")]
+async fn urls_a_request_cannot_carry_name_no_origin() {
+    let app = app_with_admin().await;
+    for i in 0..3 {
+        let bad = format!("http://slot{{{i}}}.example/a.jpg");
+        let answer = app.image_by_url(&bad, "w=10").await;
+        assert_eq!(answer.status(), 400, "{bad}");
+        assert_eq!(
+            json(answer).await["error"]["code"],
+            "invalid_option",
+            "{bad}"
+        );
+    }
+    let text = get_as(&app, "/metrics", ADMIN).await.text().await.unwrap();
+    let named: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("imgcas_origin_") && l.contains("slot"))
+        .collect();
+    assert!(named.is_empty(), "origins named: {named:?}");
+    let page = get_as(&app, "/admin", ADMIN).await.text().await.unwrap();
+    assert!(!page.contains("slot{"), "the page names a malformed origin");
     app.stop().await;
 }

@@ -186,8 +186,8 @@ async fn a_bucket_with_its_own_endpoint_and_keys_is_read_with_them() {
 
 /// Audit #3, finding 4: a key whose decoded segments include `..` reached the endpoint as
 /// `GET /<bucket>/../<other bucket>/…`, and the allow-list had checked only the bucket. Now a
-/// key with an empty, `.` or `..` segment is refused 400 before any traffic; dots inside a
-/// name are a key like any other.
+/// key with an empty, `.` or `..` segment is refused 400 before any traffic, as written or as
+/// the URL parser would tidy it; dots inside a name are a key like any other.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_with_dot_segments_is_refused_before_any_traffic() {
     let target = S3Target::new().await;
@@ -205,6 +205,14 @@ async fn a_key_with_dot_segments_is_refused_before_any_traffic() {
         "secret%2F%2Fother%2Fs.jpg",
         "secret/other/s.jpg%2F",
         "%2E%2E%2Fsecret/other/s.jpg",
+        // Audit #4 (issue 67): written with plain slashes, the URL parser removed these
+        // segments (`x/../secret/…` became `secret/…`) before the key was checked, and the
+        // tidied key was read.
+        "x/../secret/other/s.jpg",
+        "x/%2e%2e/secret/other/s.jpg",
+        "x/.%2E/secret/other/s.jpg",
+        "secret/./other/s.jpg",
+        "secret/%2e/other/s.jpg",
     ] {
         let answer = app
             .image_by_url(&format!("s3://{bucket}/{key}"), "w=10")

@@ -38,12 +38,14 @@ const TOTALS_EVERY: u32 = 6;
 /// How long the readiness sample waits for the stores (as `/readyz`).
 const READY_WITHIN: Duration = Duration::from_millis(1500);
 
-/// The page's state on this node: its history and the last readiness sample.
+/// The page's state on this node: its history, the last readiness sample, and the sessions
+/// logged out of here.
 pub struct Console {
     history: History,
     /// 0: not sampled yet; 1: ready; 2: not ready.
     ready: AtomicU8,
     started_ms: u64,
+    revoked: session::Revoked,
 }
 
 impl Console {
@@ -52,7 +54,13 @@ impl Console {
             history: History::new(step),
             ready: AtomicU8::new(0),
             started_ms: now_ms(),
+            revoked: session::Revoked::default(),
         }
+    }
+
+    /// Whether `session` was logged out of on this node.
+    pub fn revoked(&self, session: &session::Presented) -> bool {
+        self.revoked.holds(session)
     }
 
     /// The last readiness sample (none before the first).
@@ -160,7 +168,7 @@ pub struct PageQuery {
 }
 
 /// The headers every answer of the page carries: nothing may load from elsewhere, run
-/// inline, frame it, or keep it.
+/// inline, frame it, or keep it, and no other origin learns the page's address.
 fn guarded(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -175,9 +183,12 @@ fn guarded(mut response: Response) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the login form's post,
+    // which the login's origin check (`session::same_origin`) cannot tell from another
+    // site's. `same-origin` sends nothing to other origins and the real origin to this one.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     response
@@ -197,7 +208,9 @@ fn html(status: StatusCode, body: String) -> Response {
 /// 404 while `server.admin_page` is off.
 fn page_off(service: &Service) -> Option<Response> {
     (!service.config().server.admin_page).then(|| {
-        Error::NotFound("the admin page is off (`server.admin_page`)".into()).into_response()
+        guarded(
+            Error::NotFound("the admin page is off (`server.admin_page`)".into()).into_response(),
+        )
     })
 }
 
@@ -272,10 +285,20 @@ async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> 
 }
 
 /// `POST /admin/login`: a form with `token`. A token allowing `metrics` sets the session
-/// cookie and goes back to the page (303); any other answer is the form again (401).
+/// cookie and goes back to the page (303); any other answer is the form again (401). A post
+/// from another origin is refused (401 `unauthorized`) before the token is looked at: another
+/// site's form must not log the operator's browser in under a token of its choosing.
 pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Bytes) -> Response {
     if let Some(off) = page_off(&service) {
         return off;
+    }
+    if !session::same_origin(&headers) {
+        return guarded(
+            Error::Unauthorized(
+                "the login form is only accepted from the admin page's own origin".into(),
+            )
+            .into_response(),
+        );
     }
     let token = url::form_urlencoded::parse(&body)
         .find(|(k, _)| k == "token")
@@ -288,10 +311,8 @@ pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Byt
         );
     };
     let expires = now_ms() / 1000 + session::LIFETIME.as_secs();
-    let secure = headers
-        .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-    let cookie = session::set_cookie(&session::value(&name, &key, expires), secure);
+    let value = session::value(&name, &key, expires, &session::nonce());
+    let cookie = session::set_cookie(&value, session::served_over_https(&headers));
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/admin")]).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, v);
@@ -299,8 +320,19 @@ pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Byt
     guarded(response)
 }
 
-/// `POST /admin/logout`: ends the session.
-pub async fn logout() -> Response {
+/// `POST /admin/logout`: ends the session, in the browser (the cookie cleared) and on this
+/// node (the cookie revoked until its expiry, should a copy of it be replayed).
+pub async fn logout(State(service): State<Service>, headers: HeaderMap) -> Response {
+    if let Some(presented) = session::presented(&headers) {
+        // Only a valid session is remembered: the list holds what was once a login.
+        if service.session_valid(&presented) {
+            service
+                .parts
+                .console
+                .revoked
+                .revoke(&presented, now_ms() / 1000);
+        }
+    }
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/admin")]).into_response();
     if let Ok(v) = HeaderValue::from_str(&session::clear_cookie()) {
         response.headers_mut().insert(header::SET_COOKIE, v);
@@ -314,7 +346,7 @@ pub async fn savings(State(service): State<Service>, headers: HeaderMap) -> Resp
         return off;
     }
     if let Err(e) = service.check_scope(&headers, Scope::Metrics) {
-        return e.into_response();
+        return guarded(e.into_response());
     }
     if service.pipeline().last_store_reading().is_none() {
         let _ = tokio::time::timeout(
@@ -323,10 +355,13 @@ pub async fn savings(State(service): State<Service>, headers: HeaderMap) -> Resp
         )
         .await;
     }
-    Json(service.savings()).into_response()
+    // The figures are the operator's: no cache along the way keeps them.
+    guarded(Json(service.savings()).into_response())
 }
 
-/// `GET /admin/admin.js` and `/admin/admin.css`: the page's own files, from the binary.
+/// `GET /admin/admin.js` and `/admin/admin.css`: the page's own files, from the binary. They
+/// hold nothing secret, but a cached copy would outlive an upgrade of the page they drive,
+/// and they are a few KB: guarded (`no-store`) as the page is.
 pub async fn script() -> Response {
     guarded(
         (
