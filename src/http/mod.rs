@@ -259,6 +259,21 @@ impl Service {
         Ok((name, scopes))
     }
 
+    /// Learns whether the session cookie a request carries was ended on another node (its
+    /// logout is shared through the maps), before any check reads this node's list.
+    async fn learn_revocation(&self, headers: &axum::http::HeaderMap) {
+        let Some(presented) = console::session::presented(headers) else {
+            return;
+        };
+        if !self.session_valid(&presented) || self.parts.console.revoked(&presented) {
+            return;
+        }
+        if self.pipeline().session_revoked(&presented.key()).await {
+            let now_secs = crate::maps::now_ms() / 1000;
+            self.parts.console.revoke(&presented, now_secs);
+        }
+    }
+
     /// The name and scopes of the token `presented` was signed with, while it has not expired.
     fn session_token(&self, presented: &console::session::Presented) -> Option<(&str, Scopes)> {
         let now_secs = crate::maps::now_ms() / 1000;
@@ -329,6 +344,17 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         .zip(b)
         .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
     a.len() == b.len() && difference == 0
+}
+
+/// Before any route reads a session cookie: whether another node ended it (one look-up in
+/// the maps for a request that carries a valid, unrevoked session; none for any other).
+async fn learn_revocation(
+    State(service): State<Service>,
+    request: Request,
+    next: Next,
+) -> Response {
+    service.learn_revocation(request.headers()).await;
+    next.run(request).await
 }
 
 /// Refuses a request to a guarded route without a token whose scopes allow `needed` (before
@@ -419,6 +445,10 @@ pub fn router(service: Service) -> Router {
             observe::observe,
         ))
         .fallback(ops::not_found)
+        .layer(middleware::from_fn_with_state(
+            service.clone(),
+            learn_revocation,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(service)
 }

@@ -291,6 +291,39 @@ impl Pipeline {
         self.shared.stats.snapshot()
     }
 
+    /// Ends an operator's session (`key`: its cookie's signature) for every node sharing the
+    /// maps, for `left` (until the cookie expires). Kept as a row of the quotas' pauses: a
+    /// text key with an expiry on the store's clock is all a revocation is, and a session's key
+    /// (`session:` and hex) can never be an origin's (`scheme://host:port`). A maps outage
+    /// leaves it on the node that answered (logged).
+    pub async fn revoke_session(&self, key: &str, left: Duration) {
+        if let Err(e) = self
+            .shared
+            .maps
+            .pause_origin(&format!("session:{key}"), left)
+            .await
+        {
+            tracing::warn!(error = %e, "session revoked on this node only: the maps did not answer");
+        }
+    }
+
+    /// Whether a node ended the session `key` (see [`Pipeline::revoke_session`]); a maps
+    /// outage answers no (the node's own list still holds what it revoked itself).
+    pub async fn session_revoked(&self, key: &str) -> bool {
+        match self
+            .shared
+            .maps
+            .origin_pause(&format!("session:{key}"))
+            .await
+        {
+            Ok(left) => left.is_some(),
+            Err(e) => {
+                tracing::warn!(error = %e, "revoked sessions unread: the maps did not answer");
+                false
+            }
+        }
+    }
+
     /// Counters and gauges for `/metrics`.
     pub fn readings(&self) -> Readings {
         let s = &self.shared;

@@ -1258,3 +1258,62 @@ async fn an_anonymous_clients_budget_is_its_own_on_every_node() {
         assert_eq!(r.status(), 200, "client {client} is served on node {node}");
     }
 }
+
+/// Audit #4 (issue 67): a session logged out of on one node is ended on the others too (the
+/// logout is shared through the maps): its cookie, replayed to another node, is refused there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_logout_on_one_node_ends_the_session_on_the_others() {
+    const ADMIN: &str = "cluster-admin-token-0123456789";
+    let Some((cluster, _origin, _bucket)) = cluster_of(
+        2,
+        "cluster_sessions",
+        &[("IMGCAS_ADMIN_TOKEN", ADMIN.to_string())],
+    )
+    .await
+    else {
+        return;
+    };
+    let (a, b) = (&cluster.nodes[0].base, &cluster.nodes[1].base);
+    let login = cluster
+        .client
+        .post(format!("{a}/admin/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 303);
+    let session = header(&login, "set-cookie")
+        .expect("a session cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let savings = |base: String| {
+        let (client, session) = (cluster.client.clone(), session.clone());
+        async move {
+            client
+                .get(format!("{base}/admin/savings"))
+                .header("cookie", session)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(savings(b.clone()).await, 200, "the cookie opens node B");
+    let logout = cluster
+        .client
+        .post(format!("{a}/admin/logout"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(logout.status(), 303);
+    assert_eq!(savings(a.clone()).await, 401, "ended on node A");
+    assert_eq!(
+        savings(b.clone()).await,
+        401,
+        "and on node B, which it never reached"
+    );
+}

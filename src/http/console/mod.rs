@@ -63,6 +63,11 @@ impl Console {
         self.revoked.holds(session)
     }
 
+    /// Revokes `session` on this node until its expiry.
+    pub fn revoke(&self, session: &session::Presented, now_secs: u64) {
+        self.revoked.revoke(session, now_secs);
+    }
+
     /// The last readiness sample (none before the first).
     pub fn ready(&self) -> Option<bool> {
         match self.ready.load(Ordering::Relaxed) {
@@ -320,17 +325,20 @@ pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Byt
     guarded(response)
 }
 
-/// `POST /admin/logout`: ends the session, in the browser (the cookie cleared) and on this
-/// node (the cookie revoked until its expiry, should a copy of it be replayed).
+/// `POST /admin/logout`: ends the session, in the browser (the cookie cleared) and on every
+/// node sharing the maps (the cookie revoked until its expiry, should a copy of it be
+/// replayed: on this node at once, on the others the first time it is presented there).
 pub async fn logout(State(service): State<Service>, headers: HeaderMap) -> Response {
     if let Some(presented) = session::presented(&headers) {
         // Only a valid session is remembered: the list holds what was once a login.
         if service.session_valid(&presented) {
+            let now_secs = now_ms() / 1000;
+            service.parts.console.revoke(&presented, now_secs);
+            let left = presented.expires_secs().saturating_sub(now_secs);
             service
-                .parts
-                .console
-                .revoked
-                .revoke(&presented, now_ms() / 1000);
+                .pipeline()
+                .revoke_session(&presented.key(), std::time::Duration::from_secs(left))
+                .await;
         }
     }
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/admin")]).into_response();

@@ -7,9 +7,10 @@
 //! login form refuses a post from another origin too (login CSRF: another site's form would
 //! otherwise log the operator's browser in under a token of its choosing).
 //!
-//! Logging out revokes the cookie on the node that answered ([`Revoked`]): the signature is
-//! remembered until the cookie's own expiry. Nodes share no session state, so another node
-//! still accepts a copy of the cookie replayed to it until that expiry (docs/api.md says so).
+//! Logging out revokes the cookie on the node that answered ([`Revoked`]), and through the
+//! maps on every node that shares them (`Pipeline::revoke_session`; a node learns of it the
+//! first time the cookie is presented to it: `http::learn_revocation`): the signature is
+//! remembered until the cookie's own expiry. No other session state is shared or kept.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,17 @@ pub struct Presented<'a> {
 }
 
 impl Presented<'_> {
+    /// What names this session among the nodes (its signature, in hex): the key its
+    /// revocation is shared under.
+    pub fn key(&self) -> String {
+        hex::encode(self.signature)
+    }
+
+    /// When the cookie expires, in seconds since the epoch.
+    pub fn expires_secs(&self) -> u64 {
+        self.expires_secs
+    }
+
     /// Whether it was signed with `key` and has not expired at `now_secs`.
     pub fn valid(&self, key: &[u8; 32], now_secs: u64) -> bool {
         let expected = mac(key, self.name, self.expires_secs, self.nonce);
@@ -115,8 +127,9 @@ pub fn presented(headers: &HeaderMap) -> Option<Presented<'_>> {
     })
 }
 
-/// Sessions logged out of on this node, by signature, each with its cookie's expiry: a
-/// revoked cookie is refused until then, and forgotten after (it is refused as expired).
+/// Sessions this node knows were logged out of (here, or on another node and looked up in the
+/// maps), by signature, each with its cookie's expiry: a revoked cookie is refused until
+/// then, and forgotten after (it is refused as expired).
 #[derive(Default)]
 pub struct Revoked {
     ended: Mutex<HashMap<[u8; 32], u64>>,
