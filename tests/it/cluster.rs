@@ -1317,3 +1317,28 @@ async fn a_logout_on_one_node_ends_the_session_on_the_others() {
         "and on node B, which it never reached"
     );
 }
+
+/// Audit #4, finding 6, on two nodes sharing PostgreSQL: origin A redirects to B, and B asks
+/// for a pause (429, `Retry-After: 600`). The pause is B's, for every node: node 1 sends B
+/// nothing, and serves A's own URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_asked_through_a_redirect_is_the_answering_origins_on_every_node() {
+    let Some((cluster, a, _bucket)) = cluster_of(2, "cluster_redirect_pause", &[]).await else {
+        return;
+    };
+    let b = Origin::start().await;
+    a.redirect("/r.jpg", &b.url("/busy.jpg"));
+    b.status_retry_after("/busy.jpg", 429, "600");
+    let r = cluster.image(0, &a.url("/r.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502);
+    b.put("/own.jpg", jpeg(64, 48, 61));
+    let before = b.requests();
+    let r = cluster.image(1, &b.url("/own.jpg"), "w=32").await;
+    assert_eq!(r.status(), 502, "B is paused on node 1 too");
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!(retry > 500, "{retry}");
+    assert_eq!(b.requests(), before, "nothing sent to B while paused");
+    a.put("/own.jpg", jpeg(64, 48, 62));
+    let r = cluster.image(1, &a.url("/own.jpg"), "w=32").await;
+    assert_eq!(r.status(), 200, "A is not paused");
+}
