@@ -2,7 +2,7 @@
 //! `cluster.rs`): one anonymous client could empty a bucket every anonymous request shared,
 //! a host's budget was spent by anyone asking for its URLs, a refusal's `Retry-After` grew
 //! with the dearest run taken (877 s for everyone), and a run that failed in milliseconds was
-//! charged its whole estimate.
+//! charged its whole estimate; and memory, which admission did not count at all.
 
 use crate::common;
 
@@ -240,4 +240,39 @@ async fn a_run_that_fails_at_once_is_charged_what_it_spent() {
         &[("tenant", "-")],
     );
     assert!(refunded > 8_000_000.0, "refunded {refunded} units");
+}
+
+/// Audit #4, finding 5: admission counted pixels, not memory. Each run's estimate is now held
+/// against `limits.max_memory`: a run needing more than all of it is refused before any decode
+/// (and says so), a smaller one is served, and what runs hold is in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_needing_more_memory_than_the_node_allows_is_refused() {
+    let app = spawn_app_with(|c| c.limits.max_memory = 64 << 20).await;
+    let hash = uploaded(&app, jpeg(2000, 1500, 5)).await;
+    // 3 MP decoded, a 3 MP AVIF encoded: about 140 MB by the estimate.
+    let r = app
+        .get(&format!("/v1/image/{hash}?w=2000&format=avif"))
+        .await;
+    assert_eq!(r.status(), 422);
+    let body = json(r).await;
+    assert_eq!(body["error"]["code"], "too_costly", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_memory"),
+        "{body}"
+    );
+    let r = app.get(&format!("/v1/image/{hash}?w=200")).await;
+    assert_eq!(r.status(), 200, "a thumbnail fits");
+    let scrape = app.metrics().await;
+    assert_eq!(
+        metric_value(&scrape, "imgcas_processing_memory_limit_bytes", &[]),
+        (64u64 << 20) as f64
+    );
+    assert_eq!(
+        metric_value(&scrape, "imgcas_processing_memory_bytes", &[]),
+        0.0,
+        "nothing held once the runs are done"
+    );
 }
