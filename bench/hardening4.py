@@ -65,20 +65,26 @@ def gradient_svg(rects=300, stops=500):
             f'<linearGradient id="g">{stop}</linearGradient></defs>{shapes}</svg>').encode()
 
 
+def measured(node, url):
+    """Asks `url` of the node (process `node`) once: (status, seconds to the answer, the node's
+    CPU seconds to the answer, CPU seconds in the 6 s after it, peak MB)."""
+    before = cpu_seconds(node.pid)
+    t0 = time.monotonic()
+    status, _, _ = get(url)
+    took = time.monotonic() - t0
+    at_answer = cpu_seconds(node.pid)
+    time.sleep(6)
+    after = cpu_seconds(node.pid)
+    peak = lib.rss_mb(node.pid, "VmHWM")
+    return status, round(took, 2), round(at_answer - before, 2), round(after - at_answer, 2), peak
+
+
 def after_answer(binary, source, query, **env):
     """Starts a node with `env`, asks for `source` once, and returns (status, seconds to the
     answer, the node's CPU seconds to the answer, CPU seconds in the 6 s after it, peak MB)."""
     with lib.Procs() as procs:
         base, p = lib.start_imgcas(procs, binary, lib.tempdir("hardening4-"), **env)
-        before = cpu_seconds(p.pid)
-        t0 = time.monotonic()
-        status, _, _ = get(f"{base}/v1/image?url={source}&{query}")
-        took = time.monotonic() - t0
-        at_answer = cpu_seconds(p.pid)
-        time.sleep(6)
-        after = cpu_seconds(p.pid)
-        peak = lib.rss_mb(p.pid, "VmHWM")
-        return status, round(took, 2), round(at_answer - before, 2), round(after - at_answer, 2), peak
+        return measured(p, f"{base}/v1/image?url={source}&{query}")
 
 
 def stored_then_asked(binary, body, query, **env):
@@ -104,15 +110,7 @@ def stored_then_asked(binary, body, query, **env):
     with lib.Procs() as procs:
         base, p = lib.start_imgcas(procs, binary, data, **env)
         time.sleep(1)
-        before = cpu_seconds(p.pid)
-        t0 = time.monotonic()
-        status, _, _ = get(f"{base}/v1/image/{digest}?{query}")
-        took = time.monotonic() - t0
-        at_answer = cpu_seconds(p.pid)
-        time.sleep(6)
-        after = cpu_seconds(p.pid)
-        peak = lib.rss_mb(p.pid, "VmHWM")
-        return status, round(took, 2), round(at_answer - before, 2), round(after - at_answer, 2), peak
+        return measured(p, f"{base}/v1/image/{digest}?{query}")
 
 
 def main():
