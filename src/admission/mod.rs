@@ -49,6 +49,7 @@ pub mod learned;
 mod memory;
 mod niced;
 mod pressure;
+mod reserve;
 mod slots;
 
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ use std::time::{Duration, Instant};
 pub use book::{TenantReading, Totals};
 pub use memory::{bound_arenas, give_memory_back};
 pub use niced::ThreadClock;
+use reserve::{mib_of, UNBOUNDED_MIB};
 pub use slots::Slot;
 use slots::{Slots, Want};
 
@@ -81,15 +83,6 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// How long an image request's refusal for its estimated wait counts as pressure (unless an
 /// interactive run would start at once before then).
 const REFUSALS_STAND_FOR: Duration = Duration::from_secs(2);
-/// The memory bound before one is set ([`Admission::with_memory`]): none to speak of (the
-/// semaphore's largest count is far above this).
-const UNBOUNDED_MIB: u32 = 1 << 30;
-
-/// A run's memory in MiB permits, rounded up.
-fn mib_of(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
-}
-
 /// The tenant of work no token or source host names (requests by hash, facts, probes).
 pub const NOBODY: &str = "-";
 
@@ -346,35 +339,6 @@ impl Admission {
                 book: Default::default(),
             }),
         }
-    }
-
-    /// Holds runs' memory to `bytes` at once (rounded down to MiB, at least one).
-    pub fn with_memory(mut self, bytes: u64) -> Admission {
-        let mib = u32::try_from((bytes >> 20).max(1)).unwrap_or(UNBOUNDED_MIB);
-        self.memory_mib = mib.min(UNBOUNDED_MIB);
-        self.memory = Arc::new(tokio::sync::Semaphore::new(self.memory_mib as usize));
-        self
-    }
-
-    /// Bytes runs may hold at once.
-    pub fn memory_limit(&self) -> u64 {
-        u64::from(self.memory_mib) << 20
-    }
-
-    /// Bytes admitted runs hold now (their estimates), and how many runs have waited for
-    /// memory (metrics).
-    pub fn memory_held(&self) -> (u64, u64) {
-        let free = self.memory.available_permits() as u64;
-        let held = u64::from(self.memory_mib).saturating_sub(free) << 20;
-        (
-            held,
-            self.memory_waits.load(std::sync::atomic::Ordering::Relaxed),
-        )
-    }
-
-    /// Whether a run estimated at `bytes` could ever be admitted.
-    pub fn memory_fits(&self, bytes: u64) -> bool {
-        mib_of(bytes) <= self.memory_mib
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
