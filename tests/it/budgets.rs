@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use common::*;
@@ -24,17 +23,6 @@ fn per_client(c: &mut Config, rate: f64, burst: f64, wait: Duration) {
         },
     );
     c.limits.max_budget_wait = wait;
-}
-
-/// A client whose connections come from `ip` (any 127/8 address reaches the app on
-/// 127.0.0.1).
-fn client_from(ip: &str) -> reqwest::Client {
-    let ip: IpAddr = ip.parse().unwrap();
-    reqwest::Client::builder()
-        .local_address(ip)
-        .no_proxy()
-        .build()
-        .unwrap()
 }
 
 async fn by_hash(

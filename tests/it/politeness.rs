@@ -162,11 +162,7 @@ async fn a_tenant_over_its_budget_waits_and_hits_never_spend() {
     // item is refused before it downloads.
     origin.put("/b1.jpg", jpeg(320, 240, 2));
     origin.put("/b2.jpg", jpeg(320, 240, 3));
-    let other = reqwest::Client::builder()
-        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
-        .no_proxy()
-        .build()
-        .unwrap();
+    let other = client_from("127.0.0.2");
     let batch = |url: String| {
         let (other, endpoint) = (other.clone(), app.url("/v1/ingest"));
         async move {

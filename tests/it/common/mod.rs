@@ -567,6 +567,18 @@ pub fn rgb_image(w: u32, h: u32, seed: u8) -> DynamicImage {
     }))
 }
 
+/// A client whose connections come from `ip` (any 127/8 address reaches an app on
+/// 127.0.0.1): another client, by address, for per-client budgets.
+pub fn client_from(ip: &str) -> reqwest::Client {
+    let ip: std::net::IpAddr = ip.parse().expect("an address");
+    reqwest::Client::builder()
+        .local_address(ip)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("test client")
+}
+
 pub fn encode(image: &DynamicImage, format: ImageFormat) -> Vec<u8> {
     let mut out = Cursor::new(Vec::new());
     image.write_to(&mut out, format).expect("encode fixture");
