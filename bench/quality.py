@@ -4,15 +4,15 @@
 Every request fits its source inside 512×512 (imgproxy's benchmark shape, as `peers.py`) and
 is made by a service with a fresh data dir, under a URL of its own (so each is a download and a
 processing run). Sets: `photos` (the JPEGs of `../shared/corpus/photos`), `png` (the same as
-PNG) and `large` (the largest corpus photos made progressive with `jpegtran`, plus the JPEGs
-of LARGE_PHOTOS when given). Per set and output format (JPEG, WebP, AVIF):
+PNG) and `large` (the largest corpus photos and the camera photos of LARGE_PHOTOS, all made
+progressive with `jpegtran`). Per set and output format (JPEG, WebP, AVIF):
 
 - each `q=auto` level, today's default fixed quality, and fixed qualities 30–95 in steps of 5;
 - ipx (sharp/libvips, npm) and thumbor (Pillow, PyPI) at their own default qualities;
 - bytes, and SSIMULACRA2 scores (min, p5, median) by two references: `exact`, against the
-  pixels imgcas handed its encoder (its own PNG of the same spec; for the `large` set that
-  PNG is decoded in full where a lossy output may shrink on load, so `exact` is stricter
-  there), and `vips`, against the source decoded in full by libvips and resized with Lanczos3
+  lossless rendition of the spec (imgcas's own PNG of it: the faithful decode, never the DC
+  scans' 1/8 a lossy JPEG output of a large progressive photo may take where it is measured
+  to be hidden), and `vips`, against the source decoded in full by libvips and resized with Lanczos3
   in float (what every engine's output is held to alike);
 - butteraugli (libjxl's `butteraugli_main`, the second metric; its 3-norm, lower is better)
   of `q=auto:good`, the default and the peers;
@@ -26,7 +26,8 @@ The scorer is the processors' example `ssimulacra2` (the same code `q=auto` scor
 built here. Writes bench/results/quality.{json,png}; `--report` prints and draws again.
 
 Env: SETS (default `photos,png,large`), FORMATS (default `jpeg,webp,avif`), PHOTOS (per set,
-default 40), ENGINES (default `imgcas,ipx,thumbor`), LARGE_PHOTOS (folder, optional),
+default 40), ENGINES (default `imgcas,ipx,thumbor`), LARGE_PHOTOS (folder; by default
+`bench/.media/large`, 14 camera photos of 12–22 MP that `bench/media.py` fills),
 BUTTERAUGLI (default 1; 0 skips the second metric).
 """
 
@@ -42,6 +43,7 @@ import urllib.request
 from pathlib import Path
 
 import lib
+import media
 import peers
 
 SETS = os.environ.get("SETS", "photos,png,large").split(",")
@@ -109,6 +111,8 @@ def main():
         sys.exit("butteraugli_main missing: apt-get install libjxl-devtools (or BUTTERAUGLI=0)")
     work = lib.tempdir("quality")
     origin = peers.UniqueOrigin()
+    if "large" in SETS and not os.environ.get("LARGE_PHOTOS"):
+        os.environ["LARGE_PHOTOS"] = str(media.ensure("large"))
     peers.SETS = SETS
     peers.PHOTOS = int(os.environ.get("PHOTOS", "40"))
     sets = peers.make_sets(work, pyvips)

@@ -22,7 +22,8 @@ fn main() {
         let source = decode::open(&bytes, &limits).expect("headers");
         let size = source.upright_size();
         let plan = geometry::plan(size, &spec);
-        denominator = source.shrink_denominator(plan.reduction(size), spec.hides_coarse_decode());
+        let reduction = plan.reduction(size);
+        denominator = source.shrink_denominator(reduction, spec.hides_coarse_decode(reduction));
         let opened = start.elapsed().as_secs_f64();
         let image = source.decode(&limits, denominator).expect("decode");
         let decoded = start.elapsed().as_secs_f64();

@@ -274,21 +274,33 @@ mod tests {
                 .unwrap()
                 .resolve(None, false, None)
         };
-        // A q80 JPEG or q75 WebP loses more than the DC scans' 1/8 does: 1/8 from 8 on.
-        for query in ["format=jpeg&q=80", "format=webp&q=75", "format=jpeg"] {
-            assert!(spec(query).hides_coarse_decode(), "{query}");
-            assert_eq!(source.shrink_denominator(10.0, true), 8, "{query}");
-        }
-        // AVIF, lossless and near-lossless outputs keep libvips' margin of two: 1/4 there.
-        for query in [
-            "format=avif&q=65",
-            "format=png",
-            "format=webp&lossless=1",
-            "format=jpeg&q=95",
-            "format=gif",
+        // A JPEG at a quality whose own loss hides the DC scans' 1/8 at its reduction takes it
+        // (`bench/coarse_decode.py`: the loss shrinks as the reduction grows).
+        for (query, reduction) in [
+            ("format=jpeg&q=50", 14.0),
+            ("format=jpeg", 14.0),
+            ("format=jpeg&q=85", 15.9),
         ] {
-            assert!(!spec(query).hides_coarse_decode(), "{query}");
-            assert_eq!(source.shrink_denominator(10.0, false), 4, "{query}");
+            assert!(spec(query).hides_coarse_decode(reduction), "{query}");
+            assert_eq!(source.shrink_denominator(reduction, true), 8, "{query}");
+        }
+        // WebP, AVIF, lossless outputs, JPEGs above the measured quality, and every `q=auto`
+        // output (its search scores against the faithful picture) keep libvips' margin of
+        // two: 1/4 there.
+        for (query, reduction) in [
+            ("format=jpeg&q=40", 8.0),
+            ("format=jpeg", 13.9),
+            ("format=jpeg&q=90", 14.0),
+            ("format=jpeg&q=auto:low", 12.0),
+            ("format=webp&q=40", 14.0),
+            ("format=webp&q=auto", 10.0),
+            ("format=avif&q=65", 10.0),
+            ("format=png", 10.0),
+            ("format=webp&lossless=1", 10.0),
+            ("format=gif", 10.0),
+        ] {
+            assert!(!spec(query).hides_coarse_decode(reduction), "{query}");
+            assert_eq!(source.shrink_denominator(reduction, false), 4, "{query}");
         }
         // From 16 on, 1/8 for every output; below 8 the margin rule for every output.
         assert_eq!(source.shrink_denominator(16.0, false), 8);

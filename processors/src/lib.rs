@@ -324,7 +324,7 @@ fn run(
     let denominator = match &opened {
         _ if spec.decodes_whole() => 1,
         Opened::Original(source) => {
-            source.shrink_denominator(reduction, spec.hides_coarse_decode())
+            source.shrink_denominator(reduction, spec.hides_coarse_decode(reduction))
         }
         // A mezzanine is a baseline JPEG.
         Opened::Mezzanine(_) => geometry::shrink_denominator(reduction),

@@ -455,7 +455,7 @@ fn drawing_work_of(
 ///
 /// 7: AVIF outputs are encoded at libaom speed 7 (it was 8), whatever their original; and
 /// outputs whose own loss would not hide a 1/8 decode from the DC scans (PNG, GIF, lossless
-/// WebP, JPEG or WebP above q90: [`ResolvedSpec::hides_coarse_decode`]) of JPEG originals
+/// WebP, JPEG or WebP above q90, by the rule of then) of JPEG originals
 /// reduced 8 to 16 times decode at 1/4 again, as before version 5.
 ///
 /// 8: progressive JPEG outputs order their coefficients in five scans without refinement
@@ -471,6 +471,11 @@ fn drawing_work_of(
 ///
 /// 11: JPEG XL originals decode (builds before did not know the format: bytes of no image
 /// format, refused; such an original is read as JPEG XL once stored again, as an SVG is).
+///
+/// 12: the coarse decode only where measured to be hidden
+/// ([`ResolvedSpec::hides_coarse_decode`]): WebP outputs, `q=auto` outputs and JPEGs above
+/// the quality measured for their reduction, of JPEG originals reduced 8 to 16 times, decode
+/// at 1/4 where they took the DC scans' 1/8.
 pub fn processor_version(
     format: Option<SourceFormat>,
     size: Option<(u32, u32)>,
@@ -486,6 +491,9 @@ fn version_with(
     spec: &ResolvedSpec,
     fits: &mut Fits<'_>,
 ) -> u32 {
+    if coarse_decode_dropped(format, size, spec, fits) {
+        return 12;
+    }
     if format == Some(SourceFormat::Jxl) {
         return 11;
     }
@@ -505,14 +513,18 @@ fn version_with(
         return PROCESSOR_VERSION;
     }
     let Some((w, h)) = size else {
-        return if spec.hides_coarse_decode() { 5 } else { 7 };
+        return if spec.hid_coarse_decode_before_68() {
+            5
+        } else {
+            7
+        };
     };
     let long = w.max(h);
     // Either orientation: the stored size's EXIF orientation is not in the index.
     let reductions = [fits.at((w, h)).reduction(), fits.at((h, w)).reduction()];
     // From 16 on, both decode at 1/8: the DC scans give the same pixels as the whole file.
     let one_quarter_before = reductions.iter().any(|r| (8.0..16.0).contains(r));
-    if one_quarter_before && !spec.hides_coarse_decode() {
+    if one_quarter_before && !spec.hid_coarse_decode_before_68() {
         return 7;
     }
     // A mezzanine served outputs it held twice the resolution of, and it was at least
@@ -525,6 +537,27 @@ fn version_with(
     }
 }
 
+/// Whether a JPEG original's output took the DC scans' 1/8 under the rule before issue 68 and
+/// no longer does: reduced 8 to 16 times (either orientation; counted in when the size is not
+/// known), where the new rule does not hide the coarse decode.
+fn coarse_decode_dropped(
+    format: Option<SourceFormat>,
+    size: Option<(u32, u32)>,
+    spec: &ResolvedSpec,
+    fits: &mut Fits<'_>,
+) -> bool {
+    if !format.is_some_and(SourceFormat::shrinks_on_load) || !spec.hid_coarse_decode_before_68() {
+        return false;
+    }
+    let Some((w, h)) = size else {
+        // At 8, the least reduction it applies to, the rule is at its strictest.
+        return !spec.hides_coarse_decode(8.0);
+    };
+    [fits.at((w, h)).reduction(), fits.at((h, w)).reduction()]
+        .into_iter()
+        .any(|r| (8.0..16.0).contains(&r) && !spec.hides_coarse_decode(r))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +568,7 @@ mod tests {
     #[test]
     fn only_variants_whose_bytes_changed_take_a_later_version() {
         let jpeg = Some(SourceFormat::Jpeg);
+        let png = Some(SourceFormat::Png);
         let version = |format, size, query: &[(&str, &str)]| {
             processor_version(format, size, &resolved(query))
         };
@@ -544,11 +578,34 @@ mod tests {
         assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "1500")]), 4);
         // Once made from the mezzanine, or from a 1/4 decode of a progressive file.
         assert_eq!(version(jpeg, Some((4000, 3000)), &[("w", "800")]), 5);
-        assert_eq!(version(jpeg, Some((2400, 1600)), &[("w", "250")]), 5);
+        assert_eq!(
+            version(jpeg, Some((4000, 3000)), &[("w", "200"), ("q", "70")]),
+            5
+        );
         // Unknown size: counted in. Other formats, and bytes of no known format: unchanged.
         assert_eq!(version(None, None, &[("w", "400")]), 4);
-        assert_eq!(version(jpeg, None, &[("w", "400")]), 5);
-        let png = Some(SourceFormat::Png);
+        // The coarse decode only where measured to be hidden: reduced 8 to 16 times, a JPEG
+        // above its reduction's quality, a WebP, a `q=auto` output take the 1/4 decode again;
+        // JPEGs the rule still lets keep their version, as do other originals.
+        assert_eq!(version(jpeg, Some((2400, 1600)), &[("w", "250")]), 12);
+        assert_eq!(version(jpeg, None, &[("w", "400")]), 12);
+        for output in [
+            &[("format", "webp")][..],
+            &[("format", "webp"), ("q", "40")],
+            &[("format", "jpeg"), ("q", "auto")],
+            &[("format", "webp"), ("q", "auto:low")],
+        ] {
+            let reduced_10 = [&[("w", "400")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_10), 12);
+            assert_eq!(version(jpeg, None, &reduced_10), 12);
+            assert_eq!(version(png, Some((4000, 3000)), &reduced_10), 4);
+            let reduced_2 = [&[("w", "2000")][..], output].concat();
+            assert_eq!(version(jpeg, Some((4000, 3000)), &reduced_2), 4);
+        }
+        assert_eq!(
+            version(jpeg, Some((4000, 3000)), &[("w", "400"), ("q", "40")]),
+            12
+        );
         assert_eq!(version(png, Some((4000, 3000)), &[("w", "400")]), 4);
         // Every progressive JPEG output, of any original (its scan script).
         for format in [jpeg, png, None] {

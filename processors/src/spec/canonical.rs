@@ -139,9 +139,16 @@ impl Spec {
 static DEFAULT_ORDER: std::sync::LazyLock<AutoFormats> =
     std::sync::LazyLock::new(AutoFormats::default);
 
-/// The highest `q=auto` target whose outputs hide a coarse shrink-on-load as a JPEG or WebP
-/// at quality 90 does (a score of 80 is about JPEG 88 on the shared photos).
-const AUTO_HIDES_COARSE_DECODE: u8 = 80;
+/// Where a JPEG output's own loss hides the coarse shrink-on-load (a progressive JPEG decoded
+/// at 1/8 from its DC scans alone, where a lossless output of the same spec decodes at 1/4):
+/// from each reduction on, the highest quality up to which outputs, scored with SSIMULACRA2
+/// against the lossless rendition of their spec, lost half a point to it on average and at
+/// most 1.2 on any of 14 large progressive camera photos (`bench/coarse_decode.py`;
+/// docs/performance.md, "The coarse decode"). The loss shrinks as the reduction grows (the
+/// 1/8 decode then holds more of the output's resolution): reduced 8 times, JPEGs lost 0.7–3.4
+/// points on average over those photos and 2.7–8 over 1.5–2 MP ones. WebP and AVIF outputs
+/// lost more than JPEGs at every reduction, so they never take it.
+const JPEG_HIDES_COARSE_DECODE: [(f64, u8); 1] = [(14.0, 85)];
 
 /// Renders `name=value` pairs sorted by name, `&`-separated.
 fn join(mut parts: Vec<(&'static str, String)>) -> String {
@@ -176,19 +183,41 @@ impl ResolvedSpec {
         self.shape.trim.is_some()
     }
 
-    /// Whether the output's own loss hides a coarse shrink-on-load: lossy JPEG or WebP at
-    /// quality 90 or less. Measured on the large photos of `bench/peers.py`, a progressive
-    /// JPEG decoded at 1/8 from its DC scans alone lands 44.5 dB from a full decode and
-    /// Lanczos3 (52.5 dB at 1/4 then Lanczos3); a q80 JPEG or q75 WebP loses more than that
-    /// by itself (about 35 dB), so the shortcut costs them nothing measurable, while an AVIF
-    /// at q65 (about 39 dB) lost 1.1 dB to it, and a lossless output all of the difference.
-    pub fn hides_coarse_decode(&self) -> bool {
-        let lossy =
-            matches!(self.format, OutputFormat::Jpeg | OutputFormat::Webp) && !self.lossless;
-        // A searched quality may land anywhere up to its ceiling: its target decides.
+    /// Whether the output's own loss hides a coarse shrink-on-load at this reduction (how many
+    /// times smaller than the original the output is): a JPEG at a fixed quality up to what
+    /// [`JPEG_HIDES_COARSE_DECODE`] measured for the reduction. Never under `q=auto`: its
+    /// search scores every attempt against the pixels it encodes, and those must be the
+    /// faithful picture (what a lossless output of the spec decodes), not a shortcut's, or a
+    /// score that reads as the target is a worse picture than the target promises; the
+    /// search's CPU is paid once per content and spec, so the full decode is affordable there.
+    pub fn hides_coarse_decode(&self, reduction: f64) -> bool {
+        if self.format != OutputFormat::Jpeg || self.lossless {
+            return false;
+        }
         let quality = match self.quality {
             Some(Quality::Fixed(q)) => q,
-            Some(Quality::Auto { target, .. }) if target <= AUTO_HIDES_COARSE_DECODE => 90,
+            Some(Quality::Auto { .. }) => return false,
+            None => match self.format.default_quality() {
+                Some(q) => q,
+                None => return false,
+            },
+        };
+        JPEG_HIDES_COARSE_DECODE
+            .iter()
+            .find(|(from, _)| reduction >= *from)
+            .is_some_and(|(_, up_to)| quality <= *up_to)
+    }
+
+    /// Whether the coarse decode's rule before issue 68 took it for this spec: lossy JPEG or
+    /// WebP at a fixed quality up to 90, or under `q=auto` at a target up to 80, at any
+    /// reduction it applies to (8 to 16). Kept for [`crate::processor_version`], which must
+    /// tell the variants whose bytes the new rule changed.
+    pub(crate) fn hid_coarse_decode_before_68(&self) -> bool {
+        let lossy =
+            matches!(self.format, OutputFormat::Jpeg | OutputFormat::Webp) && !self.lossless;
+        let quality = match self.quality {
+            Some(Quality::Fixed(q)) => q,
+            Some(Quality::Auto { target, .. }) if target <= 80 => 90,
             Some(Quality::Auto { .. }) => 100,
             None => self.format.default_quality().unwrap_or(100),
         };
