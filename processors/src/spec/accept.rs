@@ -114,9 +114,11 @@ pub fn negotiate(accept: Accept<'_>, has_alpha: bool) -> OutputFormat {
 
 /// The best output format for an animation `accept` allows: the first of its order that
 /// animates (AVIF, WebP: imgcas's JPEG XL encoder writes stills) and the header lists, else
-/// GIF, which every browser plays. At equal SSIMULACRA2, animated AVIF came to 0.10–0.20 of
-/// animated WebP's bytes on photographic clips in about the same time, and 1.3 times the
-/// bytes in 3.6 times the time on a flat-coloured cartoon (docs/performance.md).
+/// GIF, which every browser plays. At equal SSIMULACRA2 on 13 real animations, animated AVIF
+/// came to 0.52 of animated WebP's bytes on the median one: 0.12–0.27 on video clips,
+/// 0.50–0.52 on screen recordings, 0.70–2.07 on rendered spins, but 1.2–1.3 times WebP's on
+/// three of four line drawings (docs/performance.md, "Animated AVIF"), a kind nothing in a
+/// header tells apart before the format is chosen.
 pub(super) fn negotiate_animated(accept: Accept<'_>) -> OutputFormat {
     let class = accept_class(accept.header);
     accept
