@@ -147,7 +147,7 @@ static DEFAULT_ORDER: std::sync::LazyLock<AutoFormats> =
 /// docs/performance.md, "The coarse decode"). The loss shrinks as the reduction grows (the
 /// 1/8 decode then holds more of the output's resolution): reduced 8 times, JPEGs lost 0.7–3.4
 /// points on average over those photos and 2.7–8 over 1.5–2 MP ones. WebP and AVIF outputs
-/// lost more than JPEGs at every reduction, so they never take it.
+/// miss that bound at every quality even reduced 14 times, so they never take it.
 const JPEG_HIDES_COARSE_DECODE: [(f64, u8); 1] = [(14.0, 85)];
 
 /// Renders `name=value` pairs sorted by name, `&`-separated.
