@@ -7,8 +7,11 @@ photo, made progressive losslessly by `jpegtran`, each output format, quality an
 the processors' example `coarse_decode` encodes both and scores both with SSIMULACRA2 against
 the lossless rendition of the spec (the full decode's pixels). Sets: `photos` (the JPEGs of
 `../shared/corpus/photos`, 1–2 MP) and `large` (the JPEGs of LARGE_PHOTOS: 12 MP+ camera
-photos; by default `bench/.media/large`, which `bench/media.py` fills). Writes bench/results/coarse_decode.{tsv,json} and prints, per set and format, the
-highest quality at which the mean loss is at most a point and the largest at most two.
+photos; by default `bench/.media/large`, which `bench/media.py` fills). Writes
+bench/results/coarse_decode.{tsv,json} and prints the table and the rule it gives: per format,
+from which reduction on, and up to which quality, every set and every reduction measured from
+there loses at most a point on average and 1.2 on any photo. `--report` prints them again
+from the TSV.
 
 Env: LARGE_PHOTOS (folder, default `bench/.media/large`), PHOTOS (per set, default
 12), FORMATS, QUALITIES, REDUCTIONS (passed to the example).
@@ -25,6 +28,9 @@ import lib
 import media
 
 PHOTOS = int(os.environ.get("PHOTOS", "12"))
+# The loss a rule may keep: SSIMULACRA2 points, on average over a set and on its worst photo.
+MEAN_BOUND = 1.0
+WORST_BOUND = 1.2
 CORPUS = lib.ROOT.parent / "shared" / "corpus"
 
 
@@ -43,15 +49,8 @@ def jpeg_size(path):
 
 
 def progressive(sources, work, prefix):
-    out = []
-    for i, src in enumerate(sources):
-        dst = work / f"{prefix}-{i}-{src.stem}.jpg"
-        made = subprocess.run(["jpegtran", "-progressive", "-copy", "all", "-outfile", str(dst), str(src)])
-        if made.returncode == 0:
-            out.append(dst)
-        else:
-            print(f"skipped {src}: jpegtran failed", file=sys.stderr)
-    return out
+    out = [work / f"{prefix}-{i}-{src.stem}.jpg" for i, src in enumerate(sources)]
+    return [dst for src, dst in zip(sources, out) if lib.make_progressive(src, dst)]
 
 
 def main():
@@ -78,21 +77,43 @@ def main():
         writer.writeheader()
         writer.writerows(rows)
     lib.save("coarse_decode", {"rows": rows})
+    report(rows)
+
+
+def report(rows):
+    """The table, then the rule it gives: per set, format and reduction, the highest quality up
+    to which every quality measured keeps the loss within the bound (a point on average, 1.2
+    on every photo); then per format, from which reduction on every set and every reduction
+    measured from there keeps which quality (`ResolvedSpec::hides_coarse_decode`)."""
     lib.table(list(rows[0]), [list(r.values()) for r in rows])
-    # The rule's inputs: per set, format and reduction, the highest quality up to which every
-    # quality measured hides the coarse decode (mean loss ≤ 1 point, every photo's ≤ 2).
     by_key = {}
     for r in rows:
-        by_key.setdefault((r["set"], r["format"], r["reduction"]), []).append(r)
-    print("\nhighest quality up to which the coarse decode is hidden (0: at none measured)")
-    for key, measured in sorted(by_key.items()):
-        hidden = 0
+        by_key.setdefault((r["set"], r["format"], int(r["reduction"])), []).append(r)
+    hidden = {}
+    for key, measured in by_key.items():
+        hidden[key] = 0
         for r in sorted(measured, key=lambda r: int(r["quality"])):
-            if float(r["mean_loss"]) > 1.0 or float(r["max_loss"]) > 2.0:
+            if float(r["mean_loss"]) > MEAN_BOUND or float(r["max_loss"]) > WORST_BOUND:
                 break
-            hidden = int(r["quality"])
-        print("\t".join(key), hidden, sep="\t")
-
+            hidden[key] = int(r["quality"])
+    print(f"\nhighest quality up to which the coarse decode is hidden (mean ≤ {MEAN_BOUND}, "
+          f"every photo ≤ {WORST_BOUND}; 0: at none measured)")
+    for (set_name, fmt, reduction), q in sorted(hidden.items()):
+        print(set_name, fmt, reduction, q, sep="\t")
+    print("\nthe rule: from which reduction on, up to which quality")
+    for fmt in sorted({k[1] for k in hidden}):
+        reductions = sorted({k[2] for k in hidden if k[1] == fmt})
+        rule = "never"
+        for r in reductions:
+            kept = min(q for (_, f, at), q in hidden.items() if f == fmt and at >= r)
+            if kept > 0:
+                rule = f"from {r} on, up to q{kept}"
+                break
+        print(fmt, rule, sep="\t")
 
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:
+        with open(lib.RESULTS / "coarse_decode.tsv", newline="") as f:
+            report(list(csv.DictReader(f, delimiter="\t")))
+    else:
+        main()

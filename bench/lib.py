@@ -360,6 +360,15 @@ def chart(name, title, groups, series, ylabel, notes="", figsize=(8, 4.5)):
     print(f"chart: {out.relative_to(ROOT)}")
 
 
+def make_progressive(src, dst):
+    """`src` made progressive losslessly (`jpegtran -progressive`, the same coefficients, its
+    metadata kept) into `dst`; False, with a line on stderr, where jpegtran refused it."""
+    made = subprocess.run(["jpegtran", "-progressive", "-copy", "all", "-outfile", str(dst), str(src)])
+    if made.returncode != 0:
+        print(f"skipped {src}: jpegtran failed", file=sys.stderr)
+    return made.returncode == 0
+
+
 def tempdir(prefix):
     return Path(tempfile.mkdtemp(prefix=f"imgcas-bench-{prefix}-"))
 

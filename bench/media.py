@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lib
+
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "bench" / "media.tsv"
 OUT = ROOT / "bench" / ".media"
@@ -92,8 +94,8 @@ def progressive():
     out.mkdir(parents=True, exist_ok=True)
     for src in sorted(ensure("large").glob("*.jpg")):
         dst = out / src.name
-        if not dst.exists():
-            subprocess.run(["jpegtran", "-progressive", "-copy", "all", "-outfile", str(dst), str(src)], check=True)
+        if not dst.exists() and not lib.make_progressive(src, dst):
+            sys.exit(f"{src}: jpegtran failed")
     return out
 
 

@@ -135,9 +135,7 @@ def make_sets(work, pyvips):
         large = []
         for i, src in enumerate(sources):
             out = work / f"large-{i}.jpg"
-            made = subprocess.run(["jpegtran", "-progressive", "-copy", "all", "-outfile", str(out), str(src)])
-            if made.returncode != 0:
-                print(f"skipped {src}: jpegtran failed", file=sys.stderr)
+            if not lib.make_progressive(src, out):
                 continue
             large.append((f"large-{i}.jpg", out.read_bytes()))
         sets["large"] = large

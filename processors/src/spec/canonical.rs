@@ -142,9 +142,11 @@ static DEFAULT_ORDER: std::sync::LazyLock<AutoFormats> =
 /// Where a JPEG output's own loss hides the coarse shrink-on-load (a progressive JPEG decoded
 /// at 1/8 from its DC scans alone, where a lossless output of the same spec decodes at 1/4):
 /// from each reduction on, the highest quality up to which outputs, scored with SSIMULACRA2
-/// against the lossless rendition of their spec, lost half a point to it on average and at
-/// most 1.2 on any of 14 large progressive camera photos (`bench/coarse_decode.py`;
-/// docs/performance.md, "The coarse decode"). The loss shrinks as the reduction grows (the
+/// against the lossless rendition of their spec, lost at most a point to it on average and 1.2
+/// on any photo, at that reduction and every one measured above it, on 14 large progressive
+/// camera photos and 14 shared 1.5–2 MP ones (the rule `bench/coarse_decode.py` prints; from
+/// 14 on, up to q85, the large photos lost 0.51 on average and 1.19 at worst; at 12, q40
+/// already lost 1.27 on one photo; docs/performance.md, "The coarse decode"). The loss shrinks as the reduction grows (the
 /// 1/8 decode then holds more of the output's resolution): reduced 8 times, JPEGs lost 0.7–3.4
 /// points on average over those photos and 2.7–8 over 1.5–2 MP ones. WebP and AVIF outputs
 /// miss that bound at every quality even reduced 14 times, so they never take it.
