@@ -174,6 +174,14 @@ fn describe() {
         "Blocklist entries as this node holds them, by kind (sha256: exact bytes; fingerprint: a picture within a radius)"
     );
     describe_gauge!("imgcas_variant_max_bytes", "limits.variants_max_bytes");
+    describe_gauge!(
+        "imgcas_walk_rows",
+        "Rows a long walk over the store (facts_backfill, fingerprint_backfill) has handled in its run on this node"
+    );
+    describe_gauge!(
+        "imgcas_walk_running",
+        "1 while this node runs the walk (it holds the walk's lease), else 0"
+    );
     describe_counter!(
         "imgcas_http_requests_total",
         "HTTP requests by route, method and status"

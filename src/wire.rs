@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{BlockEntry, OriginalInfo};
+use crate::maps::{BlockEntry, OriginalInfo, WalkPosition};
 
 /// docs/api.md's error body: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -612,6 +612,28 @@ pub struct SavingsAnswer {
     pub node: Option<NodeSavings>,
     /// The maps' totals, every node's (none before the node's first reading of them).
     pub store: Option<StoreSavings>,
+    /// Where each long walk over the store stands (the backfills), whichever node runs it,
+    /// as the maps keep it.
+    #[serde(default)]
+    pub walks: Vec<WalkState>,
+}
+
+/// One walk's position in [`SavingsAnswer::walks`]: its name and the maps' row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WalkState {
+    pub walk: String,
+    #[serde(flatten)]
+    pub position: WalkPosition,
+}
+
+impl WalkState {
+    /// Every walk's, as `positions` holds them.
+    pub fn all(positions: Vec<(String, WalkPosition)>) -> Vec<WalkState> {
+        positions
+            .into_iter()
+            .map(|(walk, position)| WalkState { walk, position })
+            .collect()
+    }
 }
 
 /// One node's figures since it started.

@@ -11,7 +11,7 @@ use imgcas::config::Config;
 use imgcas::error::Error;
 use imgcas::metrics::Metrics;
 use imgcas::pipeline::{GcReport, Pipeline, StatsReport, VerifyReport};
-use imgcas::wire::{SavingsAnswer, StoreSavings};
+use imgcas::wire::{SavingsAnswer, StoreSavings, WalkState};
 
 use super::progress;
 
@@ -75,9 +75,11 @@ pub async fn stats(
     let node_id = pipeline.readings().node_id;
     let stored = pipeline.stored_stats().await?;
     let reading = pipeline.store_reading(std::time::Duration::ZERO).await?;
+    let walks = WalkState::all(pipeline.walk_positions().await?);
     let savings = SavingsAnswer {
         node_id,
         node: None,
+        walks,
         store: Some(StoreSavings::new(
             &reading,
             stored.variant_bytes,
@@ -130,6 +132,16 @@ pub fn describe_savings(s: &SavingsAnswer) -> String {
             ratio(n.hit_ratio, 100.0),
             mib(n.exact_saved_bytes),
             mib(n.near_saved_bytes),
+        ));
+    }
+    for w in &s.walks {
+        let state = match w.position.finished_ms {
+            Some(_) => "finished",
+            None => "under way or stopped",
+        };
+        out.push_str(&format!(
+            "walk {:<20} {:>10} rows   {state}, on {}\n",
+            w.walk, w.position.rows, w.position.node
         ));
     }
     out

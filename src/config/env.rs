@@ -139,6 +139,7 @@ pub const ENVIRONMENT: &[EnvVar] = &[
     setting!("cluster.node_id", "IMGCAS_NODE_ID", cluster.node_id, some_text),
     setting!("cluster.claim_ttl", "IMGCAS_CLAIM_TTL", cluster.claim_ttl, duration),
     setting!("maintenance.gc_grace", "IMGCAS_GC_GRACE", maintenance.gc_grace, duration),
+    setting!("maintenance.walk_rows_per_second", "IMGCAS_WALK_ROWS_PER_SECOND", maintenance.walk_rows_per_second, number),
     setting!("dedup.near", "IMGCAS_NEAR_DEDUP", dedup.near, near_dedup),
     setting!("dedup.report_radius", "IMGCAS_NEAR_DEDUP_REPORT_RADIUS", dedup.report_radius, number),
     setting!("dedup.radius", "IMGCAS_NEAR_DEDUP_RADIUS", dedup.radius, number),

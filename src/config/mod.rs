@@ -119,12 +119,16 @@ pub struct MaintenanceConfig {
     /// that stored them may not have written the row that points at them yet.
     #[serde(deserialize_with = "de_duration")]
     pub gc_grace: Duration,
+    /// Rows a second a long walk over the store handles at most
+    /// (`IMGCAS_WALK_ROWS_PER_SECOND`; 0: no limit): the backfills' pace.
+    pub walk_rows_per_second: u64,
 }
 
 impl Default for MaintenanceConfig {
     fn default() -> Self {
         MaintenanceConfig {
             gc_grace: Duration::from_secs(3600),
+            walk_rows_per_second: 1000,
         }
     }
 }
@@ -724,6 +728,7 @@ mod tests {
             ("IMGCAS_NODE_ID", (r#""node-a""#, "node-a")),
             ("IMGCAS_CLAIM_TTL", (r#""3s""#, "3")),
             ("IMGCAS_GC_GRACE", (r#""10m""#, "600")),
+            ("IMGCAS_WALK_ROWS_PER_SECOND", ("250", "250")),
             ("IMGCAS_NEAR_DEDUP", (r#""canonical""#, "canonical")),
             ("IMGCAS_NEAR_DEDUP_REPORT_RADIUS", ("10", "10")),
             ("IMGCAS_NEAR_DEDUP_RADIUS", ("3", "3")),

@@ -34,9 +34,10 @@ use super::{
     BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
     Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
     Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
-    VariantTotals, Variants,
+    VariantTotals, Variants, VersionCursor,
 };
 use super::{Bucket, HeldFailure, OriginSlot, OriginTurn, Quotas, SlotTake, Take};
+use super::{WalkLog, WalkPosition};
 use crate::hash::ContentHash;
 
 /// Bytes the in-memory copies of entries may hold, per cache, unless
@@ -326,8 +327,12 @@ impl<S: MapStore> UrlMap for Cached<S> {
         removed
     }
 
-    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
-        self.store.urls().await
+    async fn urls_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.store.urls_page(after, limit).await
     }
 
     async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
@@ -453,8 +458,21 @@ impl<S: MapStore> Originals for Cached<S> {
         removed
     }
 
-    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
-        self.store.original_hashes().await
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError> {
+        self.store.originals_page(after, limit).await
+    }
+
+    async fn lacking_facts(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.store.lacking_facts(version, after, limit).await
     }
 }
 
@@ -477,8 +495,8 @@ store_answers!(Fingerprints {
     fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ListedAtWrite;
     fn near(&self, phash: u64, radius: u32) -> Vec<NearMatch>;
     fn near_closest(&self, phash: u64, radius: u32, limit: usize) -> Vec<NearMatch>;
-    fn unfingerprinted(&self, after: Option<ContentHash>, limit: usize) -> Vec<ContentHash>;
-    fn fingerprints(&self) -> Vec<(ContentHash, Fingerprint)>;
+    fn lacking_fingerprints(&self, version: u32, after: Option<VersionCursor>, limit: usize) -> Vec<VersionCursor>;
+    fn fingerprints_page(&self, after: Option<ContentHash>, limit: usize) -> Vec<(ContentHash, Fingerprint)>;
     fn alias(&self, hash: &ContentHash) -> Option<ContentHash>;
     fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> ();
     fn remove_aliases(&self, hash: &ContentHash) -> u64;
@@ -490,7 +508,7 @@ store_answers!(Variants {
     fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> ();
     fn variant_bytes(&self) -> u64;
     fn evict_variants(&self, target_bytes: u64) -> Evicted;
-    fn variant_keys(&self) -> Vec<VariantKey>;
+    fn variant_keys_page(&self, after: Option<&VariantKey>, limit: usize) -> Vec<VariantKey>;
     fn remove_variants(&self, keys: &[VariantKey]) -> u64;
     fn variants_of(&self, hash: &ContentHash) -> Vec<(VariantKey, u64)>;
     fn variant_totals(&self) -> VariantTotals;
@@ -526,6 +544,12 @@ store_answers!(Quotas {
     fn held_failure(&self, url: &str) -> Option<HeldFailure>;
     fn hold_failure(&self, url: &str, error: &str, streak: u32, hold: Duration, remember: Duration) -> ();
     fn clear_failure(&self, url: &str) -> ();
+});
+
+store_answers!(WalkLog {
+    fn walk_position(&self, name: &str) -> Option<WalkPosition>;
+    fn put_walk_position(&self, name: &str, position: &WalkPosition) -> ();
+    fn walk_positions(&self) -> Vec<(String, WalkPosition)>;
 });
 
 store_answers!(Claims {

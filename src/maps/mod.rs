@@ -44,21 +44,29 @@ mod claims;
 pub mod format_by_name;
 pub mod near;
 mod open;
+pub mod pages;
 pub mod postgres;
 pub mod quotas;
 pub mod redb;
 mod totals;
+mod walk_log;
 
 pub use self::blocklist::{BlockEntry, Blocklist};
 pub use self::cache::Cached;
 pub use self::claims::{Claim, ClaimOutcome, Claims};
 pub use self::open::{open, open_backend, OpenOptions};
+pub use self::pages::{FingerprintPages, OriginalPages, UrlPages, VariantKeyPages};
 pub use self::postgres::{PostgresMaps, PostgresStore};
 pub use self::quotas::{
     Bucket, HeldFailure, MemoryQuotas, OriginSlot, OriginTurn, Quotas, SlotTake, Take,
 };
 pub use self::redb::{RedbMaps, RedbStore};
 pub use self::totals::{StoreReading, StoreTotals};
+pub use self::walk_log::{WalkLog, WalkPosition};
+
+/// Rows a walk over a map reads per page ([`UrlMap::urls_page`] and its kin): memory and a
+/// statement's work bounded, whatever the store holds.
+pub const WALK_PAGE: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
@@ -339,7 +347,7 @@ pub struct Evicted {
 
 /// The maps' operations, as the pipeline and the maintenance commands use them: one trait per
 /// role ([`UrlMap`], [`Originals`], [`Fingerprints`], [`Variants`], [`Takedowns`],
-/// [`Blocklist`], [`Claims`]),
+/// [`Blocklist`], [`Claims`], [`Quotas`], [`WalkLog`]),
 /// each implemented by a backend in a file of its own, and this one for the store as a
 /// whole (durability, space, readiness). Code holding a `dyn MapStore` calls every role's
 /// methods; code holding a backend's own type imports the roles it uses.
@@ -357,6 +365,7 @@ pub trait MapStore:
     + Blocklist
     + Claims
     + Quotas
+    + WalkLog
     + Send
     + Sync
     + 'static
@@ -428,8 +437,15 @@ pub trait UrlMap: Send + Sync {
     /// Drops a URL's entry: it is downloaded afresh on its next request.
     async fn remove_url(&self, url: &str) -> Result<(), MapError>;
 
-    /// Every URL entry (for `verify`, `gc` and `stats`).
-    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError>;
+    /// Up to `limit` URL entries after the URL `after` (from the first when `None`), in the
+    /// backend's own key order: one page of a walk (`verify`, the totals, copies). A walk
+    /// resumes from the last URL of a page; entries written or removed meanwhile may or may
+    /// not be seen, every other entry is seen exactly once.
+    async fn urls_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UrlEntry)>, MapError>;
 
     /// The URL entries whose bytes hash to `hash` or that are served from it (canonical
     /// mode): the hash → URLs index, which every backend keeps with its URL map (and builds
@@ -482,8 +498,40 @@ pub trait Originals: Send + Sync {
     /// Drops an original's index entry, durably (`verify --repair`).
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError>;
 
-    /// Every indexed hash.
-    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError>;
+    /// Up to `limit` indexed originals with a hash above `after`, in hash order: one page of
+    /// a walk (`verify`, `gc`, the totals, copies).
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError>;
+
+    /// Up to `limit` indexed originals whose facts are not of `version` (none yet, or
+    /// another version's), each with the version it has (0: none), in (version, hash) order
+    /// after `after`: the facts backfill's cursor. Indexed by facts version on every backend,
+    /// so a store whose facts are all current answers at once, whatever its size.
+    async fn lacking_facts(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError>;
+}
+
+/// Where an original stands in an index by the version of what is computed from it
+/// ([`Originals::lacking_facts`], [`Fingerprints::lacking_fingerprints`]): that version (0:
+/// none computed) and its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct VersionCursor {
+    pub version: u32,
+    pub hash: ContentHash,
+}
+
+impl OriginalInfo {
+    /// The facts version [`Originals::lacking_facts`] indexes it by (0: none).
+    pub fn facts_version(&self) -> u32 {
+        self.facts.as_ref().map_or(0, |f| f.version)
+    }
 }
 
 /// Near-duplicates: one fingerprint per original, searchable by Hamming radius (`near.rs`),
@@ -522,16 +570,24 @@ pub trait Fingerprints: Send + Sync {
         Ok(found)
     }
 
-    /// Up to `limit` indexed originals without a current fingerprint, in hash order after
-    /// `after` (the backfill's cursor).
-    async fn unfingerprinted(
+    /// Up to `limit` indexed originals whose fingerprint is not of `version` (none yet, or
+    /// another version's), each with the version it has (0: none), in (version, hash) order
+    /// after `after`: the fingerprint backfill's cursor. Indexed by version like
+    /// [`Originals::lacking_facts`]: a store whose fingerprints are current answers at once.
+    async fn lacking_fingerprints(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError>;
+
+    /// Up to `limit` current fingerprints of pictures with a hash above `after`, in hash
+    /// order (`imgcas stats`' clusters read them page by page).
+    async fn fingerprints_page(
         &self,
         after: Option<ContentHash>,
         limit: usize,
-    ) -> Result<Vec<ContentHash>, MapError>;
-
-    /// Every fingerprint of a picture (`imgcas stats`' clusters).
-    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError>;
+    ) -> Result<Vec<(ContentHash, Fingerprint)>, MapError>;
 
     /// The canonical original a near-duplicate's own hash stands for (canonical mode).
     async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError>;
@@ -573,8 +629,13 @@ pub trait Variants: Send + Sync {
     /// Drops the least recently served variants until they hold at most `target_bytes`.
     async fn evict_variants(&self, target_bytes: u64) -> Result<Evicted, MapError>;
 
-    /// Every variant key.
-    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError>;
+    /// Up to `limit` variant keys after `after`, in the backend's key order (one original's
+    /// variants together, originals in hash order): one page of a walk.
+    async fn variant_keys_page(
+        &self,
+        after: Option<&VariantKey>,
+        limit: usize,
+    ) -> Result<Vec<VariantKey>, MapError>;
 
     /// Drops these variants; returns how many were stored.
     async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError>;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{MapError, MapStore};
+use super::{MapError, MapStore, OriginalPages, UrlPages};
 use crate::hash::ContentHash;
 
 /// What the URL map points at against what is stored ([`MapStore::totals`]).
@@ -50,28 +50,31 @@ impl StoreTotals {
     }
 }
 
-/// [`MapStore::totals`] by reading every URL entry and every original.
+/// [`MapStore::totals`] by reading every URL entry and every original, a page at a time.
 pub(super) async fn walk<M: MapStore + ?Sized>(maps: &M) -> Result<StoreTotals, MapError> {
     let mut totals = StoreTotals::default();
     // Per original served: the URLs with its own bytes, and those mapped to it as a
     // near-duplicate (canonical mode).
     let mut pointed: HashMap<ContentHash, (u64, u64)> = HashMap::new();
-    for (_, entry) in maps.urls().await? {
-        totals.urls += 1;
-        let counts = pointed.entry(entry.serving()).or_default();
-        match entry.canonical.is_some() {
-            true => counts.1 += 1,
-            false => counts.0 += 1,
+    let mut urls = UrlPages::new(maps);
+    while let Some(page) = urls.next().await? {
+        for (_, entry) in &page {
+            totals.urls += 1;
+            let counts = pointed.entry(entry.serving()).or_default();
+            match entry.canonical.is_some() {
+                true => counts.1 += 1,
+                false => counts.0 += 1,
+            }
         }
     }
-    for hash in maps.original_hashes().await? {
-        let Some(info) = maps.original(&hash).await? else {
-            continue;
-        };
-        totals.originals += 1;
-        totals.original_bytes += info.bytes;
-        let (exact, near) = pointed.get(&hash).copied().unwrap_or_default();
-        totals.add_pointed(info.bytes, exact, near);
+    let mut originals = OriginalPages::new(maps);
+    while let Some(page) = originals.next().await? {
+        for (hash, info) in page {
+            totals.originals += 1;
+            totals.original_bytes += info.bytes;
+            let (exact, near) = pointed.get(&hash).copied().unwrap_or_default();
+            totals.add_pointed(info.bytes, exact, near);
+        }
     }
     Ok(totals)
 }

@@ -111,6 +111,16 @@ impl Lease {
         self.shared.is_some()
     }
 
+    /// Whether the claim is provably still ours while it is being renewed (not lost, and
+    /// renewed within the time to live less a margin): a long job asks between its steps.
+    pub(super) fn still_ours(&self) -> bool {
+        let Some(held) = &self.shared else {
+            return true;
+        };
+        let age = lock(&held.renewed_at).elapsed();
+        !held.lost.load(Ordering::Acquire) && age + held.ttl / 5 < held.ttl
+    }
+
     /// Stops renewing and says whether the result may be published: `Ok(None)` on unshared
     /// maps, `Ok(Some(claim))` with the claim as it stands when it is provably still ours,
     /// `Err` when it is not (lost, or too old to be sure).

@@ -9,11 +9,12 @@ use base64::Engine;
 
 use imgcas_processors::{self as processors, FACTS_VERSION};
 
+use super::walks::{Page, Walk};
 use super::Pipeline;
 use crate::admission::Tier;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{OriginalFacts, PictureFacts};
+use crate::maps::{OriginalFacts, PictureFacts, VersionCursor, WALK_PAGE};
 use crate::stats::Stats;
 
 impl Pipeline {
@@ -104,13 +105,37 @@ impl Pipeline {
     }
 
     /// Computes the facts of every indexed original that has none (of this version);
-    /// returns how many. Run at start, in the background. Originals first seen since it
-    /// began are left to the storing path, which computes theirs already.
+    /// returns how many originals it looked at. Run at start, in the background, as a walk
+    /// (`walks.rs`: one node of a cluster at a time, resumable, throttled). It reads only
+    /// the originals the maps index as lacking current facts
+    /// ([`crate::maps::Originals::lacking_facts`]), a page at a time: a start on a store
+    /// whose facts are current reads one empty page. Originals first seen since it began
+    /// are left to the storing path, which computes theirs already.
     pub async fn backfill_facts(&self) -> Result<u64, Error> {
         let began = crate::maps::now_ms();
-        let mut done = 0;
-        for hash in self.shared.maps.original_hashes().await? {
-            let Some(kept) = self.shared.maps.original(&hash).await? else {
+        self.run_walk(Walk::Facts, |after| self.facts_page(after, began))
+            .await
+    }
+
+    /// One page of [`Pipeline::backfill_facts`], after `after`.
+    async fn facts_page(
+        &self,
+        after: Option<VersionCursor>,
+        began: u64,
+    ) -> Result<Page<VersionCursor>, Error> {
+        let page = self
+            .shared
+            .maps
+            .lacking_facts(FACTS_VERSION, after, WALK_PAGE)
+            .await?;
+        // The walk goes on past this page: originals whose facts could not be computed stay
+        // lacking, and are not asked for twice.
+        let Some(last) = page.last().copied() else {
+            return Ok(None);
+        };
+        let rows = page.len() as u64;
+        for cursor in page {
+            let Some(kept) = self.shared.maps.original(&cursor.hash).await? else {
                 continue;
             };
             if kept.current_facts().is_some() || kept.first_seen_ms >= began {
@@ -118,12 +143,11 @@ impl Pipeline {
             }
             // Through the flights, so a request asking for the same original meanwhile
             // shares the computation ([`Pipeline::settle`] waits for flights at shutdown).
-            match self.facts_of(&hash).await {
-                Ok(_) => done += 1,
+            if let Err(e) = self.facts_of(&cursor.hash).await {
                 // Bytes missing from the blob store: `verify` reports them.
-                Err(e) => tracing::warn!(%hash, error = %e, "facts not computed"),
+                tracing::warn!(hash = %cursor.hash, error = %e, "facts not computed");
             }
         }
-        Ok(done)
+        Ok(Some((last, rows)))
     }
 }

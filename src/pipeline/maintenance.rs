@@ -23,7 +23,9 @@ use std::collections::HashSet;
 use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, StoreReading, VariantKey, VariantTotals};
+use crate::maps::{
+    now_ms, OriginalPages, StoreReading, UrlPages, VariantKey, VariantKeyPages, VariantTotals,
+};
 
 use super::Pipeline;
 
@@ -122,17 +124,16 @@ impl Pipeline {
 
     pub async fn stored_stats(&self) -> Result<StatsReport, Error> {
         let maps = &self.shared.maps;
+        let counted = maps.totals().await?;
         let mut report = StatsReport {
-            urls: maps.urls().await?.len() as u64,
+            urls: counted.urls,
+            originals: counted.originals,
+            original_bytes: counted.original_bytes,
             variants: maps.variant_totals().await?,
             variant_bytes: maps.variant_bytes().await?,
             variants_max_bytes: self.shared.config.limits.variants_max_bytes,
             ..StatsReport::default()
         };
-        for hash in maps.original_hashes().await? {
-            report.originals += 1;
-            report.original_bytes += maps.original(&hash).await?.map_or(0, |i| i.bytes);
-        }
         if self.near_dedup_on() {
             let (clusters, originals, bytes) = self.near_duplicate_clusters().await?;
             report.near_clusters = clusters;
@@ -152,16 +153,21 @@ impl Pipeline {
             repaired: repair,
             ..VerifyReport::default()
         };
-        let hashes = maps.original_hashes().await?;
-        let total = hashes.len() as u64;
-        for hash in &hashes {
-            match blobs.get(hash).await? {
-                None => report.missing.push(*hash),
-                Some(bytes) if ContentHash::of(&bytes) != *hash => report.corrupt.push(*hash),
-                Some(_) => {}
+        let total = maps.totals().await?.originals;
+        let mut originals = OriginalPages::new(maps.as_ref());
+        while let Some(page) = originals.next().await? {
+            for (hash, _) in &page {
+                match blobs.get(hash).await? {
+                    None => report.missing.push(*hash),
+                    Some(bytes) if ContentHash::of(&bytes) != *hash => report.corrupt.push(*hash),
+                    Some(_) => {}
+                }
+                report.originals_checked += 1;
+                progress(
+                    report.originals_checked,
+                    total.max(report.originals_checked),
+                );
             }
-            report.originals_checked += 1;
-            progress(report.originals_checked, total);
         }
         let bad: Vec<ContentHash> = report
             .missing
@@ -183,17 +189,20 @@ impl Pipeline {
                 report.taken_down_stored.push(*hash);
             }
         }
-        for (url, entry) in maps.urls().await? {
-            if listed.contains(&entry.hash) || listed.contains(&entry.serving()) {
-                // A URL remembered as taken down.
-                continue;
-            }
-            // A canonical mapping is served from its canonical original (its own bytes
-            // were never stored).
-            let serving = entry.serving();
-            let indexed = maps.original(&serving).await?.is_some();
-            if !indexed || bad.contains(&serving) {
-                report.dangling_urls.push(url);
+        let mut urls = UrlPages::new(maps.as_ref());
+        while let Some(page) = urls.next().await? {
+            for (url, entry) in page {
+                if listed.contains(&entry.hash) || listed.contains(&entry.serving()) {
+                    // A URL remembered as taken down.
+                    continue;
+                }
+                // A canonical mapping is served from its canonical original (its own bytes
+                // were never stored).
+                let serving = entry.serving();
+                let indexed = maps.original(&serving).await?.is_some();
+                if !indexed || bad.contains(&serving) {
+                    report.dangling_urls.push(url);
+                }
             }
         }
         if repair {
@@ -221,8 +230,7 @@ impl Pipeline {
 
     pub async fn gc(&self, apply: bool, progress: Progress<'_>) -> Result<GcReport, Error> {
         let (maps, blobs) = (&self.shared.maps, &self.shared.blobs);
-        let mut indexed = maps.original_hashes().await?;
-        indexed.sort();
+        let indexed = self.indexed_hashes().await?;
         let stored = blobs.list().await?;
         let mut report = GcReport {
             applied: apply,
@@ -265,8 +273,7 @@ impl Pipeline {
             .variants_where(|h| indexed.binary_search(h).is_err())
             .await?;
         if !orphans.is_empty() {
-            let mut indexed_now = maps.original_hashes().await?;
-            indexed_now.sort();
+            let indexed_now = self.indexed_hashes().await?;
             orphans.retain(|k| indexed_now.binary_search(&k.hash).is_err());
         }
         report.orphan_variants = orphans.len() as u64;
@@ -292,14 +299,11 @@ impl Pipeline {
         written_before: u64,
         report: &mut GcReport,
     ) -> Result<(), Error> {
-        let named: HashSet<VariantObject> = self
-            .shared
-            .maps
-            .variant_keys()
-            .await?
-            .iter()
-            .map(super::variant::variant_object)
-            .collect();
+        let mut named: HashSet<VariantObject> = HashSet::new();
+        let mut keys = VariantKeyPages::new(self.shared.maps.as_ref());
+        while let Some(page) = keys.next().await? {
+            named.extend(page.iter().map(super::variant::variant_object));
+        }
         let mut doomed = Vec::new();
         for (object, modified) in self.shared.blobs.list_variants().await? {
             if named.contains(&object) {
@@ -323,7 +327,17 @@ impl Pipeline {
         &self,
         doomed: impl Fn(&ContentHash) -> bool,
     ) -> Result<Vec<VariantKey>, Error> {
-        let keys = self.shared.maps.variant_keys().await?;
-        Ok(keys.into_iter().filter(|k| doomed(&k.hash)).collect())
+        self.variant_keys_where(|k| doomed(&k.hash)).await
+    }
+
+    /// Every indexed hash, in order (`gc` compares the blob store's listing with it), read
+    /// a page at a time.
+    async fn indexed_hashes(&self) -> Result<Vec<ContentHash>, Error> {
+        let mut hashes: Vec<ContentHash> = Vec::new();
+        let mut originals = OriginalPages::new(self.shared.maps.as_ref());
+        while let Some(page) = originals.next().await? {
+            hashes.extend(page.into_iter().map(|(h, _)| h));
+        }
+        Ok(hashes)
     }
 }

@@ -63,6 +63,7 @@ mod upkeep;
 mod upload;
 mod validation;
 mod variant;
+mod walks;
 
 pub use blocklist::Listed;
 pub use copy::{copy_maps, CopyReport};
@@ -74,6 +75,7 @@ pub use removal::{taken_down, Lifted, TakenDown};
 pub use resolve::{Resolved, UrlState};
 pub use upload::Uploaded;
 pub use variant::{Provenance, Served, Source, Target};
+pub use walks::Walk;
 
 /// The decision flow and everything it owns. Clones share one state.
 #[derive(Clone)]
@@ -472,9 +474,22 @@ impl Pipeline {
         Ok(self.shared.blobs.list().await?)
     }
 
-    /// Every key the variants map holds.
+    /// Every key the variants map holds (for tests and tools that look at a small store).
     pub async fn variant_keys(&self) -> Result<Vec<crate::maps::VariantKey>, Error> {
-        Ok(self.shared.maps.variant_keys().await?)
+        self.variant_keys_where(|_| true).await
+    }
+
+    /// The variant keys `pick` picks, read a page at a time.
+    pub(super) async fn variant_keys_where(
+        &self,
+        pick: impl Fn(&crate::maps::VariantKey) -> bool,
+    ) -> Result<Vec<crate::maps::VariantKey>, Error> {
+        let mut picked = Vec::new();
+        let mut keys = crate::maps::VariantKeyPages::new(self.shared.maps.as_ref());
+        while let Some(page) = keys.next().await? {
+            picked.extend(page.into_iter().filter(|k| pick(k)));
+        }
+        Ok(picked)
     }
 }
 

@@ -12,14 +12,16 @@
 use bytes::Bytes;
 
 use imgcas_processors::fingerprint::{fingerprint, Fingerprint, Guards};
+use imgcas_processors::FINGERPRINT_VERSION;
 
+use super::walks::{Page, Walk};
 use super::{blocking, Pipeline};
 use crate::admission::{Slot, Tier};
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::near::NearIndex;
-use crate::maps::{Fingerprinted, NearMatch, OriginalInfo};
+use crate::maps::{Fingerprinted, NearMatch, OriginalInfo, VersionCursor};
 use crate::stats::Stats;
 
 /// Originals fingerprinted per batch of the backfill.
@@ -358,40 +360,57 @@ impl Pipeline {
     }
 
     /// Fingerprints every indexed original that has none (or one of an older version);
-    /// `progress` is told of each. Returns how many were computed.
+    /// `progress` is told of each. Returns how many were computed. A walk (`walks.rs`: one
+    /// node of a cluster at a time, resumable, throttled) over only the originals the maps
+    /// index as lacking a current fingerprint
+    /// ([`crate::maps::Fingerprints::lacking_fingerprints`]): nothing on a store whose
+    /// fingerprints are current, and what is still lacking after an interruption.
     pub async fn backfill_fingerprints(
         &self,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, Error> {
-        let mut after = None;
-        let mut done = 0;
-        loop {
-            let batch = self
-                .shared
-                .maps
-                .unfingerprinted(after, BACKFILL_BATCH)
-                .await?;
-            let Some(last) = batch.last() else {
-                return Ok(done);
+        let done = std::sync::atomic::AtomicU64::new(0);
+        self.run_walk(Walk::Fingerprints, |after| {
+            self.fingerprints_page(after, &done, progress)
+        })
+        .await?;
+        Ok(done.into_inner())
+    }
+
+    /// One page of [`Pipeline::backfill_fingerprints`], after `after`; `done` counts what it
+    /// computed.
+    async fn fingerprints_page(
+        &self,
+        after: Option<VersionCursor>,
+        done: &std::sync::atomic::AtomicU64,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Page<VersionCursor>, Error> {
+        let batch = self
+            .shared
+            .maps
+            .lacking_fingerprints(FINGERPRINT_VERSION, after, BACKFILL_BATCH)
+            .await?;
+        // Past what this page saw: an original whose bytes are missing stays lacking, and
+        // is not asked for twice.
+        let Some(last) = batch.last().copied() else {
+            return Ok(None);
+        };
+        let rows = batch.len() as u64;
+        for hash in batch.into_iter().map(|c| c.hash) {
+            let slot = self.fingerprint_slot(Tier::Background).await;
+            // `verify` reports missing bytes; nothing to fingerprint.
+            let Some(bytes) = self.shared.blobs.get(&hash).await? else {
+                continue;
             };
-            after = Some(*last);
-            for hash in batch {
-                let slot = self.fingerprint_slot(Tier::Background).await;
-                match self.shared.blobs.get(&hash).await? {
-                    Some(bytes) => {
-                        let computed = self
-                            .fingerprint_bytes(&hash, bytes, Tier::Background)
-                            .await?;
-                        drop(slot);
-                        self.keep_fingerprint(&hash, computed).await?;
-                        done += 1;
-                        progress(done);
-                    }
-                    // `verify` reports the missing bytes; nothing to fingerprint.
-                    None => continue,
-                }
-            }
+            let computed = self
+                .fingerprint_bytes(&hash, bytes, Tier::Background)
+                .await?;
+            drop(slot);
+            self.keep_fingerprint(&hash, computed).await?;
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            progress(n);
         }
+        Ok(Some((last, rows)))
     }
 
     /// Groups of originals within the report radius of one another (connected, under the
@@ -399,7 +418,11 @@ impl Pipeline {
     /// (`imgcas stats`). One read of every fingerprint, then an index in memory: no round
     /// trip to the maps per original.
     pub async fn near_duplicate_clusters(&self) -> Result<(u64, u64, u64), Error> {
-        let all = self.shared.maps.fingerprints().await?;
+        let mut all: Vec<(ContentHash, Fingerprint)> = Vec::new();
+        let mut pages = crate::maps::FingerprintPages::new(self.shared.maps.as_ref());
+        while let Some(page) = pages.next().await? {
+            all.extend(page);
+        }
         let guards = self.report_guards();
         let parent = blocking(move || Ok(link(&all, &guards).map(|p| (all, p)))).await?;
         let Some((all, mut parent)) = parent else {

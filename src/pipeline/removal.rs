@@ -256,14 +256,8 @@ impl Pipeline {
             return Ok(Vec::new());
         }
         let mark = format!("wm={hex}");
-        let marked = s
-            .maps
-            .variant_keys()
-            .await?
-            .into_iter()
-            .filter(|k| k.canonical_spec.split('&').any(|part| part == mark))
-            .collect();
-        Ok(marked)
+        self.variant_keys_where(|k| k.canonical_spec.split('&').any(|part| part == mark))
+            .await
     }
 
     /// Takes down the content `url` is served from (its canonical original in canonical

@@ -284,11 +284,15 @@ impl Pipeline {
     pub(super) async fn unused_urls(&self) -> Result<u64, Error> {
         let s = &self.shared;
         let cutoff = s.upkeep.forget_cutoff_ms();
-        let urls = s.maps.urls().await?;
-        Ok(urls
-            .iter()
-            .filter(|(_, e)| e.last_used_ms() < cutoff)
-            .count() as u64)
+        let mut unused = 0;
+        let mut urls = crate::maps::UrlPages::new(s.maps.as_ref());
+        while let Some(page) = urls.next().await? {
+            unused += page
+                .iter()
+                .filter(|(_, e)| e.last_used_ms() < cutoff)
+                .count() as u64;
+        }
+        Ok(unused)
     }
 
     /// Writes the queued use records.

@@ -6,6 +6,7 @@
 //! A new backend adds one `#[tokio::test]` that hands [`contract`] a way to open it.
 
 use crate::common;
+use crate::maps_walks::{all_fingerprints, all_hashes, all_keys, all_urls};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,11 +18,11 @@ use imgcas::hash::ContentHash;
 use imgcas::maps::{
     now_ms, BlockEntry, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo,
     Originals, PictureFacts, PostgresMaps, RedbMaps, StoreTotals, UrlEntry, UrlMap, VariantBody,
-    VariantKey, VariantRow, Variants,
+    VariantKey, VariantRow, Variants, VersionCursor,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
-type Opened = Pin<Box<dyn Future<Output = Arc<dyn MapStore>>>>;
+pub(crate) type Opened = Pin<Box<dyn Future<Output = Arc<dyn MapStore>>>>;
 
 fn info(bytes: u64) -> OriginalInfo {
     OriginalInfo {
@@ -164,20 +165,17 @@ async fn contract(open: impl Fn() -> Opened) {
     assert!(totals.image_bytes >= 16, "{totals:?}");
 
     // The maintenance walks see everything, and removal takes exactly what it names.
-    let mut hashes = maps.original_hashes().await.unwrap();
-    hashes.sort();
+    let hashes = all_hashes(maps.as_ref()).await;
     let mut expected = vec![a, b];
     expected.sort();
     assert_eq!(hashes, expected);
-    let urls: Vec<String> = maps
-        .urls()
+    let urls: Vec<String> = all_urls(maps.as_ref())
         .await
-        .unwrap()
         .into_iter()
         .map(|(u, _)| u)
         .collect();
     assert_eq!(urls.len(), 3, "{urls:?}");
-    let keys = maps.variant_keys().await.unwrap();
+    let keys = all_keys(maps.as_ref()).await;
     assert_eq!(keys.len() as u64, 3 + kinds);
     assert!(keys.contains(&key(a, "w=400")));
     let of_a: Vec<VariantKey> = keys.into_iter().filter(|k| k.hash == a).collect();
@@ -206,7 +204,7 @@ async fn contract(open: impl Fn() -> Opened) {
         maps.variant(&key(b, "w=400")).await.unwrap(),
         Some(image(&*maps, b"RIFF"))
     );
-    assert_eq!(maps.variant_keys().await.unwrap().len() as u64, 1 + kinds);
+    assert_eq!(all_keys(maps.as_ref()).await.len() as u64, 1 + kinds);
     maps.check().await.unwrap();
 }
 
@@ -346,12 +344,12 @@ async fn bounded_growth(open: impl Fn() -> Opened) {
     assert_eq!(maps.variant_bytes().await.unwrap(), 2 * one);
     let used = maps.url("http://127.0.0.1/used").await.unwrap().unwrap();
     assert_eq!(used.requested_at_ms, now);
-    assert_eq!(maps.urls().await.unwrap().len(), 1);
+    assert_eq!(all_urls(maps.as_ref()).await.len(), 1);
     let evicted = maps.evict_variants(one).await.unwrap();
     assert_eq!(evicted.keys, vec![k3], "k3 was served before k1");
     let evicted = maps.evict_variants(0).await.unwrap();
     assert_eq!((evicted.keys, evicted.remaining_bytes), (vec![k1], 0));
-    assert!(maps.variant_keys().await.unwrap().is_empty());
+    assert!(all_keys(maps.as_ref()).await.is_empty());
     maps.compact().await.unwrap();
     maps.check().await.unwrap();
 }
@@ -400,7 +398,7 @@ async fn url_budget(open: impl Fn() -> Opened) {
         None,
         "the least recently used goes"
     );
-    let kept = maps.urls().await.unwrap();
+    let kept = all_urls(maps.as_ref()).await;
     let counted: u64 = kept
         .iter()
         .map(|(u, e)| imgcas::maps::url_row_bytes(u, e))
@@ -434,7 +432,7 @@ async fn concurrent_durable_inserts(open: impl Fn() -> Opened) {
     }
     drop(maps);
     let maps = open().await;
-    assert_eq!(maps.original_hashes().await.unwrap().len(), 64);
+    assert_eq!(all_hashes(maps.as_ref()).await.len(), 64);
 }
 
 fn fingerprint(phash: u64, width: u32) -> Fingerprint {
@@ -461,10 +459,22 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
     let hashes_at = [base, base ^ 0b111, base ^ 0xff, base ^ 0x1ff, !base];
     let mut sorted = hashes.clone();
     sorted.sort();
-    assert_eq!(maps.unfingerprinted(None, 100).await.unwrap(), sorted);
+    let lacking = |hashes: &[ContentHash]| -> Vec<VersionCursor> {
+        hashes
+            .iter()
+            .map(|&hash| VersionCursor { version: 0, hash })
+            .collect()
+    };
+    let version = imgcas_processors::FINGERPRINT_VERSION;
     assert_eq!(
-        maps.unfingerprinted(Some(sorted[2]), 2).await.unwrap(),
-        sorted[3..5].to_vec()
+        maps.lacking_fingerprints(version, None, 100).await.unwrap(),
+        lacking(&sorted)
+    );
+    assert_eq!(
+        maps.lacking_fingerprints(version, Some(lacking(&sorted)[2]), 2)
+            .await
+            .unwrap(),
+        lacking(&sorted[3..5])
     );
     for (h, phash) in hashes.iter().zip(hashes_at) {
         let fp = Fingerprinted::Picture(fingerprint(phash, 800));
@@ -473,7 +483,10 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
     maps.put_fingerprint(&hashes[5], &Fingerprinted::NotAPicture)
         .await
         .unwrap();
-    assert_eq!(maps.unfingerprinted(None, 100).await.unwrap(), vec![]);
+    assert_eq!(
+        maps.lacking_fingerprints(version, None, 100).await.unwrap(),
+        vec![]
+    );
     assert_eq!(
         maps.fingerprint(&hashes[1]).await.unwrap(),
         Some(Fingerprinted::Picture(fingerprint(base ^ 0b111, 800)))
@@ -506,7 +519,7 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
     assert_eq!(near(8).await, vec![(hashes[0], 0), (hashes[2], 8)]);
     maps.remove_original(&hashes[2]).await.unwrap();
     assert_eq!(near(8).await, vec![(hashes[0], 0)]);
-    assert_eq!(maps.fingerprints().await.unwrap().len(), 4);
+    assert_eq!(all_fingerprints(maps.as_ref()).await.len(), 4);
 
     assert_eq!(maps.alias(&hashes[3]).await.unwrap(), None);
     maps.put_alias(&hashes[3], &hashes[0]).await.unwrap();
@@ -954,7 +967,7 @@ async fn quotas(open: impl Fn() -> Opened) {
 }
 
 /// Opens the redb maps in `dir` afresh at each call.
-fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
+pub(crate) fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
     move || -> Opened {
         let path = dir.path().to_path_buf();
         Box::pin(async move {
@@ -1035,7 +1048,7 @@ async fn totals(open: impl Fn() -> Opened) {
 }
 
 /// Opens the PostgreSQL maps in database `url` afresh at each call (a node restarting).
-fn postgres_at(url: String) -> impl Fn() -> Opened {
+pub(crate) fn postgres_at(url: String) -> impl Fn() -> Opened {
     move || -> Opened {
         let url = url.clone();
         Box::pin(async move {

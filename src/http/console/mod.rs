@@ -24,7 +24,7 @@ use super::Service;
 use crate::config::tokens::Scope;
 use crate::error::Error;
 use crate::maps::now_ms;
-use crate::wire::{NodeSavings, SavingsAnswer, StoreSavings};
+use crate::wire::{NodeSavings, SavingsAnswer, StoreSavings, WalkState};
 
 pub mod history;
 mod page;
@@ -162,6 +162,16 @@ impl Service {
                     readings.variants_max_bytes,
                 )
             }),
+            // Read by the async callers, which may ask the maps ([`Service::walks`]).
+            walks: Vec::new(),
+        }
+    }
+
+    /// Where the walks stand, from the maps (nothing when they do not answer in time).
+    async fn walks(&self) -> Vec<WalkState> {
+        match tokio::time::timeout(READY_WITHIN, self.pipeline().walk_positions()).await {
+            Ok(Ok(positions)) => WalkState::all(positions),
+            _ => Vec::new(),
         }
     }
 }
@@ -275,8 +285,10 @@ async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> 
         }
         Err(e) => Err(e.to_string()),
     };
+    let mut savings = service.savings_of(&readings, &now);
+    savings.walks = service.walks().await;
     page::View {
-        savings: service.savings_of(&readings, &now),
+        savings,
         readings,
         origins: service.pipeline().origin_tallies(),
         hour: console.history.series(Window::Hour, now),
@@ -363,8 +375,10 @@ pub async fn savings(State(service): State<Service>, headers: HeaderMap) -> Resp
         )
         .await;
     }
+    let mut answer = service.savings();
+    answer.walks = service.walks().await;
     // The figures are the operator's: no cache along the way keeps them.
-    guarded(Json(service.savings()).into_response())
+    guarded(Json(answer).into_response())
 }
 
 /// `GET /admin/admin.js` and `/admin/admin.css`: the page's own files, from the binary. They

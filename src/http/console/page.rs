@@ -192,6 +192,7 @@ fn savings(out: &mut String, view: &View) {
         }
         None => out.push_str("<p>The store's totals have not been read yet.</p>"),
     }
+    walks(out, view);
     out.push_str(r#"<h3>This node <small>(since it started)</small></h3><dl class="figures">"#);
     figure(
         out,
@@ -227,6 +228,32 @@ fn savings(out: &mut String, view: &View) {
     out.push_str("</dl>");
     plots(out, view, &SAVINGS_PLOTS);
     out.push_str("</section>");
+}
+
+/// Where each walk over the store stands (the backfills), whichever node runs it.
+fn walks(out: &mut String, view: &View) {
+    if view.savings.walks.is_empty() {
+        return;
+    }
+    out.push_str(
+        r#"<h3>Walks <small>(every node's, from the maps)</small></h3><dl class="figures">"#,
+    );
+    for w in &view.savings.walks {
+        let state = match w.position.finished_ms {
+            Some(at) => format!("finished {}", ago(view.now_ms, at)),
+            None => format!("went on {}", ago(view.now_ms, w.position.updated_ms)),
+        };
+        figure(
+            out,
+            &format!("walk-{}", w.walk),
+            &w.walk,
+            &format!(
+                "{} rows · {state} · on {}",
+                w.position.rows, w.position.node
+            ),
+        );
+    }
+    out.push_str("</dl>");
 }
 
 fn now(out: &mut String, view: &View) {

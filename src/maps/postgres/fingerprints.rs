@@ -7,7 +7,7 @@ const FINGERPRINT: Statement = Statement {
     sql: "SELECT * FROM imgcas_fingerprints WHERE hash = $1 AND version = $2",
 };
 
-/// A fingerprint written, and whether its hash is on the takedown list (for the check the
+/// A fingerprint written (its original's index by fingerprint version following), and whether its hash is on the takedown list (for the check the
 /// pipeline makes right after, [`ListedAtWrite`]).
 const PUT_FINGERPRINT: Statement = Statement {
     op: "put_fingerprint",
@@ -19,7 +19,9 @@ const PUT_FINGERPRINT: Statement = Statement {
              phash = EXCLUDED.phash, block_hash = EXCLUDED.block_hash,
              colour = EXCLUDED.colour, width = EXCLUDED.width, height = EXCLUDED.height,
              band0 = EXCLUDED.band0, band1 = EXCLUDED.band1, band2 = EXCLUDED.band2,
-             band3 = EXCLUDED.band3)
+             band3 = EXCLUDED.band3),
+               o AS (UPDATE imgcas_originals SET fingerprint_version = $2
+                      WHERE hash = $1 AND fingerprint_version <> $2)
           SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed",
 };
 
@@ -32,17 +34,24 @@ const NEAR: Statement = Statement {
             AND bit_count((phash # $6)::bit(64)) <= $7",
 };
 
-const UNFINGERPRINTED: Statement = Statement {
-    op: "unfingerprinted",
-    sql: "SELECT o.hash FROM imgcas_originals o
-           LEFT JOIN imgcas_fingerprints f ON f.hash = o.hash AND f.version = $1
-          WHERE f.hash IS NULL AND o.hash > $2
-          ORDER BY o.hash LIMIT $3",
+/// The originals whose fingerprint is not of version `$1`, after (`$2`, `$3`): as
+/// `LACKING_FACTS` (`originals.rs`), by the index by fingerprint version.
+const LACKING_FINGERPRINTS: Statement = Statement {
+    op: "lacking_fingerprints",
+    sql: "(SELECT fingerprint_version AS version, hash FROM imgcas_originals
+            WHERE fingerprint_version < $1 AND (fingerprint_version, hash) > ($2, $3)
+            ORDER BY fingerprint_version, hash LIMIT $4)
+          UNION ALL
+          (SELECT fingerprint_version AS version, hash FROM imgcas_originals
+            WHERE fingerprint_version > $1 AND (fingerprint_version, hash) > ($2, $3)
+            ORDER BY fingerprint_version, hash LIMIT $4)
+          ORDER BY version, hash LIMIT $4",
 };
 
-const FINGERPRINTS: Statement = Statement {
-    op: "fingerprints",
-    sql: "SELECT * FROM imgcas_fingerprints WHERE version = $1 AND phash IS NOT NULL",
+const FINGERPRINTS_PAGE: Statement = Statement {
+    op: "fingerprints_page",
+    sql: "SELECT * FROM imgcas_fingerprints WHERE hash > $2 AND version = $1
+            AND phash IS NOT NULL ORDER BY hash LIMIT $3",
 };
 
 const ALIAS: Statement = Statement {
@@ -137,28 +146,27 @@ impl Fingerprints for PostgresStore {
         Ok(out)
     }
 
-    async fn unfingerprinted(
+    async fn lacking_fingerprints(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.lacking(&LACKING_FINGERPRINTS, version, after, limit)
+            .await
+    }
+
+    async fn fingerprints_page(
         &self,
         after: Option<ContentHash>,
         limit: usize,
-    ) -> Result<Vec<ContentHash>, MapError> {
+    ) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
         let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
         let rows = self
             .query(
-                &UNFINGERPRINTED,
-                params![
-                    (FINGERPRINT_VERSION as i32),
-                    after,
-                    (limit.min(1 << 20) as i64)
-                ],
+                &FINGERPRINTS_PAGE,
+                params![(FINGERPRINT_VERSION as i32), after, page_limit(limit)],
             )
-            .await?;
-        rows.iter().map(|row| hash_of(row, "hash")).collect()
-    }
-
-    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
-        let rows = self
-            .query(&FINGERPRINTS, params![(FINGERPRINT_VERSION as i32)])
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {

@@ -41,7 +41,7 @@ use super::{
     near, now_ms, BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
     Fingerprinted, Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts,
     OriginalInfo, Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantBody, VariantKey,
-    VariantRow, VariantTotals, Variants,
+    VariantRow, VariantTotals, Variants, VersionCursor,
 };
 use crate::hash::ContentHash;
 use sql::{params, Params, RoundTrips, Run, Session, Statement};
@@ -80,8 +80,9 @@ macro_rules! insert_original {
     () => {
         "INSERT INTO imgcas_originals
              (hash, format, width, height, has_alpha, bytes, first_seen_ms, facts,
-              upright_width, upright_height)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+              upright_width, upright_height, fingerprint_version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                 (SELECT COALESCE(max(version), 0) FROM imgcas_fingerprints WHERE hash = $1))
          ON CONFLICT (hash) DO NOTHING"
     };
 }
@@ -97,6 +98,7 @@ mod sql;
 mod takedowns;
 mod urls;
 mod variants;
+mod walk_log;
 
 /// Connections per node unless `maps.pool_size` says otherwise. Each request needs one only
 /// for the length of a statement, so a few dozen serve thousands of requests a second.
@@ -285,6 +287,11 @@ fn ms(v: u64) -> i64 {
 
 fn unsigned(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
+}
+
+/// A page's `LIMIT`: the caller's, within what one answer should carry.
+fn page_limit(limit: usize) -> i64 {
+    limit.min(1 << 20) as i64
 }
 
 fn hash_of(row: &Row, column: &str) -> Result<ContentHash, MapError> {

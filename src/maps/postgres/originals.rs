@@ -47,9 +47,24 @@ const REMOVE_FINGERPRINT: Statement = Statement {
     sql: "DELETE FROM imgcas_fingerprints WHERE hash = $1",
 };
 
-const ORIGINAL_HASHES: Statement = Statement {
-    op: "original_hashes",
-    sql: "SELECT hash FROM imgcas_originals",
+const ORIGINALS_PAGE: Statement = Statement {
+    op: "originals_page",
+    sql: "SELECT * FROM imgcas_originals WHERE hash > $1 ORDER BY hash LIMIT $2",
+};
+
+/// The originals whose facts are not of version `$1`, after (`$2`, `$3`) in (version, hash)
+/// order: two ranges of the index by facts version, one either side of `$1`, so that the
+/// rows of version `$1` are never read.
+const LACKING_FACTS: Statement = Statement {
+    op: "lacking_facts",
+    sql: "(SELECT facts_version AS version, hash FROM imgcas_originals
+            WHERE facts_version < $1 AND (facts_version, hash) > ($2, $3)
+            ORDER BY facts_version, hash LIMIT $4)
+          UNION ALL
+          (SELECT facts_version AS version, hash FROM imgcas_originals
+            WHERE facts_version > $1 AND (facts_version, hash) > ($2, $3)
+            ORDER BY facts_version, hash LIMIT $4)
+          ORDER BY version, hash LIMIT $4",
 };
 
 #[async_trait]
@@ -155,8 +170,65 @@ impl Originals for PostgresStore {
             .map(|_| ())
     }
 
-    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
-        let rows = self.query(&ORIGINAL_HASHES, params![]).await?;
-        rows.iter().map(|row| hash_of(row, "hash")).collect()
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError> {
+        let after: Vec<u8> = after.map_or_else(Vec::new, |h| h.as_bytes().to_vec());
+        let rows = self
+            .query(&ORIGINALS_PAGE, params![after, page_limit(limit)])
+            .await?;
+        rows.iter()
+            .map(|row| Ok((hash_of(row, "hash")?, original_info(row)?)))
+            .collect()
+    }
+
+    async fn lacking_facts(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.lacking(&LACKING_FACTS, version, after, limit).await
+    }
+}
+
+impl PostgresStore {
+    /// A page of an index by version (`statement`: [`LACKING_FACTS`] or its kin): the rows
+    /// whose version is not `version`, after `after`.
+    pub(super) async fn lacking(
+        &self,
+        statement: &Statement,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        // Versions are small counters; one past `i32` is a version no row holds.
+        let version = i32::try_from(version).unwrap_or(i32::MAX);
+        let (after_version, after_hash) = match after {
+            Some(c) => (
+                i32::try_from(c.version).unwrap_or(i32::MAX),
+                c.hash.as_bytes().to_vec(),
+            ),
+            // Before every row: versions are never negative, and the empty hash sorts first.
+            None => (-1, Vec::new()),
+        };
+        let rows = self
+            .query(
+                statement,
+                params![version, after_version, after_hash, page_limit(limit)],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let has: i32 = row.try_get("version").map_err(store_error)?;
+                Ok(VersionCursor {
+                    version: u32::try_from(has)
+                        .map_err(|_| MapError::Corrupt(format!("version {has}")))?,
+                    hash: hash_of(row, "hash")?,
+                })
+            })
+            .collect()
     }
 }

@@ -167,6 +167,26 @@ const MIGRATIONS: &[&str] = &[
         held_until timestamptz NOT NULL,
         remembered_until timestamptz NOT NULL
     );",
+    // 10: the originals indexed by the version of their facts (0: none), kept by the
+    // database from the facts' own JSON, so that the facts backfill reads only the originals
+    // lacking current facts (a store whose facts are current: one index probe, no rows).
+    "ALTER TABLE imgcas_originals ADD COLUMN facts_version integer
+        GENERATED ALWAYS AS (COALESCE((facts::json ->> 'version')::integer, 0)) STORED;
+    CREATE INDEX imgcas_originals_by_facts_version
+        ON imgcas_originals (facts_version, hash);",
+    // 11: the originals indexed by the version of their fingerprint (0: none), kept by the
+    // fingerprint's write (and an original's, which finds one written before it), for the
+    // fingerprint backfill as 10 is for the facts'.
+    "ALTER TABLE imgcas_originals ADD COLUMN fingerprint_version integer NOT NULL DEFAULT 0;
+    UPDATE imgcas_originals o SET fingerprint_version = f.version
+        FROM imgcas_fingerprints f WHERE f.hash = o.hash;
+    CREATE INDEX imgcas_originals_by_fingerprint_version
+        ON imgcas_originals (fingerprint_version, hash);",
+    // 12: where each long walk over the store stands (`maps/walk_log.rs`), one row per walk.
+    "CREATE TABLE imgcas_walks (
+        name text PRIMARY KEY,
+        position text NOT NULL
+    );",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

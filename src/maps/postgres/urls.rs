@@ -47,9 +47,10 @@ const REMOVE_URL: Statement = Statement {
     sql: "DELETE FROM imgcas_urls WHERE url_key = $1",
 };
 
-const URLS: Statement = Statement {
-    op: "urls",
-    sql: "SELECT * FROM imgcas_urls",
+/// A page of the URL map in key order (the SHA-256 of the URL), after the key `$1`.
+const URLS_PAGE: Statement = Statement {
+    op: "urls_page",
+    sql: "SELECT * FROM imgcas_urls WHERE url_key > $1 ORDER BY url_key LIMIT $2",
 };
 
 const URLS_OF: Statement = Statement {
@@ -135,8 +136,16 @@ impl UrlMap for PostgresStore {
             .map(|_| ())
     }
 
-    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
-        let rows = self.query(&URLS, params![]).await?;
+    async fn urls_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        // The empty key sorts before every URL's.
+        let after = after.map_or_else(Vec::new, url_key);
+        let rows = self
+            .query(&URLS_PAGE, params![after, page_limit(limit)])
+            .await?;
         rows.iter()
             .map(|row| {
                 let url: String = row.try_get("url").map_err(store_error)?;

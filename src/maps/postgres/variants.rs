@@ -29,9 +29,13 @@ const EVICT_VARIANTS: Statement = Statement {
           ORDER BY served_at_ms, hash, processor_version, spec LIMIT $1",
 };
 
-const VARIANT_KEYS: Statement = Statement {
-    op: "variant_keys",
-    sql: "SELECT hash, processor_version, spec FROM imgcas_variants",
+/// A page of variant keys in the primary key's order, after (`$1`, `$2`, `$3`): a range of
+/// that index (the comparison and the order use the same collation).
+const VARIANT_KEYS_PAGE: Statement = Statement {
+    op: "variant_keys_page",
+    sql: "SELECT hash, processor_version, spec FROM imgcas_variants
+           WHERE (hash, processor_version, spec) > ($1, $2, $3)
+           ORDER BY hash, processor_version, spec LIMIT $4",
 };
 
 const VARIANT_TOTALS: Statement = Statement {
@@ -129,8 +133,27 @@ impl Variants for PostgresStore {
         }
     }
 
-    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
-        let rows = self.query(&VARIANT_KEYS, params![]).await?;
+    async fn variant_keys_page(
+        &self,
+        after: Option<&VariantKey>,
+        limit: usize,
+    ) -> Result<Vec<VariantKey>, MapError> {
+        let (hash, version, spec) = match after {
+            Some(k) => (
+                k.hash.as_bytes().to_vec(),
+                // Stored as its bits in an `integer` (`variant_key` reads it back alike).
+                k.processor_version as i32,
+                k.canonical_spec.clone(),
+            ),
+            // Before every key: the empty hash sorts first.
+            None => (Vec::new(), i32::MIN, String::new()),
+        };
+        let rows = self
+            .query(
+                &VARIANT_KEYS_PAGE,
+                params![hash, version, spec, page_limit(limit)],
+            )
+            .await?;
         rows.iter().map(variant_key).collect()
     }
 

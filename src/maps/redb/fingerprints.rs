@@ -17,7 +17,8 @@ use redb::{
 };
 
 use super::super::near::{band_of, prefix_of, probes, BANDS};
-use super::super::{Fingerprint, Fingerprinted, ListedAtWrite, MapError};
+use super::super::{Fingerprint, Fingerprinted, ListedAtWrite, MapError, VersionCursor};
+use super::by_version::{self, Computed};
 use crate::hash::ContentHash;
 
 const FINGERPRINTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fingerprints");
@@ -226,21 +227,46 @@ pub(super) fn put(
     hash: &ContentHash,
     fingerprint: &Fingerprinted,
 ) -> Result<Option<Fingerprint>, MapError> {
-    let old = txn
-        .open_table(FINGERPRINTS)?
-        .insert(
+    let (was, old) = {
+        let mut table = txn.open_table(FINGERPRINTS)?;
+        let replaced = table.insert(
             hash.as_bytes().as_slice(),
             fingerprint.to_bytes().as_slice(),
-        )?
-        .and_then(|r| Fingerprinted::from_bytes(r.value()))
-        .and_then(|f| f.picture().copied());
+        )?;
+        let was = replaced.as_ref().map_or(0, |r| version_of(r.value()));
+        let old = replaced
+            .and_then(|r| Fingerprinted::from_bytes(r.value()))
+            .and_then(|f| f.picture().copied());
+        (was, old)
+    };
     if let Some(old) = old {
         index_remove(txn, hash, old.phash)?;
     }
     if let Fingerprinted::Picture(fp) = fingerprint {
         index_insert(txn, hash, fp.phash)?;
     }
+    // The originals' index by fingerprint version follows, for an indexed original.
+    let now = imgcas_processors::FINGERPRINT_VERSION;
+    by_version::follow(txn, Computed::Fingerprint, hash, was, now)?;
     Ok(old)
+}
+
+/// The version a stored fingerprint was computed with (its first four bytes; 0 for bytes too
+/// short to hold one).
+fn version_of(raw: &[u8]) -> u32 {
+    raw.get(..4)
+        .and_then(|v| v.try_into().ok())
+        .map_or(0, u32::from_be_bytes)
+}
+
+/// The version of `hash`'s stored fingerprint, if one is stored (of any version).
+pub(super) fn stored_version(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+) -> Result<Option<u32>, MapError> {
+    let table = txn.open_table(FINGERPRINTS)?;
+    let raw = table.get(hash.as_bytes().as_slice())?;
+    Ok(raw.map(|r| version_of(r.value())))
 }
 
 /// Drops an original's fingerprint and its index keys; returns it, if it was a picture's.
@@ -283,41 +309,28 @@ pub(super) fn by_prefix(
 }
 
 /// Every picture's fingerprint.
-pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
-    let table = txn.open_table(FINGERPRINTS)?;
-    let mut out = Vec::new();
-    for row in table.iter()? {
-        let (k, v) = row?;
-        if let (Some(hash), Some(Fingerprinted::Picture(fp))) = (
-            ContentHash::from_slice(k.value()),
-            Fingerprinted::from_bytes(v.value()),
-        ) {
-            out.push((hash, fp));
-        }
-    }
-    Ok(out)
-}
-
-/// Originals (in `originals`, keyed alike) without a current fingerprint, after `after`.
-pub(super) fn missing(
+/// Up to `limit` current fingerprints of pictures after `after`, in hash order.
+pub(super) fn page(
     txn: &ReadTransaction,
-    originals: TableDefinition<&[u8], &[u8]>,
     after: Option<ContentHash>,
     limit: usize,
-) -> Result<Vec<ContentHash>, MapError> {
-    let originals = txn.open_table(originals)?;
-    let fingerprints = txn.open_table(FINGERPRINTS)?;
-    let mut out = Vec::new();
-    each_after(&originals, after, |hash, _| {
-        let current = fingerprints
-            .get(hash.as_bytes().as_slice())?
-            .and_then(|v| Fingerprinted::from_bytes(v.value()));
-        if current.is_none() {
-            out.push(hash);
-        }
-        Ok(out.len() < limit)
-    })?;
-    Ok(out)
+) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+    let after = after.map(|h| h.0);
+    super::page_of(
+        txn,
+        FINGERPRINTS,
+        after.as_ref().map(|a| a.as_slice()),
+        limit,
+        "fingerprints",
+        |k, v| {
+            Ok(
+                match (ContentHash::from_slice(k), Fingerprinted::from_bytes(v)) {
+                    (Some(hash), Some(Fingerprinted::Picture(fp))) => Some((hash, fp)),
+                    _ => None,
+                },
+            )
+        },
+    )
 }
 
 pub(super) fn alias(
@@ -414,18 +427,26 @@ impl Fingerprints for RedbStore {
             .await
     }
 
-    async fn unfingerprinted(
+    async fn lacking_fingerprints(
         &self,
-        after: Option<ContentHash>,
+        version: u32,
+        after: Option<VersionCursor>,
         limit: usize,
-    ) -> Result<Vec<ContentHash>, MapError> {
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        let kind = Computed::Fingerprint;
         self.db
-            .run(move |db| fingerprints::missing(&db.read()?, originals::TABLE, after, limit))
+            .run(move |db| by_version::lacking(&db.read()?, kind, version, after, limit))
             .await
     }
 
-    async fn fingerprints(&self) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
-        self.db.run(|db| fingerprints::all(&db.read()?)).await
+    async fn fingerprints_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        self.db
+            .run(move |db| fingerprints::page(&db.read()?, after, limit))
+            .await
     }
 
     async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {

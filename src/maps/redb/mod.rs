@@ -1,8 +1,9 @@
 //! The embedded map backend: one redb file (`<data_dir>/imgcas.redb`) holding the three maps.
 //! `url_map.rs` owns the URL map and its index by hash, `originals.rs` a table, `variants.rs`
 //! the variants' rows, the pieces of large images and the budget's bookkeeping,
-//! `fingerprints.rs` the near-duplicate tables and their index, `takedowns.rs` the takedown list and
-//! `blocklist.rs` the moderation blocklist; each owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
+//! `fingerprints.rs` the near-duplicate tables and their index, `by_version.rs` the originals'
+//! indexes by facts and fingerprint version, `takedowns.rs` the takedown list,
+//! `blocklist.rs` the moderation blocklist and `walk_log.rs` the walks' positions; each owns its encoding and implements its role of [`MapStore`] (claims keep the trait's
 //! defaults: one process owns the file).
 //! Nothing outside this folder touches redb.
 //!
@@ -40,11 +41,13 @@ use super::{
 use crate::hash::ContentHash;
 
 mod blocklist;
+mod by_version;
 mod fingerprints;
 mod originals;
 mod takedowns;
 mod url_map;
 mod variants;
+mod walk_log;
 
 macro_rules! store_errors {
     ($($t:ty),*) => {$(
@@ -272,20 +275,32 @@ impl Db {
     }
 }
 
-/// Every key of a table keyed by bytes, decoded by `decode`; a key it refuses is corruption
-/// (named `what`).
-fn keys_of<T>(
+/// Up to `limit` rows of a table keyed by bytes, after the key `after` (from the first when
+/// `None`), in key order, decoded by `decode`; a row it refuses is corruption (named `what`).
+/// `keep` picks the rows a page holds (a page is `limit` rows kept, however many it skips).
+fn page_of<T>(
     txn: &ReadTransaction,
     table: redb::TableDefinition<&[u8], &[u8]>,
+    after: Option<&[u8]>,
+    limit: usize,
     what: &str,
-    decode: impl Fn(&[u8]) -> Option<T>,
+    decode: impl Fn(&[u8], &[u8]) -> Result<Option<T>, MapError>,
 ) -> Result<Vec<T>, MapError> {
-    use redb::ReadableTable;
+    use std::ops::Bound;
     let table = txn.open_table(table)?;
+    let from = after.map_or(Bound::Unbounded, Bound::Excluded);
     let mut out = Vec::new();
-    for row in table.iter()? {
-        let (k, _) = row?;
-        out.push(decode(k.value()).ok_or_else(|| MapError::Corrupt(format!("{what} key")))?);
+    for row in table.range::<&[u8]>((from, Bound::Unbounded))? {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, v) = row?;
+        match decode(k.value(), v.value()) {
+            Ok(Some(item)) => out.push(item),
+            Ok(None) => {}
+            Err(MapError::Corrupt(why)) => return Err(MapError::Corrupt(format!("{what}: {why}"))),
+            Err(e) => return Err(e),
+        }
     }
     Ok(out)
 }
@@ -356,10 +371,12 @@ impl RedbStore {
         db.write_durable(|txn| {
             url_map::create(txn)?;
             originals::create(txn)?;
+            by_version::create(txn, originals::none(txn)?)?;
             variants::create(txn, now_ms())?;
             fingerprints::create(txn)?;
             takedowns::create(txn)?;
             blocklist::create(txn)?;
+            walk_log::create(txn)?;
             Ok(())
         })?;
         // A file written before the near-neighbour index was kept on disk gets it now, a
@@ -375,11 +392,42 @@ impl RedbStore {
                 }
             }
         }
+        // Likewise the originals' indexes by facts and fingerprint version.
+        let (built, mut cursor) = by_version::state(&db.read()?)?;
+        if !built {
+            loop {
+                cursor = db.write_durable(|txn| build_version_indexes(txn, cursor))?;
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
         Ok(RedbStore {
             db,
             quotas: Default::default(),
         })
     }
+}
+
+/// Indexes a chunk of an older file's originals by facts and fingerprint version, after
+/// `cursor`; returns where to go on (`None`: done, the indexes marked built).
+fn build_version_indexes(
+    txn: &WriteTransaction,
+    cursor: Option<ContentHash>,
+) -> Result<Option<ContentHash>, MapError> {
+    use by_version::Computed;
+    let found = originals::facts_versions_after(txn, cursor, by_version::BUILD_CHUNK)?;
+    for (hash, facts) in &found {
+        by_version::set(txn, Computed::Facts, hash, None, Some(*facts))?;
+        let fingerprinted = fingerprints::stored_version(txn, hash)?.unwrap_or(0);
+        by_version::set(txn, Computed::Fingerprint, hash, None, Some(fingerprinted))?;
+    }
+    let next = match found.last() {
+        Some((hash, _)) if found.len() == by_version::BUILD_CHUNK => Some(*hash),
+        _ => None,
+    };
+    by_version::mark_built(txn, next.as_ref())?;
+    Ok(next)
 }
 
 impl RedbStore {

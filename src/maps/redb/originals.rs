@@ -1,8 +1,10 @@
-//! The originals index's table: hash (32 bytes) → its [`OriginalInfo`], as JSON.
+//! The originals index's table: hash (32 bytes) → its [`OriginalInfo`], as JSON. Every write
+//! keeps the index by facts version (`by_version.rs`) in the same transaction.
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::super::{Claim, MapError, OriginalFacts, OriginalInfo, Recorded};
+use super::super::{Claim, MapError, OriginalFacts, OriginalInfo, Recorded, VersionCursor};
+use super::by_version::{self, Computed};
 use crate::hash::ContentHash;
 
 pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
@@ -10,6 +12,41 @@ pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("or
 pub(super) fn create(txn: &WriteTransaction) -> Result<(), MapError> {
     txn.open_table(TABLE)?;
     Ok(())
+}
+
+pub(super) fn decode(hash: &ContentHash, raw: &[u8]) -> Result<OriginalInfo, MapError> {
+    serde_json::from_slice(raw).map_err(|e| MapError::Corrupt(format!("original {hash}: {e}")))
+}
+
+/// Whether the file holds no original, seen from a write.
+pub(super) fn none(txn: &WriteTransaction) -> Result<bool, MapError> {
+    use redb::ReadableTableMetadata;
+    Ok(txn.open_table(TABLE)?.is_empty()?)
+}
+
+/// Up to `chunk` originals after `cursor`, each with its facts version, from a write (the
+/// indexes' build at the first open of an older file).
+pub(super) fn facts_versions_after(
+    txn: &WriteTransaction,
+    cursor: Option<ContentHash>,
+    chunk: usize,
+) -> Result<Vec<(ContentHash, u32)>, MapError> {
+    use std::ops::Bound;
+    let table = txn.open_table(TABLE)?;
+    let from = cursor.as_ref().map_or(Bound::Unbounded, |c| {
+        Bound::Excluded(c.as_bytes().as_slice())
+    });
+    let mut found = Vec::new();
+    for row in table.range::<&[u8]>((from, Bound::Unbounded))? {
+        if found.len() == chunk {
+            break;
+        }
+        let (k, v) = row?;
+        let hash = ContentHash::from_slice(k.value())
+            .ok_or_else(|| MapError::Corrupt("originals key".into()))?;
+        found.push((hash, decode(&hash, v.value())?.facts_version()));
+    }
+    Ok(found)
 }
 
 pub(super) fn get(
@@ -37,6 +74,11 @@ pub(super) fn insert_if_absent(
     }
     let value = serde_json::to_vec(info).map_err(|e| MapError::Corrupt(e.to_string()))?;
     table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
+    drop(table);
+    by_version::set(txn, Computed::Facts, hash, None, Some(info.facts_version()))?;
+    // A fingerprint may be kept already (computed before the entry was written).
+    let fingerprinted = super::fingerprints::stored_version(txn, hash)?.unwrap_or(0);
+    by_version::set(txn, Computed::Fingerprint, hash, None, Some(fingerprinted))?;
     Ok(true)
 }
 
@@ -52,22 +94,49 @@ pub(super) fn set_facts(
             .map_err(|e| MapError::Corrupt(format!("original {hash}: {e}")))?,
         None => return Ok(()),
     };
+    let was = current.facts_version();
     let info = OriginalInfo {
         facts: Some(facts.clone()),
         ..current
     };
     let value = serde_json::to_vec(&info).map_err(|e| MapError::Corrupt(e.to_string()))?;
     table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
-    Ok(())
+    drop(table);
+    by_version::set(txn, Computed::Facts, hash, Some(was), Some(facts.version))
 }
 
 pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), MapError> {
-    txn.open_table(TABLE)?.remove(hash.as_bytes().as_slice())?;
+    let mut table = txn.open_table(TABLE)?;
+    let removed = match table.remove(hash.as_bytes().as_slice())? {
+        Some(raw) => Some(decode(hash, raw.value())?),
+        None => None,
+    };
+    drop(table);
+    if let Some(info) = removed {
+        by_version::set(txn, Computed::Facts, hash, Some(info.facts_version()), None)?;
+        let fingerprinted = super::fingerprints::stored_version(txn, hash)?.unwrap_or(0);
+        by_version::set(txn, Computed::Fingerprint, hash, Some(fingerprinted), None)?;
+    }
     Ok(())
 }
 
-pub(super) fn hashes(txn: &ReadTransaction) -> Result<Vec<ContentHash>, MapError> {
-    super::keys_of(txn, TABLE, "originals", ContentHash::from_slice)
+pub(super) fn page(
+    txn: &ReadTransaction,
+    after: Option<ContentHash>,
+    limit: usize,
+) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError> {
+    let after = after.map(|h| h.0);
+    super::page_of(
+        txn,
+        TABLE,
+        after.as_ref().map(|a| a.as_slice()),
+        limit,
+        "originals",
+        |k, v| {
+            let hash = ContentHash::from_slice(k).ok_or_else(|| MapError::Corrupt("key".into()))?;
+            Ok(Some((hash, decode(&hash, v)?)))
+        },
+    )
 }
 
 use super::*;
@@ -140,7 +209,24 @@ impl Originals for RedbStore {
             .await
     }
 
-    async fn original_hashes(&self) -> Result<Vec<ContentHash>, MapError> {
-        self.db.run(|db| originals::hashes(&db.read()?)).await
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError> {
+        self.db
+            .run(move |db| originals::page(&db.read()?, after, limit))
+            .await
+    }
+
+    async fn lacking_facts(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.db
+            .run(move |db| by_version::lacking(&db.read()?, Computed::Facts, version, after, limit))
+            .await
     }
 }

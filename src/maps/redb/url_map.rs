@@ -172,8 +172,24 @@ pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> 
     Ok(())
 }
 
-pub(super) fn all(txn: &ReadTransaction) -> Result<Vec<(String, UrlEntry)>, MapError> {
-    entries(&txn.open_table(TABLE)?)
+/// Up to `limit` entries after the URL `after`, in URL order.
+pub(super) fn page(
+    txn: &ReadTransaction,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<(String, UrlEntry)>, MapError> {
+    use std::ops::Bound;
+    let table = txn.open_table(TABLE)?;
+    let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut out = Vec::new();
+    for row in table.range::<&str>((from, Bound::Unbounded))? {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, v) = row?;
+        out.push((k.value().to_string(), decode(k.value(), v.value())?));
+    }
+    Ok(out)
 }
 
 /// Every entry of the table, decoded, in URL order.
@@ -287,8 +303,15 @@ impl UrlMap for RedbStore {
             .await
     }
 
-    async fn urls(&self) -> Result<Vec<(String, UrlEntry)>, MapError> {
-        self.db.run(|db| url_map::all(&db.read()?)).await
+    async fn urls_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        let after = after.map(str::to_string);
+        self.db
+            .run(move |db| url_map::page(&db.read()?, after.as_deref(), limit))
+            .await
     }
 
     async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {

@@ -309,8 +309,17 @@ pub(super) fn mark_served(
     Ok(())
 }
 
-pub(super) fn keys(txn: &ReadTransaction) -> Result<Vec<VariantKey>, MapError> {
-    super::keys_of(txn, TABLE, "variants", VariantKey::from_bytes)
+/// Up to `limit` variant keys after `after`, in key order.
+pub(super) fn keys_page(
+    txn: &ReadTransaction,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<VariantKey>, MapError> {
+    super::page_of(txn, TABLE, after, limit, "variants", |k, _| {
+        VariantKey::from_bytes(k)
+            .map(Some)
+            .ok_or_else(|| MapError::Corrupt("key".into()))
+    })
 }
 
 /// Every variant of one original (keys start with its hash), with its counted bytes.
@@ -544,8 +553,15 @@ impl Variants for RedbStore {
             .await
     }
 
-    async fn variant_keys(&self) -> Result<Vec<VariantKey>, MapError> {
-        self.db.run(|db| variants::keys(&db.read()?)).await
+    async fn variant_keys_page(
+        &self,
+        after: Option<&VariantKey>,
+        limit: usize,
+    ) -> Result<Vec<VariantKey>, MapError> {
+        let after = after.map(VariantKey::to_bytes);
+        self.db
+            .run(move |db| variants::keys_page(&db.read()?, after.as_deref(), limit))
+            .await
     }
 
     async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError> {
