@@ -88,6 +88,10 @@ enum Command {
         /// stored before fingerprints existed; the server does this in the background too).
         #[arg(long)]
         fingerprint: bool,
+        /// Also count the store's totals afresh from every URL entry and original and
+        /// compare them with the totals the maps keep (`/admin`, `imgcas stats`).
+        #[arg(long)]
+        totals: bool,
     },
     /// Bulk-load images: files are uploaded, directories walked for image files, URLs sent
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
@@ -399,11 +403,19 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
         Command::Verify {
             repair,
             fingerprint,
+            totals,
         } => {
             let config = configure(config_path, &Flags::default())?;
             if fingerprint {
                 let done = maintenance(cli::maintenance::fingerprint(config.clone()))?;
                 println!("{done} originals fingerprinted");
+            }
+            if totals {
+                let (kept, counted) = maintenance(cli::maintenance::totals(config.clone()))?;
+                println!("{}", cli::maintenance::describe_totals(&kept, &counted));
+                if kept != counted {
+                    return Ok(Outcome::Trouble);
+                }
             }
             let report = maintenance(cli::maintenance::verify(config, repair))?;
             println!("{}", cli::maintenance::describe_verify(&report));

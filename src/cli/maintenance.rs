@@ -9,6 +9,7 @@ use indicatif::ProgressBar;
 
 use imgcas::config::Config;
 use imgcas::error::Error;
+use imgcas::maps::StoreTotals;
 use imgcas::metrics::Metrics;
 use imgcas::pipeline::{GcReport, Pipeline, StatsReport, VerifyReport};
 use imgcas::wire::{SavingsAnswer, StoreSavings, WalkState};
@@ -164,6 +165,47 @@ pub async fn fingerprint(config: Config) -> Result<u64, Error> {
         .await;
     bar.finish_and_clear();
     done
+}
+
+/// `imgcas verify --totals`: the totals the maps keep, and the same counted afresh.
+pub async fn totals(config: Config) -> Result<(StoreTotals, StoreTotals), Error> {
+    open(config).await?.check_totals().await
+}
+
+/// The lines `imgcas verify --totals` prints: each figure kept and counted, and whether
+/// they agree.
+pub fn describe_totals(kept: &StoreTotals, counted: &StoreTotals) -> String {
+    let rows = [
+        ("originals", kept.originals, counted.originals),
+        (
+            "original bytes",
+            kept.original_bytes,
+            counted.original_bytes,
+        ),
+        ("urls", kept.urls, counted.urls),
+        ("pointed bytes", kept.pointed_bytes, counted.pointed_bytes),
+        (
+            "exact saved bytes",
+            kept.exact_saved_bytes,
+            counted.exact_saved_bytes,
+        ),
+        ("near urls", kept.near_urls, counted.near_urls),
+        (
+            "near saved bytes",
+            kept.near_saved_bytes,
+            counted.near_saved_bytes,
+        ),
+    ];
+    let mut out = String::from("totals              kept       counted\n");
+    for (name, k, c) in rows {
+        let mark = if k == c { "" } else { "   differs" };
+        out.push_str(&format!("{name:<18} {k:>12} {c:>12}{mark}\n"));
+    }
+    out.push_str(match kept == counted {
+        true => "the kept totals are exact",
+        false => "the kept totals differ from a count of the entries",
+    });
+    out
 }
 
 pub async fn gc(config: Config, apply: bool) -> Result<GcReport, Error> {

@@ -608,6 +608,10 @@ impl<S: MapStore> MapStore for Cached<S> {
         self.store.totals().await
     }
 
+    async fn recount_totals(&self) -> Result<StoreTotals, MapError> {
+        self.store.recount_totals().await
+    }
+
     async fn check(&self) -> Result<(), MapError> {
         self.store.check().await
     }

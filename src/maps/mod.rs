@@ -392,10 +392,14 @@ pub trait MapStore:
     async fn check(&self) -> Result<(), MapError>;
 
     /// What the URL map points at against what is stored (the operator's savings figures:
-    /// `GET /admin`, `imgcas stats`): by default a walk of every URL entry and original
-    /// (`totals.rs`), which the page makes every sixth sample, off the request path; one
-    /// statement on PostgreSQL.
-    async fn totals(&self) -> Result<StoreTotals, MapError> {
+    /// `GET /admin`, `imgcas stats`), as every backend keeps it with the writes it counts
+    /// (issue 69): a read of a handful of numbers, whatever the store holds.
+    async fn totals(&self) -> Result<StoreTotals, MapError>;
+
+    /// [`MapStore::totals`] counted afresh from the entries (`imgcas verify --totals`, which
+    /// proves the kept ones exact): by default a walk of every URL entry and original, a
+    /// page at a time (`totals.rs`); one statement on PostgreSQL.
+    async fn recount_totals(&self) -> Result<StoreTotals, MapError> {
         totals::walk(self).await
     }
 

@@ -4,7 +4,8 @@
 //!
 //! - `stats`: what is stored — URLs, originals and their bytes, variants and cached errors;
 //!   and the store's totals (what the URL map points at against what is stored), which the
-//!   operator's page reads too (`store_totals`, kept for a while: a walk on the embedded maps).
+//!   operator's page reads too (`store_totals`: the totals the maps keep, read at most once
+//!   per its maximum age); `verify --totals` counts them afresh and compares.
 //! - `verify`: every originals-index entry has a blob whose SHA-256 is its key, every URL
 //!   map entry points at an indexed original (or at taken-down content: such an entry is how
 //!   a URL is remembered as taken down), and nothing of taken-down content is stored. With
@@ -24,7 +25,8 @@ use crate::blob::VariantObject;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{
-    now_ms, OriginalPages, StoreReading, UrlPages, VariantKey, VariantKeyPages, VariantTotals,
+    now_ms, OriginalPages, StoreReading, StoreTotals, UrlPages, VariantKey, VariantKeyPages,
+    VariantTotals,
 };
 
 use super::Pipeline;
@@ -120,6 +122,22 @@ impl Pipeline {
     pub fn last_store_reading(&self) -> Option<StoreReading> {
         let held = self.shared.totals.try_lock().ok()?;
         held.as_ref().map(|(_, reading)| *reading)
+    }
+
+    /// The totals the maps keep, and the same counted afresh from the entries (`imgcas
+    /// verify --totals`). While other nodes write, the two are read a moment apart: a count
+    /// that differs is made again (up to three times) before it is reported.
+    pub async fn check_totals(&self) -> Result<(StoreTotals, StoreTotals), Error> {
+        let maps = &self.shared.maps;
+        let mut attempt = 0;
+        loop {
+            let kept = maps.totals().await?;
+            let counted = maps.recount_totals().await?;
+            attempt += 1;
+            if kept == counted || attempt == 3 {
+                return Ok((kept, counted));
+            }
+        }
     }
 
     pub async fn stored_stats(&self) -> Result<StatsReport, Error> {

@@ -117,8 +117,8 @@ struct Shared {
     admission: Admission,
     /// Work counters.
     stats: Stats,
-    /// The maps' totals as last read, and when (`maintenance.rs`, `store_totals`): a walk
-    /// on the embedded maps, so read at most once per its maximum age.
+    /// The maps' totals as last read, and when (`maintenance.rs`, `store_totals`), read at
+    /// most once per its maximum age.
     totals: tokio::sync::Mutex<Option<(std::time::Instant, crate::maps::StoreReading)>>,
     /// Where latency histograms and refusals are recorded.
     metrics: Metrics,

@@ -323,8 +323,8 @@ impl Pipeline {
         if sweep_due {
             self.forget_unused_urls().await?;
         }
-        // The embedded map keeps its byte count as it writes (a read here); shared maps
-        // sum their rows, so they are measured at the sweeps only.
+        // Both backends keep the byte count as they write (a read here); shared maps are
+        // held to the budget at the sweeps only, so that nodes do not evict in step.
         if sweep_due || !self.shared.maps.shared() {
             self.keep_urls_within_budget().await?;
         }

@@ -62,6 +62,7 @@ mod signing;
 mod ssrf;
 mod takedown;
 mod tiers;
+mod totals;
 mod upload;
 mod walks;
 mod watermarks;

@@ -1042,9 +1042,69 @@ async fn totals(open: impl Fn() -> Opened) {
             near_saved_bytes: 1000,
         }
     );
+    assert_eq!(
+        maps.recount_totals().await.unwrap(),
+        totals,
+        "kept = counted afresh"
+    );
     // The same after a restart (nothing of it is memory).
     drop(maps);
-    assert_eq!(open().await.totals().await.unwrap(), totals);
+    let maps = open().await;
+    assert_eq!(maps.totals().await.unwrap(), totals);
+
+    // A mixed workload: URLs rewritten (to other bytes, to a near-duplicate mapping and
+    // back), removed one by one and in bulk (forgotten, evicted), originals removed and
+    // indexed again, a URL written before its original: the kept totals equal a recount
+    // after every step.
+    let step = |what: &'static str| {
+        let maps = maps.clone();
+        async move {
+            let kept = maps.totals().await.unwrap();
+            assert_eq!(kept, maps.recount_totals().await.unwrap(), "after {what}");
+            kept
+        }
+    };
+    maps.put_url("http://o/a0", &url_entry(b)).await.unwrap();
+    step("a URL rewritten to other bytes").await;
+    let to_near = UrlEntry {
+        canonical: Some(b),
+        ..url_entry(a)
+    };
+    maps.put_url("http://o/a1", &to_near).await.unwrap();
+    step("a URL mapped to a near-duplicate").await;
+    maps.put_url("http://o/a1", &url_entry(a)).await.unwrap();
+    step("and back").await;
+    maps.remove_url("http://o/a2").await.unwrap();
+    step("a URL removed").await;
+    maps.remove_original(&a).await.unwrap();
+    step("an original removed").await;
+    maps.add_original(&a, &info(1000)).await.unwrap();
+    step("indexed again").await;
+    let late = ContentHash::of(b"tot-late");
+    maps.put_url("http://o/late", &url_entry(late))
+        .await
+        .unwrap();
+    maps.put_url("http://o/late2", &url_entry(late))
+        .await
+        .unwrap();
+    step("URLs before their original").await;
+    maps.add_original(&late, &info(5)).await.unwrap();
+    let kept = step("their original").await;
+    assert_eq!(kept.urls, 7);
+    maps.evict_urls(0).await.unwrap();
+    let kept = step("every URL evicted").await;
+    assert_eq!((kept.urls, kept.pointed_bytes, kept.originals), (0, 0, 4));
+    for n in 0..4 {
+        maps.put_url(&format!("http://o/again{n}"), &url_entry(upload))
+            .await
+            .unwrap();
+    }
+    maps.forget_urls(now_ms() + 1).await.unwrap();
+    let kept = step("every URL forgotten").await;
+    assert_eq!(
+        (kept.urls, kept.exact_saved_bytes, kept.original_bytes),
+        (0, 0, 1375)
+    );
 }
 
 /// Opens the PostgreSQL maps in database `url` afresh at each call (a node restarting).

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
     now_ms, Fingerprint, Fingerprinted, Fingerprints, MapStore, OriginalFacts, OriginalInfo,
-    Originals, PostgresMaps, RedbMaps, UrlEntry, VariantKey, VariantRow, VersionCursor,
-    WalkPosition,
+    Originals, PostgresMaps, RedbMaps, UrlEntry, UrlMap, VariantKey, VariantRow, Variants,
+    VersionCursor, WalkPosition,
 };
 use imgcas_processors::{ProcessFailure, FACTS_VERSION, FINGERPRINT_VERSION};
 
@@ -421,9 +421,9 @@ async fn postgres_walks_in_pages_and_resumes() {
     walks(postgres_at(server.database("walks"))).await;
 }
 
-/// A redb file written before the index by facts version (the originals table only, as that
-/// release wrote it) gets the index at its first open: its originals without current facts
-/// are found, the others not.
+/// A redb file written before the index by facts version and the kept totals (the originals
+/// table only, as that release wrote it) gets both at its first open: its originals without
+/// current facts are found, the others not, and its totals are counted.
 #[tokio::test]
 async fn redb_builds_the_facts_index_of_an_older_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -464,6 +464,10 @@ async fn redb_builds_the_facts_index_of_an_older_file() {
         2,
         "neither has a fingerprint"
     );
+    // And its totals counted at that open, as a walk counts them.
+    let totals = maps.totals().await.unwrap();
+    assert_eq!((totals.originals, totals.original_bytes), (2, 200));
+    assert_eq!(totals, maps.recount_totals().await.unwrap());
 }
 
 /// A database at the schema before the indexes by version (9) is migrated into them: the
@@ -486,6 +490,32 @@ async fn postgres_migrates_an_older_schema_into_the_version_indexes() {
             .await
             .unwrap();
         maps.add_original(&bare, &info(None)).await.unwrap();
+        // URLs, for the totals the migration counts: two of one original's bytes, one
+        // mapped to it as a near-duplicate, one of bytes not indexed.
+        for (n, e) in [entry(done), entry(done), entry(bare)].iter().enumerate() {
+            maps.put_url(&format!("http://origin.test/m{n}"), e)
+                .await
+                .unwrap();
+        }
+        let near = UrlEntry {
+            canonical: Some(done),
+            ..entry(ContentHash::of(b"mig-near"))
+        };
+        maps.put_url("http://origin.test/near", &near)
+            .await
+            .unwrap();
+        let key = VariantKey {
+            hash: done,
+            canonical_spec: "w=10".into(),
+            processor_version: 12,
+        };
+        maps.put_variant(&key, &failed()).await.unwrap();
+        maps.put_url(
+            "http://origin.test/gone",
+            &entry(ContentHash::of(b"mig-gone")),
+        )
+        .await
+        .unwrap();
     }
     server
         .psql(
@@ -493,10 +523,34 @@ async fn postgres_migrates_an_older_schema_into_the_version_indexes() {
             "ALTER TABLE imgcas_originals DROP COLUMN facts_version,
                  DROP COLUMN fingerprint_version;
              DROP TABLE imgcas_walks;
+             DROP TRIGGER imgcas_count_urls ON imgcas_urls;
+             DROP TRIGGER imgcas_count_originals ON imgcas_originals;
+             DROP TRIGGER imgcas_count_variants ON imgcas_variants;
+             DROP FUNCTION imgcas_count_url_row(), imgcas_count_original_row(),
+                 imgcas_count_url(bytea, boolean, bigint), imgcas_serving(bytea, bytea),
+                 imgcas_url_row_bytes(text, text, text), imgcas_count_variant_row();
+             DROP TABLE imgcas_url_counts, imgcas_totals;
              UPDATE imgcas_schema SET version = 9;",
         )
         .unwrap();
     let maps = PostgresMaps::open(&url).await.unwrap();
+    let totals = maps.totals().await.unwrap();
+    assert_eq!(totals, maps.recount_totals().await.unwrap());
+    assert_eq!(
+        (totals.originals, totals.urls, totals.pointed_bytes),
+        (2, 5, 4 * 100)
+    );
+    assert_eq!(
+        (totals.exact_saved_bytes, totals.near_saved_bytes),
+        (100, 100)
+    );
+    let urls: u64 = ["m0", "m1", "m2", "near", "gone"]
+        .iter()
+        .map(|u| 2 * format!("http://origin.test/{u}").len() as u64 + 160)
+        .sum();
+    assert_eq!(maps.url_bytes().await.unwrap(), urls, "the URL map's bytes");
+    let variants = maps.variant_totals().await.unwrap();
+    assert_eq!((variants.images, variants.errors), (0, 1), "{variants:?}");
     let only_bare = vec![VersionCursor {
         version: 0,
         hash: bare,

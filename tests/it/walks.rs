@@ -4,7 +4,7 @@
 //! current, shows where it stands in `/metrics`, and in a cluster runs on one node at a time
 //! under its lease, each original's facts computed once whichever node starts first.
 
-use crate::common::{self, spawn_app_with, TestApp};
+use crate::common::{self, TestApp};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -169,21 +169,9 @@ async fn three_nodes_share_one_walk_by_lease() {
     let bucket = Arc::new(common::s3::S3Target::new().await);
     let maps_url = pg.database("walk_lease");
     let node = |name: &'static str| {
-        let (bucket, maps_url) = (bucket.clone(), maps_url.clone());
-        async move {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().to_path_buf();
-            let app = spawn_app_with(move |c| {
-                c.data_dir = path;
-                bucket.configure(c);
-                c.storage.backend = StorageBackend::S3;
-                c.maps.url = Some(maps_url);
-                c.cluster.node_id = Some(name.into());
-                c.cluster.claim_ttl = Duration::from_secs(2);
-            })
-            .await;
-            (app, dir)
-        }
+        common::cluster_node(&bucket, &maps_url, name, |c| {
+            c.cluster.claim_ttl = Duration::from_secs(2);
+        })
     };
     let (first, _dir) = node("first").await;
     let hashes = upload(&first, 8).await;

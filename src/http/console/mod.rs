@@ -32,8 +32,8 @@ pub mod session;
 
 use history::{History, Sample, Window};
 
-/// Samples between two readings of the store's totals (a minute at the default step): a walk
-/// of every URL entry on the embedded maps, one statement over them on PostgreSQL.
+/// Samples between two readings of the store's totals (a minute at the default step): the
+/// totals the maps keep, a read of a few rows on either backend.
 const TOTALS_EVERY: u32 = 6;
 /// How long the readiness sample waits for the stores (as `/readyz`).
 const READY_WITHIN: Duration = Duration::from_millis(1500);

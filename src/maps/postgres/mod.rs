@@ -563,8 +563,22 @@ const CHECK: Statement = Statement {
 /// [`MapStore::totals`] in one statement: URL entries grouped by the original they are
 /// served from (the canonical half of `canonical` while it belongs to the row's own hash),
 /// joined to the originals.
-const TOTALS: Statement = Statement {
+/// The totals as kept: the sum of their shards (`schema.rs`, migration 13).
+const KEPT_TOTALS: Statement = Statement {
     op: "totals",
+    sql: "SELECT sum(originals)::bigint AS originals,
+                 sum(original_bytes)::bigint AS original_bytes,
+                 sum(urls)::bigint AS urls,
+                 sum(pointed_bytes)::bigint AS pointed_bytes,
+                 sum(exact_saved_bytes)::bigint AS exact_saved_bytes,
+                 sum(near_urls)::bigint AS near_urls,
+                 sum(near_saved_bytes)::bigint AS near_saved_bytes
+            FROM imgcas_totals",
+};
+
+/// The totals counted afresh from the rows (`imgcas verify --totals`).
+const RECOUNT_TOTALS: Statement = Statement {
+    op: "recount_totals",
     sql: "WITH pointed AS (
              SELECT CASE WHEN canonical IS NOT NULL AND length(canonical) = 64
                               AND substring(canonical for 32) = hash
@@ -623,13 +637,24 @@ impl MapStore for PostgresStore {
     }
 
     async fn totals(&self) -> Result<super::StoreTotals, MapError> {
-        let rows = self.query(&TOTALS, params![]).await?;
+        self.totals_by(&KEPT_TOTALS).await
+    }
+
+    async fn recount_totals(&self) -> Result<super::StoreTotals, MapError> {
+        self.totals_by(&RECOUNT_TOTALS).await
+    }
+}
+
+impl PostgresStore {
+    /// The totals one statement answers, in [`super::StoreTotals`]' columns.
+    async fn totals_by(&self, statement: &Statement) -> Result<super::StoreTotals, MapError> {
+        let rows = self.query(statement, params![]).await?;
         let Some(row) = rows.first() else {
             return Ok(super::StoreTotals::default());
         };
         let get = |name: &str| -> Result<u64, MapError> {
-            let value: i64 = row.try_get(name).map_err(store_error)?;
-            Ok(u64::try_from(value).unwrap_or(0))
+            let value: Option<i64> = row.try_get(name).map_err(store_error)?;
+            Ok(value.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
         };
         Ok(super::StoreTotals {
             originals: get("originals")?,

@@ -187,6 +187,208 @@ const MIGRATIONS: &[&str] = &[
         name text PRIMARY KEY,
         position text NOT NULL
     );",
+    // 13: the store's totals kept as it changes (issue 69), so that `/admin` and `imgcas
+    // stats` read sixteen rows instead of every URL and original. Per original served: its URLs
+    // of its own bytes and of near-duplicate bytes (`imgcas_url_counts`); the sums, spread over
+    // sixteen shards by the hash's first byte so that writers of different originals rarely
+    // wait on one row (`imgcas_totals`). Triggers move them in the statement that writes a URL
+    // entry or an original, whichever statement that is (bulk deletes included). Both
+    // triggers take the served hash's counts row first, so a URL and its original written at
+    // once by two nodes are counted in turn, each seeing the other. The URL map's bytes
+    // (`url_row_bytes`) are kept alike, by the URL's own shard, and the variants' images,
+    // bytes and errors (`variant_totals`) by their original's. Then the counts of the rows
+    // already there, after the triggers exist (a write waits for this transaction, then counts
+    // itself).
+    "CREATE TABLE imgcas_url_counts (
+        hash bytea PRIMARY KEY,
+        exact bigint NOT NULL,
+        near bigint NOT NULL
+    );
+    CREATE TABLE imgcas_totals (
+        shard integer PRIMARY KEY,
+        originals bigint NOT NULL DEFAULT 0,
+        original_bytes bigint NOT NULL DEFAULT 0,
+        urls bigint NOT NULL DEFAULT 0,
+        pointed_bytes bigint NOT NULL DEFAULT 0,
+        exact_saved_bytes bigint NOT NULL DEFAULT 0,
+        near_urls bigint NOT NULL DEFAULT 0,
+        near_saved_bytes bigint NOT NULL DEFAULT 0,
+        -- what the URL entries count against limits.urls_max_bytes (`url_row_bytes`)
+        url_bytes bigint NOT NULL DEFAULT 0,
+        -- the variants: images stored, their bytes, cached errors (`VariantTotals`)
+        variant_images bigint NOT NULL DEFAULT 0,
+        variant_image_bytes bigint NOT NULL DEFAULT 0,
+        variant_errors bigint NOT NULL DEFAULT 0
+    );
+    INSERT INTO imgcas_totals (shard) SELECT generate_series(0, 15);
+    CREATE FUNCTION imgcas_url_row_bytes(url text, etag text, last_modified text)
+        RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+        SELECT (2 * octet_length(url) + COALESCE(octet_length(etag), 0)
+                + COALESCE(octet_length(last_modified), 0) + 160)::bigint $$;
+    -- the original a URL row is served from, and whether by near-duplicate bytes (its
+    -- canonical column names one only while its first half is the row's own hash)
+    CREATE FUNCTION imgcas_serving(own bytea, canonical bytea) RETURNS bytea
+        LANGUAGE sql IMMUTABLE AS $$
+        SELECT CASE WHEN canonical IS NOT NULL AND length(canonical) = 64
+                         AND substring(canonical for 32) = own
+                    THEN substring(canonical from 33) ELSE own END $$;
+    CREATE FUNCTION imgcas_count_url(served bytea, is_near boolean, step bigint) RETURNS void
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            e bigint; n bigint; b bigint;
+        BEGIN
+            INSERT INTO imgcas_url_counts AS c (hash, exact, near)
+                VALUES (served, CASE WHEN is_near THEN 0 ELSE step END,
+                        CASE WHEN is_near THEN step ELSE 0 END)
+                ON CONFLICT (hash) DO UPDATE
+                    SET exact = greatest(c.exact + EXCLUDED.exact, 0),
+                        near = greatest(c.near + EXCLUDED.near, 0)
+                RETURNING c.exact, c.near INTO e, n;
+            SELECT bytes INTO b FROM imgcas_originals WHERE hash = served;
+            UPDATE imgcas_totals SET
+                urls = urls + step,
+                pointed_bytes = pointed_bytes + coalesce(b, 0) * step,
+                exact_saved_bytes = exact_saved_bytes + CASE
+                    WHEN is_near OR b IS NULL THEN 0
+                    WHEN step > 0 AND e >= 2 THEN b
+                    WHEN step < 0 AND e >= 1 THEN -b
+                    ELSE 0 END,
+                near_urls = near_urls
+                    + CASE WHEN is_near AND b IS NOT NULL THEN step ELSE 0 END,
+                near_saved_bytes = near_saved_bytes
+                    + CASE WHEN is_near THEN coalesce(b, 0) * step ELSE 0 END
+              WHERE shard = get_byte(served, 0) % 16;
+            DELETE FROM imgcas_url_counts WHERE hash = served AND exact = 0 AND near = 0;
+        END $$;
+    CREATE FUNCTION imgcas_count_url_row() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            old_served bytea; new_served bytea; old_near boolean; new_near boolean;
+            row_bytes bigint := 0;
+        BEGIN
+            IF TG_OP <> 'INSERT' THEN
+                old_served := imgcas_serving(OLD.hash, OLD.canonical);
+                old_near := old_served <> OLD.hash;
+                row_bytes := row_bytes
+                    - imgcas_url_row_bytes(OLD.url, OLD.etag, OLD.last_modified);
+            END IF;
+            IF TG_OP <> 'DELETE' THEN
+                new_served := imgcas_serving(NEW.hash, NEW.canonical);
+                new_near := new_served <> NEW.hash;
+                row_bytes := row_bytes
+                    + imgcas_url_row_bytes(NEW.url, NEW.etag, NEW.last_modified);
+            END IF;
+            IF row_bytes <> 0 THEN
+                UPDATE imgcas_totals SET url_bytes = url_bytes + row_bytes
+                 WHERE shard = get_byte(coalesce(NEW.url_key, OLD.url_key), 0) % 16;
+            END IF;
+            IF old_served IS NOT DISTINCT FROM new_served
+               AND old_near IS NOT DISTINCT FROM new_near THEN
+                RETURN NULL;
+            END IF;
+            IF old_served IS NOT NULL THEN
+                PERFORM imgcas_count_url(old_served, old_near, -1);
+            END IF;
+            IF new_served IS NOT NULL THEN
+                PERFORM imgcas_count_url(new_served, new_near, 1);
+            END IF;
+            RETURN NULL;
+        END $$;
+    CREATE TRIGGER imgcas_count_urls
+        AFTER INSERT OR DELETE OR UPDATE OF url, hash, canonical, etag, last_modified
+        ON imgcas_urls FOR EACH ROW EXECUTE FUNCTION imgcas_count_url_row();
+    CREATE FUNCTION imgcas_count_original_row() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            h bytea; b bigint; step bigint; e bigint; n bigint;
+        BEGIN
+            IF TG_OP = 'INSERT' THEN
+                h := NEW.hash; b := NEW.bytes; step := 1;
+            ELSE
+                h := OLD.hash; b := OLD.bytes; step := -1;
+            END IF;
+            INSERT INTO imgcas_url_counts AS c (hash, exact, near) VALUES (h, 0, 0)
+                ON CONFLICT (hash) DO UPDATE SET exact = c.exact
+                RETURNING c.exact, c.near INTO e, n;
+            UPDATE imgcas_totals SET
+                originals = originals + step,
+                original_bytes = original_bytes + b * step,
+                pointed_bytes = pointed_bytes + b * (e + n) * step,
+                exact_saved_bytes = exact_saved_bytes + b * greatest(e - 1, 0) * step,
+                near_urls = near_urls + n * step,
+                near_saved_bytes = near_saved_bytes + b * n * step
+              WHERE shard = get_byte(h, 0) % 16;
+            DELETE FROM imgcas_url_counts WHERE hash = h AND exact = 0 AND near = 0;
+            RETURN NULL;
+        END $$;
+    CREATE TRIGGER imgcas_count_originals AFTER INSERT OR DELETE
+        ON imgcas_originals FOR EACH ROW EXECUTE FUNCTION imgcas_count_original_row();
+    CREATE FUNCTION imgcas_count_variant_row() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            images bigint := 0; image_bytes bigint := 0; errors bigint := 0;
+            h bytea;
+        BEGIN
+            IF TG_OP <> 'INSERT' THEN
+                h := OLD.hash;
+                IF OLD.failure IS NULL THEN
+                    images := images - 1;
+                    image_bytes := image_bytes - coalesce(OLD.body_bytes, 0);
+                ELSE
+                    errors := errors - 1;
+                END IF;
+            END IF;
+            IF TG_OP <> 'DELETE' THEN
+                h := NEW.hash;
+                IF NEW.failure IS NULL THEN
+                    images := images + 1;
+                    image_bytes := image_bytes + coalesce(NEW.body_bytes, 0);
+                ELSE
+                    errors := errors + 1;
+                END IF;
+            END IF;
+            IF images <> 0 OR image_bytes <> 0 OR errors <> 0 THEN
+                UPDATE imgcas_totals SET variant_images = variant_images + images,
+                       variant_image_bytes = variant_image_bytes + image_bytes,
+                       variant_errors = variant_errors + errors
+                 WHERE shard = get_byte(h, 0) % 16;
+            END IF;
+            RETURN NULL;
+        END $$;
+    CREATE TRIGGER imgcas_count_variants AFTER INSERT OR DELETE OR UPDATE OF failure, body_bytes
+        ON imgcas_variants FOR EACH ROW EXECUTE FUNCTION imgcas_count_variant_row();
+    INSERT INTO imgcas_url_counts (hash, exact, near)
+        SELECT imgcas_serving(hash, canonical),
+               count(*) FILTER (WHERE imgcas_serving(hash, canonical) = hash),
+               count(*) FILTER (WHERE imgcas_serving(hash, canonical) <> hash)
+          FROM imgcas_urls GROUP BY 1;
+    UPDATE imgcas_totals t SET
+        originals = s.originals, original_bytes = s.original_bytes, urls = s.urls,
+        pointed_bytes = s.pointed_bytes, exact_saved_bytes = s.exact_saved_bytes,
+        near_urls = s.near_urls, near_saved_bytes = s.near_saved_bytes
+      FROM (SELECT get_byte(o.hash, 0) % 16 AS shard,
+                   count(*) AS originals, sum(o.bytes) AS original_bytes, 0 AS urls,
+                   sum(o.bytes * (coalesce(c.exact, 0) + coalesce(c.near, 0))) AS pointed_bytes,
+                   sum(o.bytes * greatest(coalesce(c.exact, 0) - 1, 0)) AS exact_saved_bytes,
+                   sum(coalesce(c.near, 0)) AS near_urls,
+                   sum(o.bytes * coalesce(c.near, 0)) AS near_saved_bytes
+              FROM imgcas_originals o LEFT JOIN imgcas_url_counts c ON c.hash = o.hash
+             GROUP BY 1) s
+     WHERE t.shard = s.shard;
+    UPDATE imgcas_totals t SET urls = s.urls
+      FROM (SELECT get_byte(hash, 0) % 16 AS shard, sum(exact + near) AS urls
+              FROM imgcas_url_counts GROUP BY 1) s
+     WHERE t.shard = s.shard;
+    UPDATE imgcas_totals t SET url_bytes = s.url_bytes
+      FROM (SELECT get_byte(url_key, 0) % 16 AS shard,
+                   sum(imgcas_url_row_bytes(url, etag, last_modified)) AS url_bytes
+              FROM imgcas_urls GROUP BY 1) s
+     WHERE t.shard = s.shard;
+    UPDATE imgcas_totals t SET variant_images = s.images, variant_image_bytes = s.bytes,
+           variant_errors = s.errors
+      FROM (SELECT get_byte(hash, 0) % 16 AS shard,
+                   count(*) FILTER (WHERE failure IS NULL) AS images,
+                   coalesce(sum(body_bytes) FILTER (WHERE failure IS NULL), 0) AS bytes,
+                   count(*) FILTER (WHERE failure IS NOT NULL) AS errors
+              FROM imgcas_variants GROUP BY 1) s
+     WHERE t.shard = s.shard;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

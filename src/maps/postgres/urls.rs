@@ -7,13 +7,10 @@ const PUT_URL: Statement = Statement {
     sql: upsert_url!("($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
 };
 
+/// The URL map's bytes as kept by every write of an entry (`schema.rs`, migration 13).
 const URL_BYTES: Statement = Statement {
     op: "url_bytes",
-    sql: concat!(
-        "SELECT COALESCE(SUM(",
-        url_row_bytes!(),
-        "), 0)::bigint AS n FROM imgcas_urls"
-    ),
+    sql: "SELECT COALESCE(SUM(url_bytes), 0)::bigint AS n FROM imgcas_totals",
 };
 
 const EVICTION_CANDIDATES: Statement = Statement {

@@ -38,12 +38,13 @@ const VARIANT_KEYS_PAGE: Statement = Statement {
            ORDER BY hash, processor_version, spec LIMIT $4",
 };
 
+/// The variants' images, bytes and errors, as kept by every write (`schema.rs`, migration 13).
 const VARIANT_TOTALS: Statement = Statement {
     op: "variant_totals",
-    sql: "SELECT CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 1 ELSE 0 END), 0) AS bigint),
-               CAST(COALESCE(SUM(body_bytes), 0) AS bigint),
-               CAST(COALESCE(SUM(CASE WHEN failure IS NULL THEN 0 ELSE 1 END), 0) AS bigint)
-          FROM imgcas_variants",
+    sql: "SELECT CAST(COALESCE(SUM(variant_images), 0) AS bigint),
+               CAST(COALESCE(SUM(variant_image_bytes), 0) AS bigint),
+               CAST(COALESCE(SUM(variant_errors), 0) AS bigint)
+          FROM imgcas_totals",
 };
 
 const VARIANTS_OF: Statement = Statement {

@@ -43,6 +43,7 @@ use crate::hash::ContentHash;
 mod blocklist;
 mod by_version;
 mod fingerprints;
+mod kept_totals;
 mod originals;
 mod takedowns;
 mod url_map;
@@ -377,6 +378,7 @@ impl RedbStore {
             takedowns::create(txn)?;
             blocklist::create(txn)?;
             walk_log::create(txn)?;
+            kept_totals::create(txn)?;
             Ok(())
         })?;
         // A file written before the near-neighbour index was kept on disk gets it now, a
@@ -391,6 +393,18 @@ impl RedbStore {
                     break;
                 }
             }
+        }
+        // A file written before the totals were kept gets them counted (one write).
+        if !kept_totals::counted(&db.read()?)? {
+            db.write_durable(|txn| {
+                for (hash, bytes) in originals::sizes_in_write(txn)? {
+                    kept_totals::original_changed(txn, &hash, bytes, 1)?;
+                }
+                for entry in url_map::all_in_write(txn)? {
+                    kept_totals::url_changed(txn, None, Some(&entry))?;
+                }
+                kept_totals::mark_counted(txn)
+            })?;
         }
         // Likewise the originals' indexes by facts and fingerprint version.
         let (built, mut cursor) = by_version::state(&db.read()?)?;
@@ -514,6 +528,11 @@ impl MapStore for RedbStore {
         self.db
             .run(|db| db.sync(db.written.load(Ordering::Acquire)))
             .await
+    }
+
+    /// The totals as kept by every write (`kept_totals.rs`): a read of seven numbers.
+    async fn totals(&self) -> Result<super::StoreTotals, MapError> {
+        self.db.run(|db| kept_totals::read(&db.read()?)).await
     }
 
     async fn compact(&self) -> Result<bool, MapError> {

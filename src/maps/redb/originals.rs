@@ -5,6 +5,7 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::super::{Claim, MapError, OriginalFacts, OriginalInfo, Recorded, VersionCursor};
 use super::by_version::{self, Computed};
+use super::kept_totals;
 use crate::hash::ContentHash;
 
 pub(super) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("originals");
@@ -22,6 +23,20 @@ pub(super) fn decode(hash: &ContentHash, raw: &[u8]) -> Result<OriginalInfo, Map
 pub(super) fn none(txn: &WriteTransaction) -> Result<bool, MapError> {
     use redb::ReadableTableMetadata;
     Ok(txn.open_table(TABLE)?.is_empty()?)
+}
+
+/// Every original's hash and bytes, from a write (the kept totals' count at an older file's
+/// first open).
+pub(super) fn sizes_in_write(txn: &WriteTransaction) -> Result<Vec<(ContentHash, u64)>, MapError> {
+    let table = txn.open_table(TABLE)?;
+    let mut out = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        let hash = ContentHash::from_slice(k.value())
+            .ok_or_else(|| MapError::Corrupt("originals key".into()))?;
+        out.push((hash, decode(&hash, v.value())?.bytes));
+    }
+    Ok(out)
 }
 
 /// Up to `chunk` originals after `cursor`, each with its facts version, from a write (the
@@ -75,6 +90,7 @@ pub(super) fn insert_if_absent(
     let value = serde_json::to_vec(info).map_err(|e| MapError::Corrupt(e.to_string()))?;
     table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
     drop(table);
+    kept_totals::original_changed(txn, hash, info.bytes, 1)?;
     by_version::set(txn, Computed::Facts, hash, None, Some(info.facts_version()))?;
     // A fingerprint may be kept already (computed before the entry was written).
     let fingerprinted = super::fingerprints::stored_version(txn, hash)?.unwrap_or(0);
@@ -113,6 +129,7 @@ pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), M
     };
     drop(table);
     if let Some(info) = removed {
+        kept_totals::original_changed(txn, hash, info.bytes, -1)?;
         by_version::set(txn, Computed::Facts, hash, Some(info.facts_version()), None)?;
         let fingerprinted = super::fingerprints::stored_version(txn, hash)?.unwrap_or(0);
         by_version::set(txn, Computed::Fingerprint, hash, Some(fingerprinted), None)?;

@@ -8,6 +8,7 @@
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::super::{url_row_bytes, MapError, UrlEntry};
+use super::kept_totals;
 use crate::hash::ContentHash;
 
 const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("urls");
@@ -153,23 +154,40 @@ pub(super) fn put(txn: &WriteTransaction, url: &str, entry: &UrlEntry) -> Result
     let mut table = txn.open_table(TABLE)?;
     let mut index = txn.open_table(BY_HASH)?;
     let mut removed = 0;
-    if let Some(old) = lookup(&table, url)? {
-        reindex(&mut index, url, &old, Index::Remove)?;
-        removed = url_row_bytes(url, &old);
+    let old = lookup(&table, url)?;
+    if let Some(old) = &old {
+        reindex(&mut index, url, old, Index::Remove)?;
+        removed = url_row_bytes(url, old);
     }
     table.insert(url, encode(entry)?.as_slice())?;
     reindex(&mut index, url, entry, Index::Add)?;
+    drop((table, index));
+    kept_totals::url_changed(txn, old.as_ref(), Some(entry))?;
     count(txn, url_row_bytes(url, entry), removed)
 }
 
 pub(super) fn remove(txn: &WriteTransaction, url: &str) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
-    if let Some(old) = lookup(&table, url)? {
+    let old = lookup(&table, url)?;
+    table.remove(url)?;
+    drop(table);
+    if let Some(old) = old {
         reindex(&mut txn.open_table(BY_HASH)?, url, &old, Index::Remove)?;
         count(txn, 0, url_row_bytes(url, &old))?;
+        kept_totals::url_changed(txn, Some(&old), None)?;
     }
-    table.remove(url)?;
     Ok(())
+}
+
+/// Every entry, from a write (the kept totals' count at an older file's first open).
+pub(super) fn all_in_write(txn: &WriteTransaction) -> Result<Vec<UrlEntry>, MapError> {
+    let table = txn.open_table(TABLE)?;
+    let mut out = Vec::new();
+    for row in table.iter()? {
+        let (k, v) = row?;
+        out.push(decode(k.value(), v.value())?);
+    }
+    Ok(out)
 }
 
 /// Up to `limit` entries after the URL `after`, in URL order.
@@ -265,6 +283,9 @@ fn remove_rows(
     }
     drop((table, index));
     count(txn, 0, freed)?;
+    for (_, entry) in &rows {
+        kept_totals::url_changed(txn, Some(entry), None)?;
+    }
     Ok(rows.into_iter().map(|(url, _)| url).collect())
 }
 

@@ -40,6 +40,12 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("variant_meta");
 const COUNTED_BYTES: &str = "counted_bytes";
 /// `variant_meta` key: present once the bookkeeping covers every variant.
 const BOOKKEEPING: &str = "bookkeeping_version";
+/// `variant_meta` keys: the images stored, their bytes and the cached errors
+/// ([`VariantTotals`]), kept by every write; and present once they cover every variant.
+const IMAGES: &str = "images";
+const IMAGE_BYTES: &str = "image_bytes";
+const ERRORS: &str = "errors";
+const TOTALS_KEPT: &str = "totals_kept";
 
 /// Key and value bytes of one pair that fills a 4 KiB leaf page by itself: redb's leaf takes
 /// 4 bytes of header and 8 of lengths per pair; the rest is slack, should that change.
@@ -57,8 +63,17 @@ pub(super) fn create(txn: &WriteTransaction, now_ms: u64) -> Result<(), MapError
     let table = txn.open_table(TABLE)?;
     txn.open_table(CHUNKS)?;
     let mut books = Books::open(txn)?;
+    // Files written before the variants' totals were kept get them counted once.
+    if books.meta.get(TOTALS_KEPT)?.is_none() {
+        books.kept = VariantTotals::default();
+        for row in table.iter()? {
+            let (_, v) = row?;
+            books.count(&counts_for(v.value())?);
+        }
+        books.meta.insert(TOTALS_KEPT, 1)?;
+    }
     if books.meta.get(BOOKKEEPING)?.is_some() {
-        return Ok(());
+        return books.save();
     }
     // Files without the bookkeeping have only inline rows (tags 0 and 1).
     for row in table.iter()? {
@@ -278,6 +293,7 @@ pub(super) fn put(
     let mut rows = Rows::open(txn)?;
     rows.remove(&key)?;
     rows.table.insert(key.as_slice(), value.as_slice())?;
+    rows.books.count(&counts_for(&value)?);
     let mut size = (key.len() + value.len()) as u64;
     for (index, chunk) in chunks.iter().enumerate() {
         let chunk_key = chunk_key(&key, index as u32);
@@ -395,30 +411,48 @@ pub(super) fn counted_bytes(txn: &ReadTransaction) -> Result<u64, MapError> {
     Ok(meta.get(COUNTED_BYTES)?.map_or(0, |g| g.value()))
 }
 
+/// The stored images, their bytes and the cached errors, as kept by every write
+/// ([`Books`]).
 pub(super) fn totals(txn: &ReadTransaction) -> Result<VariantTotals, MapError> {
-    let table = txn.open_table(TABLE)?;
-    let mut totals = VariantTotals::default();
-    for row in table.iter()? {
-        let (_, v) = row?;
-        let raw = v.value();
-        // The tag tells a result from a cached error; only a chunked image's head is read
-        // further, for its length.
-        match raw.first() {
-            Some(&FAILED) => totals.errors += 1,
-            Some(&CHUNKED) => {
-                let Decoded::Chunked(_, len) = decode(raw)? else {
-                    return Err(MapError::Corrupt("variant value".into()));
-                };
-                totals.images += 1;
-                totals.image_bytes += (raw.len() + len) as u64;
-            }
-            _ => {
-                totals.images += 1;
-                totals.image_bytes += raw.len() as u64;
+    let meta = txn.open_table(META)?;
+    let get = |key: &str| -> Result<u64, MapError> { Ok(meta.get(key)?.map_or(0, |g| g.value())) };
+    Ok(VariantTotals {
+        images: get(IMAGES)?,
+        image_bytes: get(IMAGE_BYTES)?,
+        errors: get(ERRORS)?,
+    })
+}
+
+/// Whether a row's tag says its image's bytes are in chunks beside it.
+fn is_chunked(raw: &[u8]) -> bool {
+    matches!(raw.first(), Some(&CHUNKED) | Some(&CHUNKED_CHOSEN))
+}
+
+/// What one stored row counts for in [`VariantTotals`]: an image and its bytes, or a cached
+/// error. The tag tells them apart; only a chunked image's head is read further, for its
+/// length.
+fn counts_for(raw: &[u8]) -> Result<VariantTotals, MapError> {
+    Ok(match raw.first() {
+        Some(&FAILED) => VariantTotals {
+            errors: 1,
+            ..VariantTotals::default()
+        },
+        _ if is_chunked(raw) => {
+            let Decoded::Chunked(_, len) = decode(raw)? else {
+                return Err(MapError::Corrupt("variant value".into()));
+            };
+            VariantTotals {
+                images: 1,
+                image_bytes: (raw.len() + len) as u64,
+                errors: 0,
             }
         }
-    }
-    Ok(totals)
+        _ => VariantTotals {
+            images: 1,
+            image_bytes: raw.len() as u64,
+            errors: 0,
+        },
+    })
 }
 
 /// The rows, their chunks and the bookkeeping, open in one write transaction.
@@ -441,7 +475,12 @@ impl<'t> Rows<'t> {
     fn remove(&mut self, key: &[u8]) -> Result<bool, MapError> {
         let chunked = match self.table.remove(key)? {
             None => return Ok(false),
-            Some(old) => old.value().first() == Some(&CHUNKED),
+            Some(old) => {
+                self.books.uncount(&counts_for(old.value())?);
+                // (A chunked image with a search's choice has chunks too: before this,
+                // their removal missed them.)
+                is_chunked(old.value())
+            }
         };
         if chunked {
             let (first, last) = (chunk_key(key, 0), chunk_key(key, u32::MAX));
@@ -459,18 +498,42 @@ struct Books<'t> {
     order: Table<'t, (u64, &'static [u8]), u64>,
     meta: Table<'t, &'static str, u64>,
     total: u64,
+    /// The images, their bytes and the errors stored (issue 69: kept, not walked).
+    kept: VariantTotals,
 }
 
 impl<'t> Books<'t> {
     fn open(txn: &'t WriteTransaction) -> Result<Self, MapError> {
         let meta = txn.open_table(META)?;
         let total = meta.get(COUNTED_BYTES)?.map_or(0, |g| g.value());
+        let get =
+            |key: &str| -> Result<u64, MapError> { Ok(meta.get(key)?.map_or(0, |g| g.value())) };
+        let kept = VariantTotals {
+            images: get(IMAGES)?,
+            image_bytes: get(IMAGE_BYTES)?,
+            errors: get(ERRORS)?,
+        };
         Ok(Books {
             served: txn.open_table(SERVED)?,
             order: txn.open_table(EVICTION_ORDER)?,
             meta,
             total,
+            kept,
         })
+    }
+
+    /// Counts a stored row in the kept totals.
+    fn count(&mut self, row: &VariantTotals) {
+        self.kept.images += row.images;
+        self.kept.image_bytes += row.image_bytes;
+        self.kept.errors += row.errors;
+    }
+
+    /// Stops counting a stored row in the kept totals.
+    fn uncount(&mut self, row: &VariantTotals) {
+        self.kept.images = self.kept.images.saturating_sub(row.images);
+        self.kept.image_bytes = self.kept.image_bytes.saturating_sub(row.image_bytes);
+        self.kept.errors = self.kept.errors.saturating_sub(row.errors);
     }
 
     /// Counts a variant, served at `at`.
@@ -492,6 +555,9 @@ impl<'t> Books<'t> {
 
     fn save(mut self) -> Result<(), MapError> {
         self.meta.insert(COUNTED_BYTES, self.total)?;
+        self.meta.insert(IMAGES, self.kept.images)?;
+        self.meta.insert(IMAGE_BYTES, self.kept.image_bytes)?;
+        self.meta.insert(ERRORS, self.kept.errors)?;
         Ok(())
     }
 }
@@ -645,6 +711,75 @@ mod tests {
         assert!(decode(&[2, 4, b'w', b'e', b'b', b'p', 0, 0]).is_err());
         // A search's choice cut short.
         assert!(decode(&[3, 4, b'w', b'e', b'b', b'p', 1, 0, 0, 0, 1, 0, 0, 0, 70]).is_err());
+    }
+
+    /// A large image with a search's choice (stored in chunks under its own tag) leaves no
+    /// chunk behind when it is replaced or removed (before, its chunks stayed: only the
+    /// plain chunked tag was looked for), and the kept totals follow every write.
+    #[test]
+    fn chunks_of_a_chosen_image_go_with_it_and_the_totals_follow() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        let key = VariantKey {
+            hash: crate::hash::ContentHash::of(b"chosen"),
+            canonical_spec: "format=webp&q=auto".into(),
+            processor_version: 12,
+        };
+        let large = VariantRow::Image {
+            format: OutputFormat::Webp,
+            width: 1,
+            height: 1,
+            chosen: Some(Chosen {
+                quality: 70,
+                score_tenths: Some(700),
+            }),
+            body: VariantBody::Inline(vec![9; 50_000].into()),
+        };
+        let failed = VariantRow::Failed {
+            kind: ProcessFailure::Undecodable,
+            message: "no".into(),
+        };
+        let chunks = |db: &redb::Database| {
+            let txn = db.begin_read().unwrap();
+            let n = txn.open_table(CHUNKS).unwrap().iter().unwrap().count();
+            (n, totals(&txn).unwrap())
+        };
+        let write = |f: &dyn Fn(&WriteTransaction)| {
+            let txn = db.begin_write().unwrap();
+            f(&txn);
+            txn.commit().unwrap();
+        };
+        write(&|txn| create(txn, 1).unwrap());
+        write(&|txn| {
+            put(txn, &key, &large, 1).unwrap();
+        });
+        let (n, kept) = chunks(&db);
+        assert!(n > 1, "stored in chunks");
+        assert_eq!((kept.images, kept.errors), (1, 0));
+        assert!(kept.image_bytes > 50_000);
+        write(&|txn| {
+            put(txn, &key, &failed, 2).unwrap();
+        });
+        assert_eq!(
+            chunks(&db),
+            (
+                0,
+                VariantTotals {
+                    images: 0,
+                    image_bytes: 0,
+                    errors: 1
+                }
+            ),
+            "replaced: no chunk left"
+        );
+        write(&|txn| {
+            put(txn, &key, &large, 3).unwrap();
+        });
+        write(&|txn| {
+            remove(txn, std::slice::from_ref(&key)).unwrap();
+        });
+        assert_eq!(chunks(&db), (0, VariantTotals::default()), "removed");
     }
 
     #[test]

@@ -78,6 +78,28 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
 }
 
+/// A node named `name` of a cluster on the maps at `maps_url` and `bucket`, in a data dir of
+/// its own (returned with it: the node's files live as long as it), `tweak` applied last.
+pub async fn cluster_node(
+    bucket: &Arc<s3::S3Target>,
+    maps_url: &str,
+    name: &str,
+    tweak: impl FnOnce(&mut Config),
+) -> (TestApp, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_path_buf();
+    let app = spawn_app_with(|c| {
+        c.data_dir = path;
+        bucket.configure(c);
+        c.storage.backend = imgcas::config::StorageBackend::S3;
+        c.maps.url = Some(maps_url.to_string());
+        c.cluster.node_id = Some(name.to_string());
+        tweak(c);
+    })
+    .await;
+    (app, dir)
+}
+
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
     let mut config = Config {
