@@ -191,8 +191,9 @@ fn embedded_at_each_size() {
             let mut matches = 0usize;
             for q in queries {
                 let started = Instant::now();
-                matches += black_box(store.near_closest(*q, RADIUS, usize::MAX).await)
+                matches += black_box(store.near_closest(*q, RADIUS, usize::MAX, usize::MAX).await)
                     .expect("search")
+                    .matches
                     .len();
                 times.push(started.elapsed());
                 let started = Instant::now();

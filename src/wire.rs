@@ -167,6 +167,10 @@ pub struct FactsAnswer {
 pub struct SimilarAnswer {
     pub hash: ContentHash,
     pub max_distance: u32,
+    /// The search read as many candidates as one search may (`maps::NEAR_READ_CAP`) and
+    /// stopped: closer originals than those listed may exist.
+    #[serde(default)]
+    pub partial: bool,
     /// Closest first; the original itself excluded.
     pub similar: Vec<SimilarOriginal>,
 }

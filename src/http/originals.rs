@@ -260,6 +260,10 @@ pub async fn info(State(service): State<Service>, Path(hash): Path<String>, uri:
     }
 }
 
+/// The most near-duplicates `info` counts (each is looked up in the index): a count that
+/// reaches it means as many or more.
+const NEAR_DUPLICATES_COUNTED: usize = 1000;
+
 /// What `info` (and `format=json`) answer of an indexed original.
 pub(super) async fn info_answer(
     service: &Service,
@@ -271,7 +275,7 @@ pub(super) async fn info_answer(
     // missing from the blob store, say).
     let near = if pipeline.near_dedup_on() {
         pipeline
-            .similar(&hash, pipeline.report_radius(), usize::MAX)
+            .similar(&hash, pipeline.report_radius(), NEAR_DUPLICATES_COUNTED)
             .await
             .unwrap_or_else(|e| {
                 tracing::warn!(%hash, error = %e, "fingerprint unavailable");
@@ -281,7 +285,7 @@ pub(super) async fn info_answer(
         None
     };
     let (fingerprint, near_duplicates) = match near {
-        Some((fp, similar)) => (Some(fp.hex()), similar.len() as u64),
+        Some((fp, similar, _)) => (Some(fp.hex()), similar.len() as u64),
         None => (None, 0),
     };
     // Kept with the entry (read, not decoded), unless not computed yet; like the
@@ -393,10 +397,13 @@ pub async fn similar(
             true => pipeline.similar(&hash, max_distance, limit).await?,
             false => None,
         };
-        let found = found.map(|(_, found)| found).unwrap_or_default();
+        let (found, partial) = found
+            .map(|(_, found, partial)| (found, partial))
+            .unwrap_or_default();
         Ok::<_, Error>(SimilarAnswer {
             hash,
             max_distance,
+            partial,
             similar: found
                 .into_iter()
                 .map(|s| SimilarOriginal {

@@ -32,9 +32,9 @@ use async_trait::async_trait;
 
 use super::{
     BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
-    Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts, OriginalInfo,
-    Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
-    VariantTotals, Variants, VersionCursor,
+    Fingerprints, ListedAtWrite, MapError, MapStore, NearFound, NearMatch, OriginalFacts,
+    OriginalInfo, Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey,
+    VariantRow, VariantTotals, Variants, VersionCursor,
 };
 use super::{Bucket, HeldFailure, OriginSlot, OriginTurn, Quotas, SlotTake, Take};
 use super::{WalkLog, WalkPosition};
@@ -494,7 +494,7 @@ store_answers!(Fingerprints {
     fn fingerprint(&self, hash: &ContentHash) -> Option<Fingerprinted>;
     fn put_fingerprint(&self, hash: &ContentHash, fingerprint: &Fingerprinted) -> ListedAtWrite;
     fn near(&self, phash: u64, radius: u32) -> Vec<NearMatch>;
-    fn near_closest(&self, phash: u64, radius: u32, limit: usize) -> Vec<NearMatch>;
+    fn near_closest(&self, phash: u64, radius: u32, limit: usize, read_cap: usize) -> NearFound;
     fn lacking_fingerprints(&self, version: u32, after: Option<VersionCursor>, limit: usize) -> Vec<VersionCursor>;
     fn fingerprints_page(&self, after: Option<ContentHash>, limit: usize) -> Vec<(ContentHash, Fingerprint)>;
     fn alias(&self, hash: &ContentHash) -> Option<ContentHash>;

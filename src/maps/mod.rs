@@ -236,6 +236,19 @@ pub struct NearMatch {
     pub distance: u32,
 }
 
+/// What [`Fingerprints::near_closest`] found: the closest originals, and whether the search
+/// was cut short by its cap on candidates read (then closer ones may exist).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NearFound {
+    pub matches: Vec<NearMatch>,
+    pub partial: bool,
+}
+
+/// Candidates a near-duplicate search reads at most on a request's path (an upload's report,
+/// canonical mode's decision, `similar` and `info`): its work stays flat however many stored
+/// originals look alike.
+pub const NEAR_READ_CAP: usize = 20_000;
+
 /// The identity of one variant. Its bytes are the variants key; hashing them gives the ETag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct VariantKey {
@@ -559,20 +572,19 @@ pub trait Fingerprints: Send + Sync {
     /// The originals whose DCT hash is within `radius` bits of `phash`, closest first.
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError>;
 
-    /// [`Fingerprints::near`], the `limit` closest only (by distance, then hash): for a
-    /// lookup that keeps the best of them, in work bounded by `limit` however many originals
-    /// look alike (100,000 uploads of near-identical pictures made each upload's report read
-    /// every earlier one: memory and time grew with the uploads).
+    /// [`Fingerprints::near`], the `limit` closest only (by distance, then hash), reading at
+    /// most `read_cap` candidates: for a lookup that keeps the best of them, in work bounded
+    /// however many originals look alike (100,000 uploads of near-identical pictures made
+    /// each upload's report read every earlier one: memory and time grew with the uploads).
+    /// [`NearFound::partial`] says when the cap cut the search short; a search that finds
+    /// `limit` originals at distance 0 may stop early, exact (none can be closer).
     async fn near_closest(
         &self,
         phash: u64,
         radius: u32,
         limit: usize,
-    ) -> Result<Vec<NearMatch>, MapError> {
-        let mut found = self.near(phash, radius).await?;
-        found.truncate(limit);
-        Ok(found)
-    }
+        read_cap: usize,
+    ) -> Result<NearFound, MapError>;
 
     /// Up to `limit` indexed originals whose fingerprint is not of `version` (none yet, or
     /// another version's), each with the version it has (0: none), in (version, hash) order

@@ -21,7 +21,7 @@ use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::near::NearIndex;
-use crate::maps::{Fingerprinted, NearMatch, OriginalInfo, VersionCursor};
+use crate::maps::{Fingerprinted, NearMatch, OriginalInfo, VersionCursor, NEAR_READ_CAP};
 use crate::stats::Stats;
 
 /// Originals fingerprinted per batch of the backfill.
@@ -205,9 +205,9 @@ impl Pipeline {
         let found = self
             .shared
             .maps
-            .near_closest(fp.phash, guards.radius, BEST_AMONG)
+            .near_closest(fp.phash, guards.radius, BEST_AMONG, NEAR_READ_CAP)
             .await?;
-        let ranked = self.ranked(own, fp, guards, found, false).await?;
+        let ranked = self.ranked(own, fp, guards, found.matches, false).await?;
         Ok(ranked.first().copied())
     }
 
@@ -223,7 +223,10 @@ impl Pipeline {
         at_least_as_large: bool,
     ) -> Result<Vec<ContentHash>, Error> {
         let mut ranked = Vec::new();
-        for m in self.indexed_matches(own, fp, guards, found).await? {
+        for m in self
+            .indexed_matches(own, fp, guards, found, usize::MAX)
+            .await?
+        {
             let other = &m.found.fingerprint;
             if at_least_as_large && (other.width < fp.width || other.height < fp.height) {
                 continue;
@@ -250,7 +253,14 @@ impl Pipeline {
     ) -> Result<Canonical, Error> {
         const CHECKED: usize = 3;
         let guards = self.canonical_guards();
-        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
+        // The closest candidates only, read within the cap: the decision's work does not grow
+        // with the look-alikes stored.
+        let found = self
+            .shared
+            .maps
+            .near_closest(fp.phash, guards.radius, BEST_AMONG, NEAR_READ_CAP)
+            .await?
+            .matches;
         let gone = found.iter().find(|m| {
             m.hash != *own && self.is_taken_down(&m.hash) && fp.matches(&m.fingerprint, &guards)
         });
@@ -284,15 +294,26 @@ impl Pipeline {
         Ok(Canonical::Own)
     }
 
-    /// Every other indexed original matching `fp` under `guards`, closest first.
+    /// The other indexed originals matching `fp` under `guards`, closest first, at most
+    /// `limit`, among the candidates a search reads within [`NEAR_READ_CAP`]; and whether
+    /// the cap cut the search (closer ones may then exist).
     async fn matches(
         &self,
         own: &ContentHash,
         fp: &Fingerprint,
         guards: &Guards,
-    ) -> Result<Vec<Similar>, Error> {
-        let found = self.shared.maps.near(fp.phash, guards.radius).await?;
-        self.indexed_matches(own, fp, guards, found).await
+        limit: usize,
+    ) -> Result<(Vec<Similar>, bool), Error> {
+        let found = self
+            .shared
+            .maps
+            .near_closest(fp.phash, guards.radius, NEAR_READ_CAP, NEAR_READ_CAP)
+            .await?;
+        let mut matches = self
+            .indexed_matches(own, fp, guards, found.matches, limit)
+            .await?;
+        matches.truncate(limit);
+        Ok((matches, found.partial))
     }
 
     /// The entries of `found` (an index lookup, closest first) other than `own` that `fp`
@@ -304,9 +325,13 @@ impl Pipeline {
         fp: &Fingerprint,
         guards: &Guards,
         found: Vec<NearMatch>,
+        limit: usize,
     ) -> Result<Vec<Similar>, Error> {
         let mut out = Vec::new();
         for found in found {
+            if out.len() >= limit {
+                break;
+            }
             if found.hash == *own || !fp.matches(&found.fingerprint, guards) {
                 continue;
             }
@@ -342,21 +367,21 @@ impl Pipeline {
     }
 
     /// The originals within `max_distance` bits of an indexed one (under the report guards),
-    /// closest first, at most `limit`; `None`: the original is no picture.
+    /// closest first, at most `limit`, and whether the search was cut short by its cap on
+    /// candidates read ([`NEAR_READ_CAP`]); `None`: the original is no picture.
     pub async fn similar(
         &self,
         hash: &ContentHash,
         max_distance: u32,
         limit: usize,
-    ) -> Result<Option<(Fingerprint, Vec<Similar>)>, Error> {
+    ) -> Result<Option<(Fingerprint, Vec<Similar>, bool)>, Error> {
         let Some(fp) = self.fingerprint_of(hash).await? else {
             return Ok(None);
         };
-        let mut found = self
-            .matches(hash, &fp, &Guards::report(max_distance))
+        let (found, partial) = self
+            .matches(hash, &fp, &Guards::report(max_distance), limit)
             .await?;
-        found.truncate(limit);
-        Ok(Some((fp, found)))
+        Ok(Some((fp, found, partial)))
     }
 
     /// Fingerprints every indexed original that has none (or one of an older version);

@@ -40,6 +40,7 @@ mod maps_walks;
 mod merchant_sources;
 mod metrics;
 mod moderation;
+mod near_bound;
 mod near_dup;
 mod near_index_pg;
 mod negative_cache;

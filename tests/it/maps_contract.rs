@@ -542,7 +542,9 @@ async fn near_duplicates(open: impl Fn() -> Opened) {
         .map(|m| m.hash)
         .collect();
     assert_eq!(found, vec![hashes[0]], "the index is rebuilt at open");
-    let closest = maps.near_closest(base, 8, 1).await.unwrap();
+    let closest = maps.near_closest(base, 8, 1, 1000).await.unwrap();
+    assert!(!closest.partial);
+    let closest = closest.matches;
     assert_eq!(closest.len(), 1);
     assert_eq!(
         closest[0].hash, hashes[0],

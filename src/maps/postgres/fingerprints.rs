@@ -34,6 +34,20 @@ const NEAR: Statement = Statement {
             AND bit_count((phash # $6)::bit(64)) <= $7",
 };
 
+/// [`NEAR`], the candidates read capped at `$8` (one more than the caller's cap, which tells
+/// that the cap cut the search), the closest `$9` first.
+const NEAR_CLOSEST: Statement = Statement {
+    op: "near",
+    sql: "SELECT *, count(*) OVER () AS read FROM (
+            SELECT * FROM imgcas_fingerprints
+             WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
+                    OR band3 = ANY($4))
+               AND version = $5
+               AND bit_count((phash # $6)::bit(64)) <= $7
+             LIMIT $8) AS read
+          ORDER BY bit_count((phash # $6)::bit(64)), hash LIMIT $9",
+};
+
 /// The originals whose fingerprint is not of version `$1`, after (`$2`, `$3`): as
 /// `LACKING_FACTS` (`originals.rs`), by the index by fingerprint version.
 const LACKING_FINGERPRINTS: Statement = Statement {
@@ -69,6 +83,23 @@ const REMOVE_ALIASES: Statement = Statement {
     op: "remove_aliases",
     sql: "DELETE FROM imgcas_aliases WHERE hash = $1 OR canonical = $1",
 };
+
+/// The pictures among fingerprint rows, with their distance from `phash`, closest first (then
+/// by hash).
+fn near_matches(rows: &[Row], phash: u64) -> Result<Vec<NearMatch>, MapError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        if let Fingerprinted::Picture(fingerprint) = fingerprinted(row)? {
+            out.push(NearMatch {
+                hash: hash_of(row, "hash")?,
+                distance: (fingerprint.phash ^ phash).count_ones(),
+                fingerprint,
+            });
+        }
+    }
+    out.sort_by_key(|m| (m.distance, m.hash));
+    Ok(out)
+}
 
 #[async_trait]
 impl Fingerprints for PostgresStore {
@@ -132,18 +163,49 @@ impl Fingerprints for PostgresStore {
                 ],
             )
             .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if let Fingerprinted::Picture(fingerprint) = fingerprinted(row)? {
-                out.push(NearMatch {
-                    hash: hash_of(row, "hash")?,
-                    distance: (fingerprint.phash ^ phash).count_ones(),
-                    fingerprint,
-                });
-            }
-        }
-        out.sort_by_key(|m| (m.distance, m.hash));
-        Ok(out)
+        near_matches(&rows, phash)
+    }
+
+    async fn near_closest(
+        &self,
+        phash: u64,
+        radius: u32,
+        limit: usize,
+        read_cap: usize,
+    ) -> Result<NearFound, MapError> {
+        let [p0, p1, p2, p3] = near::probes(phash, radius)
+            .map(|values| values.into_iter().map(|v| v as i16).collect::<Vec<i16>>());
+        let cap = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                &NEAR_CLOSEST,
+                params![
+                    p0,
+                    p1,
+                    p2,
+                    p3,
+                    (FINGERPRINT_VERSION as i32),
+                    (phash as i64),
+                    i64::from(radius),
+                    cap(read_cap.saturating_add(1)),
+                    cap(limit)
+                ],
+            )
+            .await?;
+        // Read one past the cap: the cap cut the search (the rows themselves are the
+        // closest of those read, whichever they were).
+        let read = match rows.first() {
+            Some(row) => row.try_get::<_, i64>("read").map_err(store_error)?,
+            None => 0,
+        };
+        let read = usize::try_from(read).unwrap_or(usize::MAX);
+        let mut matches = near_matches(&rows, phash)?;
+        // (The row read past the cap is not the caller's.)
+        matches.truncate(read_cap);
+        Ok(NearFound {
+            partial: read > read_cap,
+            matches,
+        })
     }
 
     async fn lacking_fingerprints(

@@ -39,9 +39,9 @@ use imgcas_processors::{Chosen, OutputFormat, ProcessFailure, FINGERPRINT_VERSIO
 use super::cache::Cached;
 use super::{
     near, now_ms, BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
-    Fingerprinted, Fingerprints, ListedAtWrite, MapError, MapStore, NearMatch, OriginalFacts,
-    OriginalInfo, Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantBody, VariantKey,
-    VariantRow, VariantTotals, Variants, VersionCursor,
+    Fingerprinted, Fingerprints, ListedAtWrite, MapError, MapStore, NearFound, NearMatch,
+    OriginalFacts, OriginalInfo, Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantBody,
+    VariantKey, VariantRow, VariantTotals, Variants, VersionCursor,
 };
 use crate::hash::ContentHash;
 use sql::{params, Params, RoundTrips, Run, Session, Statement};

@@ -1,11 +1,15 @@
 //! The PostgreSQL maps' schema, as numbered migrations embedded in the binary, and the one
 //! routine that applies them at startup.
 //!
-//! Portable SQL only — plain tables, `INSERT … ON CONFLICT`, row locks — so that engines that
+//! Portable SQL — plain tables, `INSERT … ON CONFLICT`, row locks — so that engines that
 //! speak PostgreSQL's protocol without its extensions can hold the maps later. In particular no
 //! advisory lock: nodes starting together serialise on a row of `imgcas_schema` instead
 //! (`SELECT … FOR UPDATE`), and the migrations run in that row's transaction, so a node either
-//! sees the schema before or after a migration, never half of one.
+//! sees the schema before or after a migration, never half of one. One exception, named:
+//! migration 13 keeps the store's totals by row triggers in PL/pgSQL (built into PostgreSQL,
+//! no extension), so that every statement that writes a URL, an original or a variant, bulk
+//! deletes included, moves them in its own transaction; an engine without triggers would
+//! need those statements to move the totals themselves.
 
 use std::time::Duration;
 

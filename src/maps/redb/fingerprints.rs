@@ -150,15 +150,28 @@ pub(super) fn build_index(
 }
 
 /// `(prefix, distance)` of the `limit` pictures closest to `phash` within `radius`, closest
-/// first (then by prefix), holding at most about four times `limit` hits while it reads.
+/// first (then by prefix), holding at most about four times `limit` hits while it reads,
+/// and whether the answer is partial: at most `read_cap` index keys are read (issue 69: the
+/// work of a search does not grow with the look-alikes stored). A search stops early, its
+/// answer exact, once it holds `limit` pictures at distance 0 (none can be closer).
 pub(super) fn search(
     txn: &ReadTransaction,
     phash: u64,
     radius: u32,
     limit: usize,
-) -> Result<Vec<(u64, u32)>, MapError> {
+    read_cap: usize,
+) -> Result<(Vec<(u64, u32)>, bool), MapError> {
     let bands = txn.open_table(NEAR_BANDS)?;
     let mut hits: Vec<(u32, u64)> = Vec::new();
+    let (mut read_keys, mut exact_hits) = (0usize, 0usize);
+    // Why a read stopped before the end of its ranges.
+    #[derive(PartialEq)]
+    enum Stop {
+        No,
+        Enough,
+        Capped,
+    }
+    let mut stop = Stop::No;
     let compact_at = limit.saturating_mul(4).max(1024);
     let keep_closest = |hits: &mut Vec<(u32, u64)>| {
         hits.sort_unstable();
@@ -174,6 +187,14 @@ pub(super) fn search(
     let scan = visits > pictures / 64 + 64;
     let mut read = |from: [u8; 19], to: [u8; 19], band: usize| -> Result<(), MapError> {
         for row in bands.range(from.as_slice()..=to.as_slice())? {
+            if stop != Stop::No {
+                return Ok(());
+            }
+            if read_keys >= read_cap {
+                stop = Stop::Capped;
+                return Ok(());
+            }
+            read_keys += 1;
             let (k, _) = row?;
             let Some((h, prefix)) = from_band_key(k.value()) else {
                 return Err(MapError::Corrupt("near_bands key".into()));
@@ -184,6 +205,12 @@ pub(super) fn search(
                 (0..band).any(|b| (band_of(h, b) ^ band_of(phash, b)).count_ones() <= flips);
             if d <= radius && !found_before {
                 hits.push((d, prefix));
+                if d == 0 {
+                    exact_hits += 1;
+                    if exact_hits >= limit {
+                        stop = Stop::Enough;
+                    }
+                }
                 if hits.len() > compact_at {
                     keep_closest(&mut hits);
                 }
@@ -208,7 +235,11 @@ pub(super) fn search(
         }
     }
     keep_closest(&mut hits);
-    Ok(hits.into_iter().map(|(d, prefix)| (prefix, d)).collect())
+    let partial = stop == Stop::Capped;
+    Ok((
+        hits.into_iter().map(|(d, prefix)| (prefix, d)).collect(),
+        partial,
+    ))
 }
 
 pub(super) fn get(
@@ -394,7 +425,10 @@ impl Fingerprints for RedbStore {
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
-        self.near_closest(phash, radius, usize::MAX).await
+        let found = self
+            .near_closest(phash, radius, usize::MAX, usize::MAX)
+            .await?;
+        Ok(found.matches)
     }
 
     async fn near_closest(
@@ -402,11 +436,12 @@ impl Fingerprints for RedbStore {
         phash: u64,
         radius: u32,
         limit: usize,
-    ) -> Result<Vec<NearMatch>, MapError> {
+        read_cap: usize,
+    ) -> Result<NearFound, MapError> {
         self.db
             .run(move |db| {
                 let txn = db.read()?;
-                let found = fingerprints::search(&txn, phash, radius, limit)?;
+                let (found, partial) = fingerprints::search(&txn, phash, radius, limit, read_cap)?;
                 let mut out = Vec::with_capacity(found.len());
                 for (prefix, _) in found {
                     for (hash, fingerprint) in fingerprints::by_prefix(&txn, prefix)? {
@@ -422,7 +457,10 @@ impl Fingerprints for RedbStore {
                 }
                 out.sort_by_key(|m| (m.distance, m.hash));
                 out.truncate(limit);
-                Ok(out)
+                Ok(NearFound {
+                    matches: out,
+                    partial,
+                })
             })
             .await
     }
@@ -551,9 +589,14 @@ mod tests {
             let query = p ^ (1 << (q % 64));
             for radius in [0, 4, 8, 11] {
                 let expected = scan(&stored, query, radius);
-                assert_eq!(search(&read, query, radius, usize::MAX).unwrap(), expected);
+                assert_eq!(
+                    search(&read, query, radius, usize::MAX, usize::MAX).unwrap(),
+                    (expected.clone(), false)
+                );
                 let few = expected.len().min(3);
-                assert_eq!(search(&read, query, radius, 3).unwrap(), expected[..few]);
+                let (closest, partial) = search(&read, query, radius, 3, usize::MAX).unwrap();
+                assert!(!partial);
+                assert_eq!(closest, expected[..few]);
             }
         }
     }
@@ -602,8 +645,8 @@ mod tests {
         );
         for (_, p) in stored.iter().step_by(13) {
             assert_eq!(
-                search(&read, *p, 8, usize::MAX).unwrap(),
-                scan(&stored, *p, 8)
+                search(&read, *p, 8, usize::MAX, usize::MAX).unwrap(),
+                (scan(&stored, *p, 8), false)
             );
         }
     }

@@ -35,8 +35,8 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransac
 use super::cache::Cached;
 use super::{
     now_ms, Blocklist, Bucket, Claims, Fingerprints, HeldFailure, MapError, MapStore, MemoryQuotas,
-    NearMatch, OriginSlot, OriginTurn, Originals, Quotas, SlotTake, Take, Takedowns, UrlEntry,
-    UrlMap, Variants,
+    NearFound, NearMatch, OriginSlot, OriginTurn, Originals, Quotas, SlotTake, Take, Takedowns,
+    UrlEntry, UrlMap, Variants,
 };
 use crate::hash::ContentHash;
 
