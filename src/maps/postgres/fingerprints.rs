@@ -25,17 +25,10 @@ const PUT_FINGERPRINT: Statement = Statement {
           SELECT EXISTS (SELECT 1 FROM imgcas_takedowns WHERE hash = $1) AS listed",
 };
 
-const NEAR: Statement = Statement {
-    op: "near",
-    sql: "SELECT * FROM imgcas_fingerprints
-          WHERE (band0 = ANY($1) OR band1 = ANY($2) OR band2 = ANY($3)
-                 OR band3 = ANY($4))
-            AND version = $5
-            AND bit_count((phash # $6)::bit(64)) <= $7",
-};
-
-/// [`NEAR`], the candidates read capped at `$8` (one more than the caller's cap, which tells
-/// that the cap cut the search), the closest `$9` first.
+/// The fingerprints within `$7` bits of `$6`: candidates by exact band value (`$1`–`$4`, the
+/// probes of `maps/near.rs`), verified in the database (`bit_count` of the XOR); the
+/// candidates read capped at `$8` (one more than the caller's cap, which tells that the cap
+/// cut the search), the closest `$9` of them.
 const NEAR_CLOSEST: Statement = Statement {
     op: "near",
     sql: "SELECT *, count(*) OVER () AS read FROM (
@@ -146,24 +139,10 @@ impl Fingerprints for PostgresStore {
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
-        let [p0, p1, p2, p3] = near::probes(phash, radius)
-            .map(|values| values.into_iter().map(|v| v as i16).collect::<Vec<i16>>());
-        // Candidates by exact band, verified in the database (bit_count of the XOR).
-        let rows = self
-            .query(
-                &NEAR,
-                params![
-                    p0,
-                    p1,
-                    p2,
-                    p3,
-                    (FINGERPRINT_VERSION as i32),
-                    (phash as i64),
-                    i64::from(radius)
-                ],
-            )
+        let found = self
+            .near_closest(phash, radius, usize::MAX, usize::MAX)
             .await?;
-        near_matches(&rows, phash)
+        Ok(found.matches)
     }
 
     async fn near_closest(
