@@ -92,7 +92,13 @@ pub trait Fingerprints: Send + Sync {
     ) -> Result<ListedAtWrite, MapError>;
 
     /// The originals whose DCT hash is within `radius` bits of `phash`, closest first.
-    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError>;
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        // Every candidate: the search without its caps.
+        let found = self
+            .near_closest(phash, radius, usize::MAX, usize::MAX)
+            .await?;
+        Ok(found.matches)
+    }
 
     /// [`Fingerprints::near`], the `limit` closest only (by distance, then hash), reading at
     /// most `read_cap` candidates: for a lookup that keeps the best of them, in work bounded

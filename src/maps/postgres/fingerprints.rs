@@ -138,13 +138,6 @@ impl Fingerprints for PostgresStore {
         }
     }
 
-    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
-        let found = self
-            .near_closest(phash, radius, usize::MAX, usize::MAX)
-            .await?;
-        Ok(found.matches)
-    }
-
     async fn near_closest(
         &self,
         phash: u64,
