@@ -1,7 +1,9 @@
 //! The store's totals for the operator's savings figures (`GET /admin`, `imgcas stats`): what
 //! the URL map points at against what is stored, and what exact and near-duplicate
-//! deduplication saved. [`walk`] counts them from any backend's entries (the embedded maps use
-//! it); PostgreSQL counts them in one statement of its own (`postgres/mod.rs`).
+//! deduplication saved. Every backend keeps them as it writes (`MapStore::totals`); [`walk`]
+//! counts them afresh from any backend's entries, a page at a time, for the recount that
+//! proves them (`MapStore::recount_totals`, `imgcas verify --totals`; PostgreSQL recounts in
+//! one statement of its own, `postgres/mod.rs`).
 
 use std::collections::HashMap;
 
