@@ -16,7 +16,7 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ pub(super) struct Upkeep {
     variant_bytes: AtomicU64,
     /// One eviction at a time; others find the room made.
     evicting: tokio::sync::Mutex<()>,
+    /// A store went over the budget while an eviction ran: the running one goes round again
+    /// (it may have read the total before that store, and nothing else would look again).
+    eviction_wanted: AtomicBool,
     /// The same, for URL entries.
     evicting_urls: tokio::sync::Mutex<()>,
     variants_max_bytes: u64,
@@ -87,6 +90,7 @@ impl Upkeep {
             queued: Mutex::default(),
             variant_bytes: AtomicU64::new(0),
             evicting: tokio::sync::Mutex::new(()),
+            eviction_wanted: AtomicBool::new(false),
             evicting_urls: tokio::sync::Mutex::new(()),
             variants_max_bytes: config.limits.variants_max_bytes,
             urls_max_bytes: config.limits.urls_max_bytes,
@@ -189,11 +193,15 @@ impl Pipeline {
         if u.variant_bytes.fetch_add(size, Ordering::Relaxed) + size <= u.variants_max_bytes {
             return;
         }
+        u.eviction_wanted.store(true, Ordering::SeqCst);
         let Ok(_running) = u.evicting.try_lock() else {
             return;
         };
-        if let Err(e) = self.evict_to_target().await {
-            tracing::warn!(error = %e, "variant eviction failed");
+        while u.eviction_wanted.swap(false, Ordering::SeqCst) {
+            if let Err(e) = self.evict_to_target().await {
+                tracing::warn!(error = %e, "variant eviction failed");
+                return;
+            }
         }
     }
 
@@ -201,15 +209,20 @@ impl Pipeline {
     /// Returns how many were evicted.
     async fn evict_to_target(&self) -> Result<u64, Error> {
         let (s, u) = (&self.shared, &self.shared.upkeep);
+        // What stores add while this round reads and evicts is kept on top of the total it
+        // read (counted twice at worst, which only makes the next check read the maps again):
+        // overwriting the count lost those stores, and the store then held more than the
+        // budget with nothing left to notice.
+        let mark = u.variant_bytes.load(Ordering::SeqCst);
         let stored = s.maps.variant_bytes().await?;
-        u.variant_bytes.store(stored, Ordering::Relaxed);
+        count_from(&u.variant_bytes, mark, stored);
         if stored <= u.variants_max_bytes {
             return Ok(0);
         }
+        let mark = u.variant_bytes.load(Ordering::SeqCst);
         let evicted = s.maps.evict_variants(u.eviction_target()).await?;
         self.drop_variant_bytes(&evicted.keys).await?;
-        u.variant_bytes
-            .store(evicted.remaining_bytes, Ordering::Relaxed);
+        count_from(&u.variant_bytes, mark, evicted.remaining_bytes);
         let count = evicted.keys.len() as u64;
         Stats::add(&s.stats.variants_evicted, count);
         tracing::debug!(
@@ -330,4 +343,12 @@ impl Pipeline {
         }
         Ok(self.shared.maps.flush().await?)
     }
+}
+
+/// Sets the variants' count to `total` read from the maps, plus what stores added since the
+/// count was `mark`.
+fn count_from(count: &AtomicU64, mark: u64, total: u64) {
+    let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+        Some(total.saturating_add(now.saturating_sub(mark)))
+    });
 }

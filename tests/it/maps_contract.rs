@@ -435,6 +435,58 @@ async fn concurrent_durable_inserts(open: impl Fn() -> Opened) {
     assert_eq!(all_hashes(maps.as_ref()).await.len(), 64);
 }
 
+/// Variants written and URLs recorded while others evict variants, from many tasks: every
+/// call succeeds (on PostgreSQL an eviction and the writes it made room for once deadlocked,
+/// and a write lost that way left its bytes in the bucket with no row), and the counts come
+/// back to nothing when everything is evicted.
+async fn writes_while_evicting(open: impl Fn() -> Opened) {
+    let maps = open().await;
+    let hashes: Vec<ContentHash> = (0..6u32)
+        .map(|i| ContentHash::of(&i.to_le_bytes()))
+        .collect();
+    let mut tasks = Vec::new();
+    for writer in 0..4u32 {
+        let (maps, hashes) = (maps.clone(), hashes.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..60u32 {
+                let hash = hashes[((writer + n) % 6) as usize];
+                let k = key(hash, &format!("w={writer}-{n}"));
+                let row = VariantRow::Image {
+                    format: OutputFormat::Jpeg,
+                    width: 1,
+                    height: 1,
+                    chosen: None,
+                    body: body(&*maps, Bytes::from(vec![n as u8; 700])),
+                };
+                maps.put_variant(&k, &row).await.unwrap();
+                maps.put_url(&format!("http://o/{writer}/{n}"), &url_entry(hash))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let maps = maps.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                maps.evict_variants(5_000).await.unwrap();
+                maps.evict_urls(2_000).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    maps.evict_variants(0).await.unwrap();
+    assert_eq!(maps.variant_bytes().await.unwrap(), 0);
+    let left = maps.variant_totals().await.unwrap();
+    assert_eq!((left.images, left.image_bytes, left.errors), (0, 0, 0));
+    assert_eq!(
+        maps.totals().await.unwrap(),
+        maps.recount_totals().await.unwrap()
+    );
+}
+
 fn fingerprint(phash: u64, width: u32) -> Fingerprint {
     Fingerprint {
         phash,
@@ -982,6 +1034,7 @@ pub(crate) fn redb_in(dir: Arc<tempfile::TempDir>) -> impl Fn() -> Opened {
 async fn redb_keeps_the_contract() {
     contract(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     concurrent_durable_inserts(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
+    writes_while_evicting(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     bounded_growth(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     url_budget(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
     near_duplicates(redb_in(Arc::new(tempfile::tempdir().unwrap()))).await;
@@ -1130,6 +1183,7 @@ async fn postgres_keeps_the_contract() {
     };
     contract(postgres_at(server.database("contract"))).await;
     concurrent_durable_inserts(postgres_at(server.database("durable_inserts"))).await;
+    writes_while_evicting(postgres_at(server.database("writes_while_evicting"))).await;
     bounded_growth(postgres_at(server.database("bounded_growth"))).await;
     url_budget(postgres_at(server.database("url_budget"))).await;
     near_duplicates(postgres_at(server.database("near_duplicates"))).await;

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
@@ -133,20 +134,53 @@ pub(super) trait Run: Sync {
 #[async_trait::async_trait]
 impl Run for Session {
     async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, MapError> {
-        self.trips.count(self.op, 1);
-        self.client
-            .query_typed(sql, params)
-            .await
-            .map_err(store_error)
+        let mut tries = 0;
+        loop {
+            self.trips.count(self.op, 1);
+            match self.client.query_typed(sql, params).await {
+                Err(e) if contended(&e) && tries < CONTENDED_TRIES => tries += 1,
+                answer => return answer.map_err(store_error),
+            }
+            contended_pause(tries).await;
+        }
     }
 
     async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, MapError> {
-        self.trips.count(self.op, 1);
-        self.client
-            .execute_typed(sql, params)
-            .await
-            .map_err(store_error)
+        let mut tries = 0;
+        loop {
+            self.trips.count(self.op, 1);
+            match self.client.execute_typed(sql, params).await {
+                Err(e) if contended(&e) && tries < CONTENDED_TRIES => tries += 1,
+                answer => return answer.map_err(store_error),
+            }
+            contended_pause(tries).await;
+        }
     }
+}
+
+/// Times a statement outside a transaction is run again after the server chose it as a
+/// deadlock's victim (or found it could not be serialized).
+const CONTENDED_TRIES: u32 = 4;
+
+/// Whether the server rolled the statement back because it ran into another one: a
+/// deadlock, or a serialization failure. Such a statement did nothing, and the server's own
+/// advice is to run it again. (The counters' triggers of migration 13 lock rows of
+/// `imgcas_totals` chosen by the row they count, so two writes of URLs, or of variants, can
+/// wait on each other in opposite orders.)
+pub(super) fn contended(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|code| {
+        *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+/// A short pause, longer on each try and spread so that the two sides of a deadlock do not
+/// meet again at once.
+pub(super) async fn contended_pause(tries: u32) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let ms = 5 * u64::from(tries) + nanos % 10;
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 
 #[async_trait::async_trait]

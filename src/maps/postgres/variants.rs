@@ -193,6 +193,11 @@ impl Variants for PostgresStore {
 impl PostgresStore {
     /// Deletes these variants and takes their bytes off the count, in one transaction;
     /// returns the keys that were stored.
+    ///
+    /// Locks are taken in the order every variant write takes them: the variants' rows,
+    /// then their byte counters, then the totals' rows (which the delete's trigger moves; a
+    /// write's trigger runs at the end of its statement, after its counter). The other way
+    /// round, an eviction and the writes it made room for deadlocked each other.
     async fn remove_keys(&self, keys: &[VariantKey]) -> Result<Vec<VariantKey>, MapError> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -201,25 +206,17 @@ impl PostgresStore {
         let (hashes, versions, specs) = key_arrays(&refs);
         let mut session = self.session("remove_variants").await?;
         let txn = session.begin().await?;
-        // Rows are locked in key order first: two nodes evicting the same least recently
-        // served rows at once then queue behind each other instead of deadlocking.
-        txn.execute(
-            "SELECT 1 FROM imgcas_variants AS v
-               JOIN (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
-                       AS t (hash, version, spec)) AS d
-                 ON v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
-              ORDER BY v.hash, v.processor_version, v.spec
-                FOR UPDATE OF v",
-            params![hashes, versions, specs],
-        )
-        .await?;
+        // In key order: two nodes evicting the same least recently served rows at once
+        // queue behind each other.
         let rows = txn
             .query(
-                "DELETE FROM imgcas_variants AS v
-                  USING (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
+                "SELECT v.hash, v.processor_version, v.spec, v.counted_bytes
+                   FROM imgcas_variants AS v
+                   JOIN (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
                            AS t (hash, version, spec)) AS d
-                  WHERE v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
-                  RETURNING v.hash, v.processor_version, v.spec, v.counted_bytes",
+                     ON v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec
+                  ORDER BY v.hash, v.processor_version, v.spec
+                    FOR UPDATE OF v",
                 params![hashes, versions, specs],
             )
             .await?;
@@ -231,9 +228,31 @@ impl PostgresStore {
             *by_shard.entry(shard_of(&key.hash)).or_default() += counted;
             gone.push(key);
         }
-        for (shard, bytes) in by_shard {
+        if gone.is_empty() {
+            txn.commit().await?;
+            return Ok(gone);
+        }
+        for (&shard, &bytes) in &by_shard {
             add_bytes(&txn, shard, -bytes).await?;
         }
+        let shards: Vec<i32> = by_shard.keys().copied().collect();
+        txn.execute(
+            "SELECT 1 FROM imgcas_totals WHERE shard = ANY($1::integer[])
+              ORDER BY shard FOR UPDATE",
+            params![shards],
+        )
+        .await?;
+        // The rows are locked: the delete removes exactly those read above.
+        let refs: Vec<&VariantKey> = gone.iter().collect();
+        let (hashes, versions, specs) = key_arrays(&refs);
+        txn.execute(
+            "DELETE FROM imgcas_variants AS v
+              USING (SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[])
+                       AS t (hash, version, spec)) AS d
+              WHERE v.hash = d.hash AND v.processor_version = d.version AND v.spec = d.spec",
+            params![hashes, versions, specs],
+        )
+        .await?;
         txn.commit().await?;
         Ok(gone)
     }
