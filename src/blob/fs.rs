@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{key_for, BlobError, BlobStore, PutOutcome, VariantObject};
+use super::{key_for, BlobError, BlobStore, PutOutcome, StoredBlob, VariantObject};
 use crate::hash::ContentHash;
 
 pub struct FsBlobStore {
@@ -108,6 +108,71 @@ fn modified(meta: &std::fs::Metadata) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The names in `dir` in order (none when it does not exist).
+fn sorted_names(dir: &Path) -> Result<Vec<String>, BlobError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("cannot list", dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io("cannot list", dir, e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// [`BlobStore::originals_page`] over `originals/<2 hex>/<2 hex>/<hex>`: the fan-out
+/// directories in order from the one `after` is in, each leaf read whole (a few thousand
+/// names at most where the store holds billions).
+fn originals_page_in(
+    root: &Path,
+    after: Option<ContentHash>,
+    limit: usize,
+) -> Result<Vec<StoredBlob>, BlobError> {
+    let after_hex = after.map(|h| h.to_hex());
+    let (first, second) = match &after_hex {
+        Some(hex) => (hex[0..2].to_string(), hex[2..4].to_string()),
+        None => (String::new(), String::new()),
+    };
+    let mut out = Vec::new();
+    for top in sorted_names(root)?.into_iter().filter(|n| *n >= first) {
+        let top_dir = root.join(&top);
+        for mid in sorted_names(&top_dir)? {
+            if top == first && mid < second {
+                continue;
+            }
+            let leaf = top_dir.join(&mid);
+            for name in sorted_names(&leaf)? {
+                if after_hex.as_ref().is_some_and(|a| name <= *a) {
+                    continue;
+                }
+                let Ok(hash) = name.parse::<ContentHash>() else {
+                    continue;
+                };
+                let path = leaf.join(&name);
+                let meta = match std::fs::metadata(&path) {
+                    Ok(meta) => meta,
+                    // Deleted since the directory was read.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io("cannot stat", &path, e)),
+                };
+                out.push(StoredBlob {
+                    hash,
+                    size: meta.len(),
+                    modified_ms: modified(&meta),
+                });
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, BlobError> + Send + 'static,
 ) -> Result<T, BlobError> {
@@ -177,6 +242,15 @@ impl BlobStore for FsBlobStore {
             Ok(out)
         })
         .await
+    }
+
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<StoredBlob>, BlobError> {
+        let root = self.root.join("originals");
+        blocking(move || originals_page_in(&root, after, limit)).await
     }
 
     async fn check(&self) -> Result<(), BlobError> {

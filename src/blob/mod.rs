@@ -69,6 +69,15 @@ pub enum BlobError {
     Unavailable(String),
 }
 
+/// One stored original as a listing names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredBlob {
+    pub hash: ContentHash,
+    pub size: u64,
+    /// When it was last written, ms since the epoch (to the second on object stores).
+    pub modified_ms: u64,
+}
+
 /// What `put_if_absent` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -93,8 +102,16 @@ pub trait BlobStore: Send + Sync + 'static {
 
     async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError>;
 
-    /// Every stored hash (for `verify` and `gc`).
+    /// Every stored hash (for the offline `verify` and `gc`).
     async fn list(&self) -> Result<Vec<ContentHash>, BlobError>;
+
+    /// Up to `limit` stored originals in hash order, after `after` (from the first when
+    /// `None`): the online check's side of the blob store, a page at a time (issue 69).
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<StoredBlob>, BlobError>;
 
     /// Readiness: the store answers.
     async fn check(&self) -> Result<(), BlobError>;

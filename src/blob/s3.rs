@@ -18,7 +18,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 
-use super::{key_for, BlobError, BlobStore, PutOutcome, VariantObject, KEY_PREFIX};
+use super::{key_for, BlobError, BlobStore, PutOutcome, StoredBlob, VariantObject, KEY_PREFIX};
 use crate::config::S3Config;
 use crate::hash::ContentHash;
 
@@ -432,6 +432,48 @@ impl BlobStore for S3BlobStore {
         }
         hashes.sort();
         Ok(hashes)
+    }
+
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<StoredBlob>, BlobError> {
+        // Keys spell the hash in hex after a fan-out of its own first digits, so the bucket's
+        // key order is the hashes' order and `start-after` is a keyset cursor.
+        let mut out = Vec::new();
+        let mut start_after = after.as_ref().map(super::key_for);
+        while out.len() < limit {
+            let mut request = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(KEY_PREFIX)
+                .max_keys(i32::try_from(limit - out.len()).unwrap_or(1000).min(1000));
+            if let Some(key) = &start_after {
+                request = request.start_after(key);
+            }
+            let page = self.sent("LIST", request.send()).await?;
+            let page = page.map_err(|e| failure("LIST", &e))?;
+            let mut last = None;
+            for object in page.contents() {
+                let Some(key) = object.key() else { continue };
+                last = Some(key.to_string());
+                let name = key.rsplit('/').next();
+                if let Some(hash) = name.and_then(|n| n.parse::<ContentHash>().ok()) {
+                    out.push(StoredBlob {
+                        hash,
+                        size: u64::try_from(object.size().unwrap_or(0)).unwrap_or(0),
+                        modified_ms: object.last_modified().map_or(0, epoch_ms),
+                    });
+                }
+            }
+            match (last, page.is_truncated().unwrap_or(false)) {
+                (Some(key), true) => start_after = Some(key),
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     async fn check(&self) -> Result<(), BlobError> {
