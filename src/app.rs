@@ -190,6 +190,9 @@ async fn serve(
 /// gets to one, they are computed on demand.
 fn spawn_backfill(pipeline: Pipeline) -> JoinHandle<()> {
     tokio::spawn(async move {
+        if let Err(e) = pipeline.resume_check().await {
+            tracing::warn!(error = %e, "cannot read where the store check stood");
+        }
         match pipeline.backfill_facts().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(originals = n, "facts backfilled"),

@@ -44,6 +44,17 @@ struct Cli {
     command: Command,
 }
 
+/// The server an online check runs on.
+#[derive(Debug, Clone, clap::Args)]
+struct OnlineCheck {
+    /// The running imgcas that runs an online check (e.g. http://127.0.0.1:8080).
+    #[arg(long)]
+    server: Option<url::Url>,
+    /// Its admin token (else IMGCAS_ADMIN_TOKEN), sent as `Authorization: Bearer`.
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP service.
@@ -92,6 +103,13 @@ enum Command {
         /// compare them with the totals the maps keep (`/admin`, `imgcas stats`).
         #[arg(long)]
         totals: bool,
+        /// Check the originals index against the blob store by range while the server
+        /// serves: the server named by `--server` runs it (resumable, one node at a time)
+        /// and this prints its report. Exit 1 when an original is missing or mismatched.
+        #[arg(long, requires = "server", conflicts_with_all = ["repair", "fingerprint", "totals"])]
+        online: bool,
+        #[command(flatten)]
+        remote: OnlineCheck,
     },
     /// Bulk-load images: files are uploaded, directories walked for image files, URLs sent
     /// in batches. Prints a summary (new / duplicate / changed / failed); exit 1 if any item
@@ -114,6 +132,13 @@ enum Command {
         /// Remove them; without it, only report (dry run).
         #[arg(long)]
         apply: bool,
+        /// Find unreferenced blobs by range while the server serves (`verify --online`'s
+        /// check); with `--apply`, the server deletes those older than
+        /// `maintenance.gc_grace`.
+        #[arg(long, requires = "server")]
+        online: bool,
+        #[command(flatten)]
+        remote: OnlineCheck,
     },
     /// The maps themselves.
     Maps {
@@ -404,8 +429,20 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             repair,
             fingerprint,
             totals,
+            online,
+            remote,
         } => {
             let config = configure(config_path, &Flags::default())?;
+            if online {
+                let state = online_check(&config, &remote, false)?;
+                println!("{}", cli::check::describe(&state));
+                let r = &state.report;
+                return Ok(if r.missing == 0 && r.mismatched == 0 {
+                    Outcome::Done
+                } else {
+                    Outcome::Trouble
+                });
+            }
             if fingerprint {
                 let done = maintenance(cli::maintenance::fingerprint(config.clone()))?;
                 println!("{done} originals fingerprinted");
@@ -446,8 +483,17 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
                 }
             }
         }
-        Command::Gc { apply } => {
+        Command::Gc {
+            apply,
+            online,
+            remote,
+        } => {
             let config = configure(config_path, &Flags::default())?;
+            if online {
+                let state = online_check(&config, &remote, apply)?;
+                println!("{}", cli::check::describe(&state));
+                return Ok(Outcome::Done);
+            }
             let report = maintenance(cli::maintenance::gc(config, apply))?;
             println!("{}", cli::maintenance::describe_gc(&report));
             Ok(Outcome::Done)
@@ -479,6 +525,25 @@ fn runtime(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runt
 }
 
 /// Runs an offline maintenance command on a small runtime.
+/// `verify --online` and `gc --online`: the check run by the server, followed to its end.
+fn online_check(
+    config: &Config,
+    remote: &OnlineCheck,
+    apply: bool,
+) -> Result<imgcas::pipeline::CheckState, Outcome> {
+    let Some(server) = &remote.server else {
+        return Err(Outcome::Refused("--online needs --server".into()));
+    };
+    let token = remote
+        .admin_token
+        .as_deref()
+        .or(config.security.admin_token.as_deref());
+    let runtime = runtime(&mut tokio::runtime::Builder::new_current_thread())?;
+    runtime
+        .block_on(cli::check::run(server, token, apply))
+        .map_err(Outcome::Failed)
+}
+
 fn maintenance<T>(
     work: impl std::future::Future<Output = Result<T, imgcas::error::Error>>,
 ) -> Result<T, Outcome> {

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use imgcas::wire::{ErrorAnswer, ErrorBody};
 
 pub mod blocklist;
+pub mod check;
 pub mod ingest;
 pub mod maintenance;
 pub mod maps;

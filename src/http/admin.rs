@@ -2,7 +2,9 @@
 //! (a takedown) and `DELETE /v1/takedowns/<hash>` (lifting it), with `GET /v1/takedowns`
 //! listing what is taken down. They are never open: with no token configured they answer
 //! 403 `admin_disabled`, and with tokens they need one with the `moderate` scope, the admin
-//! token's included (`Service::check_removal`).
+//! token's included (`Service::check_removal`). `POST /admin/check` starts the online check
+//! of the store (which deletes unreferenced blobs when asked to apply) and `GET /admin/check`
+//! reads its report, under the same guard.
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -137,6 +139,54 @@ pub async fn takedowns(State(service): State<Service>, headers: HeaderMap) -> Re
                     taken_down_ms: at,
                 })
                 .collect(),
+        })
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct CheckQuery {
+    apply: Option<bool>,
+}
+
+/// What `POST /admin/check` and `GET /admin/check` answer.
+#[derive(serde::Serialize)]
+pub struct CheckAnswer {
+    /// This request started a run (`POST` only; a run already under way here is not
+    /// started twice).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started: Option<bool>,
+    /// The check as the maps keep it, whichever node ran it; `null` before the first.
+    check: Option<crate::pipeline::CheckState>,
+}
+
+/// `POST /admin/check[?apply=true]`: starts the online check of the store in the background
+/// (`pipeline/check.rs`); 202 with where it stands.
+pub async fn start_check(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Query(query): Query<CheckQuery>,
+) -> Response {
+    let answer = async {
+        service.check_removal(&headers)?;
+        let started = service.pipeline().start_check(query.apply.unwrap_or(false));
+        Ok::<_, Error>(CheckAnswer {
+            started: Some(started),
+            check: service.pipeline().check_state().await?,
+        })
+    };
+    match answer.await {
+        Ok(answer) => (axum::http::StatusCode::ACCEPTED, Json(answer)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /admin/check`: the online check's position and report.
+pub async fn check(State(service): State<Service>, headers: HeaderMap) -> Response {
+    removal(&service, &headers, || async {
+        Ok(CheckAnswer {
+            started: None,
+            check: service.pipeline().check_state().await?,
         })
     })
     .await

@@ -432,6 +432,7 @@ pub fn router(service: Service) -> Router {
         .route("/admin/login", post(console::login))
         .route("/admin/logout", post(console::logout))
         .route("/admin/savings", get(console::savings))
+        .route("/admin/check", get(admin::check).post(admin::start_check))
         .route("/admin/admin.js", get(console::script))
         .route("/admin/admin.css", get(console::style))
         .route("/healthz", get(ops::healthz))

@@ -35,6 +35,7 @@ pub(super) const ROUTES: &[&str] = &[
     "/metrics",
     "/admin",
     "/admin/savings",
+    "/admin/check",
 ];
 
 /// `X-Imgcas-Cache` values (`image.rs`, `error.rs`), as `cache` labels.

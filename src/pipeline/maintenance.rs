@@ -254,14 +254,7 @@ impl Pipeline {
             applied: apply,
             ..GcReport::default()
         };
-        // Object stores report write times to the second, rounded down: a second is added
-        // so that nothing younger than the grace ever looks older. (A grace of 0, for an
-        // offline store nobody writes to, means none.)
-        let grace = match self.shared.config.maintenance.gc_grace.as_millis() as u64 {
-            0 => 0,
-            ms => ms + 1000,
-        };
-        let written_before = now_ms().saturating_sub(grace);
+        let written_before = self.gc_written_before();
         let total = stored.len() as u64;
         for (done, hash) in stored.into_iter().enumerate() {
             if indexed.binary_search(&hash).is_err() {

@@ -47,6 +47,7 @@ use crate::stats::{Stats, StatsSnapshot};
 
 mod blocklist;
 mod budgets;
+mod check;
 mod claims;
 mod copy;
 mod deadline;
@@ -66,6 +67,7 @@ mod variant;
 mod walks;
 
 pub use blocklist::Listed;
+pub use check::{CheckReport, CheckState, RangeSums, CHECK_RANGES};
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use near::Similar;
@@ -146,6 +148,8 @@ struct Shared {
         SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
     /// Raised at shutdown: every run stops at its next check (`deadline.rs`).
     shutdown: Arc<std::sync::atomic::AtomicBool>,
+    /// An online check of the store runs from this node (`check.rs`).
+    checking: Arc<std::sync::atomic::AtomicBool>,
     /// Background reads of originals ahead of their CPU slot (`near.rs`'s
     /// `read_then_slot`): as many as the slots.
     background_reads: tokio::sync::Semaphore,
@@ -230,6 +234,7 @@ impl Pipeline {
                 background: Default::default(),
                 fingerprint_flights: SingleFlight::default(),
                 shutdown: Arc::default(),
+                checking: Arc::default(),
                 background_reads: tokio::sync::Semaphore::new(
                     config.limits.process_concurrency.max(1),
                 ),

@@ -33,6 +33,8 @@ pub enum Walk {
     Facts,
     /// Fingerprints of the originals lacking current ones (`near.rs`).
     Fingerprints,
+    /// The originals index against the blob store (`check.rs`).
+    Check,
 }
 
 impl Walk {
@@ -41,6 +43,7 @@ impl Walk {
         match self {
             Walk::Facts => "facts_backfill",
             Walk::Fingerprints => "fingerprint_backfill",
+            Walk::Check => "store_check",
         }
     }
 }

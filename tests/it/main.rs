@@ -61,6 +61,7 @@ mod scopes;
 mod server_limits;
 mod signing;
 mod ssrf;
+mod store_check;
 mod takedown;
 mod tiers;
 mod totals;
