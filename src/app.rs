@@ -90,6 +90,11 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
     let front = crate::http::Front::new(service.clone(), crate::http::router(service.clone()));
     let (tx, rx) = oneshot::channel::<()>();
     let flusher = spawn_flusher(pipeline.clone(), metrics);
+    // Before the first request: a migration validated before a kill backfills again, and a
+    // request must not find it validated in between.
+    if let Err(e) = pipeline.resume_migration().await {
+        tracing::warn!(error = %e, "cannot take up the maps' migration");
+    }
     let backfill = spawn_backfill(pipeline.clone());
     let follower = spawn_purge_follower(pipeline.clone());
     let sampler = spawn_sampler(service.clone());

@@ -85,6 +85,9 @@ pub enum Error {
     /// admitted for that payer, however long it waits (`too_costly`, not stored).
     #[error("{0}")]
     BeyondBudget(String),
+    /// A migration of the maps was asked what its phase does not allow (`migrate/`).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -144,6 +147,7 @@ impl Error {
             Error::Overloaded { .. } => "overloaded",
             Error::OverBudget { .. } => "over_budget",
             Error::BeyondBudget(_) => "too_costly",
+            Error::Conflict(_) => "migration_conflict",
             Error::Internal(_) => "internal",
         }
     }

@@ -158,6 +158,11 @@ enum MapsCommand {
         #[arg(long)]
         to: String,
     },
+    /// Move the maps (and the blob store: `--bucket`) to others while the node serves,
+    /// through the running server: writes mirrored, a backfill by hash range compared by
+    /// checksums, then `--cutover`, then `--finish` (or `--rollback` at any point before).
+    /// Prints where the migration stands.
+    Migrate(cli::migrate::MigrateOptions),
 }
 
 /// How a command ended; [`Outcome::exit_code`] is the one place exit codes are decided.
@@ -496,6 +501,21 @@ fn run(cli: Cli) -> Result<Outcome, Outcome> {
             }
             let report = maintenance(cli::maintenance::gc(config, apply))?;
             println!("{}", cli::maintenance::describe_gc(&report));
+            Ok(Outcome::Done)
+        }
+        Command::Maps {
+            command: MapsCommand::Migrate(options),
+        } => {
+            let config = configure(config_path, &Flags::default())?;
+            let token = options
+                .admin_token
+                .clone()
+                .or(config.security.admin_token.clone());
+            let runtime = runtime(&mut tokio::runtime::Builder::new_current_thread())?;
+            let state = runtime
+                .block_on(cli::migrate::run(&options, token.as_deref()))
+                .map_err(Outcome::Failed)?;
+            println!("{}", cli::migrate::describe(state.as_ref()));
             Ok(Outcome::Done)
         }
         Command::Maps {

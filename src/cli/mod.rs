@@ -15,6 +15,7 @@ pub mod check;
 pub mod ingest;
 pub mod maintenance;
 pub mod maps;
+pub mod migrate;
 pub mod process;
 pub mod purge;
 

@@ -191,3 +191,87 @@ pub async fn check(State(service): State<Service>, headers: HeaderMap) -> Respon
     })
     .await
 }
+
+/// What `/admin/migrate` answers.
+#[derive(serde::Serialize)]
+pub struct MigrationAnswer {
+    migration: Option<crate::pipeline::MigrationState>,
+}
+
+/// What `POST /admin/migrate` is sent.
+#[derive(Deserialize)]
+pub struct MigrateRequest {
+    to: String,
+    #[serde(default)]
+    bucket: Option<String>,
+}
+
+/// The migration routes: a token must be configured, and the admin scope presented.
+async fn migration<F>(
+    service: &Service,
+    headers: &HeaderMap,
+    status: axum::http::StatusCode,
+    work: F,
+) -> Response
+where
+    F: std::future::Future<Output = Result<(), Error>>,
+{
+    let done = async {
+        service.check_removal(headers)?;
+        service.check_scope(headers, super::Scope::Admin)?;
+        work.await?;
+        Ok::<_, Error>(MigrationAnswer {
+            migration: service.pipeline().migration_state().await?,
+        })
+    };
+    match done.await {
+        Ok(answer) => (status, Json(answer)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /admin/migrate`: where the maps' migration stands.
+pub async fn migration_status(State(service): State<Service>, headers: HeaderMap) -> Response {
+    migration(&service, &headers, axum::http::StatusCode::OK, async {
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /admin/migrate` (`{"to": …, "bucket": …}`): starts moving the maps (and the blob
+/// store) while the node serves (`pipeline/migrate/`).
+pub async fn migrate(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let pipeline = service.pipeline().clone();
+    let work = async move {
+        let asked: MigrateRequest = serde_json::from_slice(&body)
+            .map_err(|e| Error::invalid_option("body", format!("{{\"to\": …}} expected: {e}")))?;
+        pipeline
+            .migrate_start(&asked.to, asked.bucket.as_deref())
+            .await
+    };
+    migration(&service, &headers, axum::http::StatusCode::ACCEPTED, work).await
+}
+
+/// `POST /admin/migrate/{step}`: `cutover`, `finish` or `rollback`.
+pub async fn migration_step(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    Path(step): Path<String>,
+) -> Response {
+    let pipeline = service.pipeline().clone();
+    let work = async move {
+        match step.as_str() {
+            "cutover" => pipeline.migrate_cutover().await,
+            "finish" => pipeline.migrate_finish().await,
+            "rollback" => pipeline.migrate_rollback().await,
+            other => Err(Error::NotFound(format!(
+                "no migration step `{other}`: cutover, finish or rollback"
+            ))),
+        }
+    };
+    migration(&service, &headers, axum::http::StatusCode::OK, work).await
+}

@@ -58,6 +58,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::OverBudget { .. } => (StatusCode::TOO_MANY_REQUESTS, NO_STORE),
         // Another payer may be admitted the same work: never kept downstream.
         Error::BeyondBudget(_) => (StatusCode::UNPROCESSABLE_ENTITY, NO_STORE),
+        Error::Conflict(_) => (StatusCode::CONFLICT, NO_STORE),
         Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, NO_STORE),
     }
 }

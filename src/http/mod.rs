@@ -433,6 +433,11 @@ pub fn router(service: Service) -> Router {
         .route("/admin/logout", post(console::logout))
         .route("/admin/savings", get(console::savings))
         .route("/admin/check", get(admin::check).post(admin::start_check))
+        .route(
+            "/admin/migrate",
+            get(admin::migration_status).post(admin::migrate),
+        )
+        .route("/admin/migrate/{step}", post(admin::migration_step))
         .route("/admin/admin.js", get(console::script))
         .route("/admin/admin.css", get(console::style))
         .route("/healthz", get(ops::healthz))

@@ -36,6 +36,8 @@ pub(super) const ROUTES: &[&str] = &[
     "/admin",
     "/admin/savings",
     "/admin/check",
+    "/admin/migrate",
+    "/admin/migrate/{step}",
 ];
 
 /// `X-Imgcas-Cache` values (`image.rs`, `error.rs`), as `cache` labels.

@@ -55,6 +55,7 @@ mod decoded;
 mod facts;
 mod gate;
 mod maintenance;
+mod migrate;
 mod near;
 mod origins;
 mod recall;
@@ -70,6 +71,7 @@ pub use blocklist::Listed;
 pub use check::{CheckReport, CheckState, RangeSums, CHECK_RANGES};
 pub use copy::{copy_maps, CopyReport};
 pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
+pub use migrate::{MigrationRecord, MigrationState, Phase};
 pub use near::Similar;
 pub use origins::OriginTally;
 pub use recall::Recalled;
@@ -150,6 +152,8 @@ struct Shared {
     shutdown: Arc<std::sync::atomic::AtomicBool>,
     /// An online check of the store runs from this node (`check.rs`).
     checking: Arc<std::sync::atomic::AtomicBool>,
+    /// The maps' migration, when one is under way: who leads, and the record (`migrate/`).
+    migration: migrate::Migration,
     /// Background reads of originals ahead of their CPU slot (`near.rs`'s
     /// `read_then_slot`): as many as the slots.
     background_reads: tokio::sync::Semaphore,
@@ -213,6 +217,17 @@ impl Pipeline {
         let blobs = crate::blob::open(&config)
             .await
             .map_err(|e| OpenError(e.to_string()))?;
+        // Both behind the migration's switch: the configured ones alone unless the maps'
+        // record says a migration is under way.
+        let migration = migrate::Migration::open(&config, maps, blobs)
+            .await
+            .map_err(|e| OpenError(format!("cannot open the migration's target: {e}")))?;
+        let maps: Arc<dyn crate::maps::MapStore> = Arc::new(migrate::mirror::MirroredMaps::new(
+            migration.sides.clone(),
+            migration.counts.clone(),
+        ));
+        let blobs: Arc<dyn crate::blob::BlobStore> =
+            Arc::new(migrate::blobs::MirroredBlobs::new(migration.sides.clone()));
         let fetcher = Fetcher::new(&config.fetch, &config.storage.s3).map_err(OpenError)?;
         let takedowns = removal::Takedowns::load(maps.as_ref())
             .await
@@ -235,6 +250,7 @@ impl Pipeline {
                 fingerprint_flights: SingleFlight::default(),
                 shutdown: Arc::default(),
                 checking: Arc::default(),
+                migration,
                 background_reads: tokio::sync::Semaphore::new(
                     config.limits.process_concurrency.max(1),
                 ),

@@ -35,6 +35,8 @@ pub enum Walk {
     Fingerprints,
     /// The originals index against the blob store (`check.rs`).
     Check,
+    /// A migration's backfill (`migrate/backfill.rs`).
+    Migration,
 }
 
 impl Walk {
@@ -44,6 +46,7 @@ impl Walk {
             Walk::Facts => "facts_backfill",
             Walk::Fingerprints => "fingerprint_backfill",
             Walk::Check => "store_check",
+            Walk::Migration => "migration_backfill",
         }
     }
 }
@@ -167,6 +170,9 @@ impl Pipeline {
 
     /// Where every walk stands, as the maps keep it (every node's runs).
     pub async fn walk_positions(&self) -> Result<Vec<(String, WalkPosition)>, Error> {
-        Ok(self.shared.maps.walk_positions().await?)
+        let mut positions = self.shared.maps.walk_positions().await?;
+        // The migration's record shares the walk log's table; it is no walk.
+        positions.retain(|(name, _)| name != super::migrate::RECORD);
+        Ok(positions)
     }
 }

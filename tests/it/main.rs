@@ -39,6 +39,7 @@ mod maps_contract;
 mod maps_walks;
 mod merchant_sources;
 mod metrics;
+mod migrate;
 mod moderation;
 mod near_bound;
 mod near_dup;

@@ -1,0 +1,673 @@
+//! The maps while a migration moves them (`mod.rs`): one store leads — it answers every read
+//! and takes every write first — and, while the migration mirrors, the other follows, each
+//! write made on it too once the leading one took it. Roles that coordinate rather than keep
+//! content (claims, quotas, the walks' positions) stay with the leading store alone: they are
+//! short-lived, and the follower starts on them afresh when it leads.
+//!
+//! A follower's failure does not fail the write (the leading store is the truth until the
+//! cutover); it is counted, and the backfill's checksums find the page it left different. A
+//! variant's row is made for the follower as it keeps them (its bytes in the row, or in its
+//! blob store). A sample of reads is also asked of the follower and compared (shadow reads).
+//!
+//! Apart from reads sampled for the shadow, a store with no migration under way costs one
+//! atomic load per call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+
+use crate::blob::BlobStore;
+use crate::hash::ContentHash;
+use crate::maps::{
+    BlockEntry, Blocklist, Bucket, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
+    Fingerprinted, Fingerprints, HeldFailure, ListedAtWrite, MapError, MapStore, NearFound,
+    NearMatch, OriginSlot, OriginTurn, OriginalFacts, OriginalInfo, Originals, Quotas, Recorded,
+    SlotTake, StoreTotals, Take, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
+    VariantTotals, Variants, VersionCursor, WalkLog, WalkPosition,
+};
+
+use super::super::variant::{row_for, with_bytes_in_hand};
+
+/// The store that follows, and where it keeps its bytes.
+pub(in crate::pipeline) struct Follower {
+    pub maps: Arc<dyn MapStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    /// Its blob store is the leading one's (one bucket for both): nothing to copy.
+    pub same_blobs: bool,
+}
+
+/// Who leads and who follows, swapped whole at each phase.
+pub(in crate::pipeline) struct Sides {
+    pub lead: Arc<dyn MapStore>,
+    pub lead_blobs: Arc<dyn BlobStore>,
+    pub follow: Option<Follower>,
+}
+
+/// Counts of what mirroring saw, since the node started.
+#[derive(Default)]
+pub(in crate::pipeline) struct MirrorCounts {
+    pub writes_failed: AtomicU64,
+    pub shadow_same: AtomicU64,
+    pub shadow_different: AtomicU64,
+    pub shadow_absent: AtomicU64,
+    reads: AtomicU64,
+}
+
+/// The maps a migration moves: see the module's comment.
+pub(in crate::pipeline) struct MirroredMaps {
+    sides: Arc<ArcSwap<Sides>>,
+    pub counts: Arc<MirrorCounts>,
+    /// One read in this many is asked of the follower too.
+    shadow_every: u64,
+}
+
+/// Reads compared with the follower: one in this many.
+pub(in crate::pipeline) const SHADOW_EVERY: u64 = 16;
+
+/// How long a follower's write may take before it counts as failed (the leading store's
+/// write is done; the request should not wait on a slow follower for long).
+const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
+
+impl MirroredMaps {
+    pub(in crate::pipeline) fn new(sides: Arc<ArcSwap<Sides>>, counts: Arc<MirrorCounts>) -> Self {
+        MirroredMaps {
+            sides,
+            counts,
+            shadow_every: SHADOW_EVERY,
+        }
+    }
+
+    fn sides(&self) -> arc_swap::Guard<Arc<Sides>> {
+        self.sides.load()
+    }
+
+    /// What a follower's write came to: counted (and logged) when it failed.
+    fn mirrored(&self, op: &'static str, outcome: Result<(), MapError>) {
+        if let Err(e) = outcome {
+            self.counts.writes_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(op, error = %e, "mirrored write failed; the backfill's checksums will find it");
+        }
+    }
+
+    /// The follower, when this read is one the shadow compares.
+    fn shadow_turn<'a>(&self, sides: &'a Sides) -> Option<&'a Follower> {
+        let follow = sides.follow.as_ref()?;
+        let n = self.counts.reads.fetch_add(1, Ordering::Relaxed);
+        n.is_multiple_of(self.shadow_every).then_some(follow)
+    }
+
+    /// Counts a shadow read: `Some(true)` the same, `Some(false)` different, `None` absent
+    /// on one side only. A follower's error counts as different.
+    fn shadow(&self, compared: Result<Option<bool>, MapError>) {
+        let counter = match compared {
+            Ok(Some(true)) => &self.counts.shadow_same,
+            Ok(None) => &self.counts.shadow_absent,
+            _ => &self.counts.shadow_different,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn drop_memory_mirrored(&self) {
+        let sides = self.sides();
+        sides.lead.drop_memory();
+        if let Some(follow) = &sides.follow {
+            follow.maps.drop_memory();
+        }
+    }
+
+    async fn flush_mirrored(&self) -> Result<(), MapError> {
+        let sides = self.sides();
+        sides.lead.flush().await?;
+        if let Some(follow) = &sides.follow {
+            self.mirrored("flush", follow.maps.flush().await);
+        }
+        Ok(())
+    }
+
+    async fn record_download_mirrored(
+        &self,
+        url: &str,
+        entry: &UrlEntry,
+        info: &OriginalInfo,
+        claim: Option<&Claim>,
+    ) -> Result<Recorded, MapError> {
+        let sides = self.sides();
+        let out = sides.lead.record_download(url, entry, info, claim).await?;
+        if let Some(follow) = &sides.follow {
+            // The claim is the leading store's: the follower records without one.
+            let done = follow.maps.record_download(url, entry, info, None).await;
+            self.mirrored("record_download", done.map(|_| ()));
+        }
+        Ok(out)
+    }
+
+    async fn put_variant_mirrored(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+    ) -> Result<(), MapError> {
+        let sides = self.sides();
+        sides.lead.put_variant(key, row).await?;
+        self.follow_variant(&sides, key, row).await;
+        Ok(())
+    }
+
+    async fn put_variant_claimed_mirrored(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: &Claim,
+    ) -> Result<ListedAtWrite, MapError> {
+        let sides = self.sides();
+        let out = sides.lead.put_variant_claimed(key, row, claim).await?;
+        self.follow_variant(&sides, key, row).await;
+        Ok(out)
+    }
+
+    /// A variant row written on the follower, as it keeps them.
+    async fn follow_variant(&self, sides: &Sides, key: &VariantKey, row: &VariantRow) {
+        let Some(follow) = &sides.follow else { return };
+        let done = tokio::time::timeout(FOLLOW_WITHIN, async {
+            let lead_blobs: &dyn BlobStore = sides.lead_blobs.as_ref();
+            let row = match with_bytes_in_hand(row.clone(), key, &[lead_blobs]).await {
+                Ok(Some(row)) => row,
+                // Its bytes are gone already (evicted): nothing to follow.
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(MapError::Store(e.to_string())),
+            };
+            let row = match (follow.same_blobs, &row) {
+                (true, _) if !follow.maps.holds_variant_bytes() => row,
+                _ => row_for(follow.maps.as_ref(), follow.blobs.as_ref(), key, row)
+                    .await
+                    .map_err(|e| MapError::Store(e.to_string()))?,
+            };
+            follow.maps.put_variant(key, &row).await
+        })
+        .await
+        .unwrap_or_else(|_| Err(MapError::Store("the follower took too long".into())));
+        self.mirrored("put_variant", done);
+    }
+
+    async fn evict_variants_mirrored(&self, target_bytes: u64) -> Result<Evicted, MapError> {
+        both!(self, evict_variants(target_bytes))
+    }
+}
+
+/// A write made on the leading store, then on the follower (its failure counted, not
+/// returned): the leading store's answer.
+macro_rules! both {
+    ($self:ident, $op:ident($($arg:expr),*)) => {{
+        let sides = $self.sides();
+        let out = sides.lead.$op($($arg),*).await?;
+        if let Some(follow) = &sides.follow {
+            $self.mirrored(stringify!($op), follow.maps.$op($($arg),*).await.map(|_| ()));
+        }
+        Ok(out)
+    }};
+}
+use both;
+
+/// Whether two URL entries say the same (their use stamps aside), `None` when one is absent.
+fn same_entry(a: &Option<UrlEntry>, b: &Option<UrlEntry>) -> Option<bool> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(
+            a.hash == b.hash
+                && a.canonical == b.canonical
+                && a.etag == b.etag
+                && a.last_modified == b.last_modified,
+        ),
+        (None, None) => Some(true),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl MapStore for MirroredMaps {
+    fn drop_memory(&self) {
+        self.drop_memory_mirrored()
+    }
+
+    fn round_trips(&self) -> Vec<(&'static str, u64)> {
+        self.sides().lead.round_trips()
+    }
+
+    async fn flush(&self) -> Result<(), MapError> {
+        self.flush_mirrored().await
+    }
+
+    async fn compact(&self) -> Result<bool, MapError> {
+        self.sides().lead.compact().await
+    }
+
+    async fn check(&self) -> Result<(), MapError> {
+        self.sides().lead.check().await
+    }
+
+    async fn totals(&self) -> Result<StoreTotals, MapError> {
+        self.sides().lead.totals().await
+    }
+
+    async fn recount_totals(&self) -> Result<StoreTotals, MapError> {
+        self.sides().lead.recount_totals().await
+    }
+
+    async fn listed_and_original(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(bool, Option<OriginalInfo>), MapError> {
+        self.sides().lead.listed_and_original(hash).await
+    }
+}
+
+#[async_trait]
+impl UrlMap for MirroredMaps {
+    async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        let sides = self.sides();
+        let found = sides.lead.url(url).await?;
+        if let Some(follow) = self.shadow_turn(&sides) {
+            let other = follow.maps.url(url).await;
+            self.shadow(other.map(|o| same_entry(&o, &found)));
+        }
+        Ok(found)
+    }
+
+    async fn url_now(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
+        self.sides().lead.url_now(url).await
+    }
+
+    async fn url_with_original(
+        &self,
+        url: &str,
+    ) -> Result<(Option<UrlEntry>, Option<OriginalInfo>), MapError> {
+        self.sides().lead.url_with_original(url).await
+    }
+
+    async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
+        both!(self, put_url(url, entry))
+    }
+
+    async fn remove_url(&self, url: &str) -> Result<(), MapError> {
+        both!(self, remove_url(url))
+    }
+
+    async fn urls_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.sides().lead.urls_page(after, limit).await
+    }
+
+    async fn urls_of(&self, hash: &ContentHash) -> Result<Vec<(String, UrlEntry)>, MapError> {
+        self.sides().lead.urls_of(hash).await
+    }
+
+    async fn mark_urls_requested(&self, requested: &[(String, u64)]) -> Result<(), MapError> {
+        both!(self, mark_urls_requested(requested))
+    }
+
+    async fn forget_urls(&self, unused_since_ms: u64) -> Result<u64, MapError> {
+        both!(self, forget_urls(unused_since_ms))
+    }
+
+    async fn url_bytes(&self) -> Result<u64, MapError> {
+        self.sides().lead.url_bytes().await
+    }
+
+    async fn evict_urls(&self, target_bytes: u64) -> Result<u64, MapError> {
+        both!(self, evict_urls(target_bytes))
+    }
+}
+
+#[async_trait]
+impl Originals for MirroredMaps {
+    async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
+        let sides = self.sides();
+        let found = sides.lead.original(hash).await?;
+        if let Some(follow) = self.shadow_turn(&sides) {
+            let other = follow.maps.original(hash).await;
+            self.shadow(other.map(|o| match (&o, &found) {
+                (Some(a), Some(b)) => Some(a.bytes == b.bytes),
+                (None, None) => Some(true),
+                _ => None,
+            }));
+        }
+        Ok(found)
+    }
+
+    async fn add_original(
+        &self,
+        hash: &ContentHash,
+        info: &OriginalInfo,
+    ) -> Result<bool, MapError> {
+        both!(self, add_original(hash, info))
+    }
+
+    async fn record_download(
+        &self,
+        url: &str,
+        entry: &UrlEntry,
+        info: &OriginalInfo,
+        claim: Option<&Claim>,
+    ) -> Result<Recorded, MapError> {
+        self.record_download_mirrored(url, entry, info, claim).await
+    }
+
+    async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
+        both!(self, put_facts(hash, facts))
+    }
+
+    async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
+        both!(self, remove_original(hash))
+    }
+
+    async fn originals_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, OriginalInfo)>, MapError> {
+        self.sides().lead.originals_page(after, limit).await
+    }
+
+    async fn lacking_facts(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.sides().lead.lacking_facts(version, after, limit).await
+    }
+}
+
+#[async_trait]
+impl Fingerprints for MirroredMaps {
+    async fn fingerprint(&self, hash: &ContentHash) -> Result<Option<Fingerprinted>, MapError> {
+        self.sides().lead.fingerprint(hash).await
+    }
+
+    async fn put_fingerprint(
+        &self,
+        hash: &ContentHash,
+        fingerprint: &Fingerprinted,
+    ) -> Result<ListedAtWrite, MapError> {
+        let sides = self.sides();
+        let out = sides.lead.put_fingerprint(hash, fingerprint).await?;
+        if let Some(follow) = &sides.follow {
+            self.mirrored(
+                "put_fingerprint",
+                follow
+                    .maps
+                    .put_fingerprint(hash, fingerprint)
+                    .await
+                    .map(|_| ()),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
+        self.sides().lead.near(phash, radius).await
+    }
+
+    async fn near_closest(
+        &self,
+        phash: u64,
+        radius: u32,
+        limit: usize,
+        read_cap: usize,
+    ) -> Result<NearFound, MapError> {
+        self.sides()
+            .lead
+            .near_closest(phash, radius, limit, read_cap)
+            .await
+    }
+
+    async fn lacking_fingerprints(
+        &self,
+        version: u32,
+        after: Option<VersionCursor>,
+        limit: usize,
+    ) -> Result<Vec<VersionCursor>, MapError> {
+        self.sides()
+            .lead
+            .lacking_fingerprints(version, after, limit)
+            .await
+    }
+
+    async fn fingerprints_page(
+        &self,
+        after: Option<ContentHash>,
+        limit: usize,
+    ) -> Result<Vec<(ContentHash, Fingerprint)>, MapError> {
+        self.sides().lead.fingerprints_page(after, limit).await
+    }
+
+    async fn alias(&self, hash: &ContentHash) -> Result<Option<ContentHash>, MapError> {
+        self.sides().lead.alias(hash).await
+    }
+
+    async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
+        both!(self, put_alias(own, canonical))
+    }
+
+    async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
+        both!(self, remove_aliases(hash))
+    }
+}
+
+#[async_trait]
+impl Variants for MirroredMaps {
+    fn holds_variant_bytes(&self) -> bool {
+        self.sides().lead.holds_variant_bytes()
+    }
+
+    async fn variant(&self, key: &VariantKey) -> Result<Option<VariantRow>, MapError> {
+        self.sides().lead.variant(key).await
+    }
+
+    async fn put_variant(&self, key: &VariantKey, row: &VariantRow) -> Result<(), MapError> {
+        self.put_variant_mirrored(key, row).await
+    }
+
+    async fn mark_variants_served(&self, served: &[(VariantKey, u64)]) -> Result<(), MapError> {
+        both!(self, mark_variants_served(served))
+    }
+
+    async fn variant_bytes(&self) -> Result<u64, MapError> {
+        self.sides().lead.variant_bytes().await
+    }
+
+    async fn evict_variants(&self, target_bytes: u64) -> Result<Evicted, MapError> {
+        self.evict_variants_mirrored(target_bytes).await
+    }
+
+    async fn variant_keys_page(
+        &self,
+        after: Option<&VariantKey>,
+        limit: usize,
+    ) -> Result<Vec<VariantKey>, MapError> {
+        self.sides().lead.variant_keys_page(after, limit).await
+    }
+
+    async fn remove_variants(&self, keys: &[VariantKey]) -> Result<u64, MapError> {
+        both!(self, remove_variants(keys))
+    }
+
+    async fn variants_of(&self, hash: &ContentHash) -> Result<Vec<(VariantKey, u64)>, MapError> {
+        self.sides().lead.variants_of(hash).await
+    }
+
+    async fn variant_totals(&self) -> Result<VariantTotals, MapError> {
+        self.sides().lead.variant_totals().await
+    }
+
+    async fn put_variant_claimed(
+        &self,
+        key: &VariantKey,
+        row: &VariantRow,
+        claim: &Claim,
+    ) -> Result<ListedAtWrite, MapError> {
+        self.put_variant_claimed_mirrored(key, row, claim).await
+    }
+}
+
+#[async_trait]
+impl Takedowns for MirroredMaps {
+    async fn take_down(&self, hash: &ContentHash, at_ms: u64) -> Result<bool, MapError> {
+        both!(self, take_down(hash, at_ms))
+    }
+
+    async fn lift_takedown(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        both!(self, lift_takedown(hash))
+    }
+
+    async fn takedowns(&self) -> Result<Vec<(ContentHash, u64)>, MapError> {
+        self.sides().lead.takedowns().await
+    }
+
+    async fn is_taken_down(&self, hash: &ContentHash) -> Result<bool, MapError> {
+        self.sides().lead.is_taken_down(hash).await
+    }
+
+    async fn purge_generation(&self) -> Result<u64, MapError> {
+        self.sides().lead.purge_generation().await
+    }
+
+    async fn bump_purge_generation(&self) -> Result<u64, MapError> {
+        both!(self, bump_purge_generation())
+    }
+}
+
+#[async_trait]
+impl Blocklist for MirroredMaps {
+    async fn block(&self, entry: &BlockEntry) -> Result<bool, MapError> {
+        both!(self, block(entry))
+    }
+
+    async fn unblock(&self, id: &str) -> Result<bool, MapError> {
+        both!(self, unblock(id))
+    }
+
+    async fn blocklist(&self) -> Result<Vec<BlockEntry>, MapError> {
+        self.sides().lead.blocklist().await
+    }
+}
+
+#[async_trait]
+impl Claims for MirroredMaps {
+    fn shared(&self) -> bool {
+        self.sides().lead.shared()
+    }
+
+    async fn try_claim(
+        &self,
+        key: &str,
+        owner: &str,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, MapError> {
+        self.sides().lead.try_claim(key, owner, token, ttl).await
+    }
+
+    async fn try_claim_past_published(
+        &self,
+        key: &str,
+        owner: &str,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, MapError> {
+        self.sides()
+            .lead
+            .try_claim_past_published(key, owner, token, ttl)
+            .await
+    }
+
+    async fn renew_claim(
+        &self,
+        claim: &Claim,
+        new_token: i64,
+        ttl: Duration,
+    ) -> Result<bool, MapError> {
+        self.sides().lead.renew_claim(claim, new_token, ttl).await
+    }
+
+    async fn release_claim(&self, claim: &Claim) -> Result<(), MapError> {
+        self.sides().lead.release_claim(claim).await
+    }
+}
+
+#[async_trait]
+impl Quotas for MirroredMaps {
+    async fn take_origin_turn(
+        &self,
+        turn: &OriginTurn<'_>,
+    ) -> Result<(SlotTake, Option<HeldFailure>), MapError> {
+        self.sides().lead.take_origin_turn(turn).await
+    }
+
+    async fn release_origin_slot(&self, slot: &OriginSlot) -> Result<(), MapError> {
+        self.sides().lead.release_origin_slot(slot).await
+    }
+
+    async fn origin_slots_held(&self, origin: &str) -> Result<u32, MapError> {
+        self.sides().lead.origin_slots_held(origin).await
+    }
+
+    async fn pause_origin(&self, origin: &str, length: Duration) -> Result<(), MapError> {
+        self.sides().lead.pause_origin(origin, length).await
+    }
+
+    async fn origin_pause(&self, origin: &str) -> Result<Option<Duration>, MapError> {
+        self.sides().lead.origin_pause(origin).await
+    }
+
+    async fn take_tokens(
+        &self,
+        key: &str,
+        bucket: Bucket,
+        need: f64,
+        cost: f64,
+    ) -> Result<Take, MapError> {
+        self.sides().lead.take_tokens(key, bucket, need, cost).await
+    }
+
+    async fn held_failure(&self, url: &str) -> Result<Option<HeldFailure>, MapError> {
+        self.sides().lead.held_failure(url).await
+    }
+
+    async fn hold_failure(
+        &self,
+        url: &str,
+        error: &str,
+        streak: u32,
+        hold: Duration,
+        remember: Duration,
+    ) -> Result<(), MapError> {
+        self.sides()
+            .lead
+            .hold_failure(url, error, streak, hold, remember)
+            .await
+    }
+
+    async fn clear_failure(&self, url: &str) -> Result<(), MapError> {
+        self.sides().lead.clear_failure(url).await
+    }
+}
+
+#[async_trait]
+impl WalkLog for MirroredMaps {
+    async fn walk_position(&self, name: &str) -> Result<Option<WalkPosition>, MapError> {
+        self.sides().lead.walk_position(name).await
+    }
+
+    async fn put_walk_position(&self, name: &str, position: &WalkPosition) -> Result<(), MapError> {
+        self.sides().lead.put_walk_position(name, position).await
+    }
+
+    async fn walk_positions(&self) -> Result<Vec<(String, WalkPosition)>, MapError> {
+        self.sides().lead.walk_positions().await
+    }
+}
