@@ -51,6 +51,10 @@ impl Walk {
     }
 }
 
+/// The walk log's row where a migration of the maps keeps its record (`migrate/`): it shares
+/// the walks' table, and is no walk.
+pub(super) const MIGRATION_RECORD: &str = "maps_migration";
+
 /// What one page of a walk did: the cursor it ended on, and the rows it handled.
 pub(super) type Page<C> = Option<(C, u64)>;
 
@@ -172,7 +176,7 @@ impl Pipeline {
     pub async fn walk_positions(&self) -> Result<Vec<(String, WalkPosition)>, Error> {
         let mut positions = self.shared.maps.walk_positions().await?;
         // The migration's record shares the walk log's table; it is no walk.
-        positions.retain(|(name, _)| name != super::migrate::RECORD);
+        positions.retain(|(name, _)| name != MIGRATION_RECORD);
         Ok(positions)
     }
 }

@@ -176,8 +176,10 @@ async fn kill_and_restart(
     base: &Arc<Mutex<String>>,
 ) -> Server {
     base.lock().unwrap().clear();
-    // A request the kill cuts off is not acknowledged: give the traffic's last one a moment.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The traffic pauses, and the embedded maps make what they acknowledged durable within a
+    // second (`MapStore::flush`): after this, everything acknowledged must survive the kill.
+    // The backfill runs on through the pause, and the kill cuts it off.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     server.kill();
     let server = start_with(dir, None, env);
     *base.lock().unwrap() = server.base.clone();
@@ -193,8 +195,9 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
     let maps_url = pg.database("migrate_online");
     let dir = tempfile::tempdir().unwrap();
     let origin = Arc::new(Origin::start().await);
-    // A backfill slow enough to be killed half way: 100 originals a second, 200 a page.
-    let env = node_env(&bucket, &[("IMGCAS_WALK_ROWS_PER_SECOND", "100")]);
+    // A backfill slow enough to be killed half way: 50 originals a second, 200 a page (a
+    // page's pause, 4 s, outlasts the kill's 1.5 s).
+    let env = node_env(&bucket, &[("IMGCAS_WALK_ROWS_PER_SECOND", "50")]);
     let server = start_with(dir.path(), None, &env);
     let done = Arc::new(Acknowledged::default());
     // More than a page of originals before the migration: uploads, and URLs with a variant.
@@ -245,7 +248,6 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
     })
     .await;
     assert_eq!(phase(&half), "backfilling");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     let server = kill_and_restart(server, dir.path(), &env, &base).await;
     let taken_up = status(&server.base).await;
     assert_eq!(
@@ -336,17 +338,9 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
             missed.push(url.clone());
         }
     }
-    // A variant is a cache, and the embedded maps make it durable within a second
-    // (`MapStore::flush`): one stored in the second before a kill may be gone from the node's
-    // maps, which lead, and the backfill then drops it from the target too; it is made again.
-    // No URL is downloaded again, and no variant stored before the migration is missing.
     assert!(
-        missed.len() <= 3,
+        missed.is_empty(),
         "variants missing on the target: {missed:?}"
-    );
-    assert!(
-        missed.iter().all(|u| u.contains("/traffic/")),
-        "a variant stored before the migration is missing: {missed:?}"
     );
     assert_eq!(origin.full(), downloads, "no URL downloaded again");
     node.terminate();

@@ -42,7 +42,7 @@ use crate::error::Error;
 use crate::maps::{now_ms, MapStore, OpenOptions, WalkPosition};
 
 /// The walk log's row where the migration's record is kept (in the source's maps).
-pub(in crate::pipeline) const RECORD: &str = "maps_migration";
+const RECORD: &str = super::walks::MIGRATION_RECORD;
 
 /// The phases (see the module's comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
