@@ -386,12 +386,16 @@ async fn the_url_map_stays_within_its_byte_budget() {
     // The upkeep runs once a second; on shared maps a round of deletes takes its time (each
     // row moves the kept totals), the more so on a loaded machine: asked until it is done.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let evicted = loop {
+    // (On shared maps, forget_after is 8 s: under load the first URLs can be forgotten by
+    // the sweep before the budget evicts them; either way the upkeep removed them.)
+    let (evicted, forgotten) = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let scrape = scrape(&client(), &server.base).await;
         let evicted = metric_value(&scrape, "imgcas_urls_evicted_total", &[]);
-        if evicted >= 900.0 || std::time::Instant::now() > deadline {
-            break evicted;
+        let forgotten = metric_value(&scrape, "imgcas_urls_forgotten_total", &[]);
+        // Within the budget: at most 70 of the 1,000 entries (14 KB each) left.
+        if evicted + forgotten >= 930.0 || std::time::Instant::now() > deadline {
+            break (evicted, forgotten);
         }
     };
     server.terminate();
@@ -406,7 +410,13 @@ async fn the_url_map_stays_within_its_byte_budget() {
         grown / 1024
     );
     assert!(kept * row <= BUDGET, "{kept} entries kept");
-    assert!(evicted >= 900.0, "{evicted}");
+    assert!(
+        evicted + forgotten >= 900.0 && evicted >= 500.0,
+        "{evicted} evicted, {forgotten} forgotten"
+    );
+    if s3.is_none() {
+        assert!(evicted >= 900.0, "{evicted}");
+    }
     if s3.is_none() {
         assert!(
             grown < 2 * BUDGET + (2 << 20),
