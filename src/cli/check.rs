@@ -80,27 +80,26 @@ pub fn describe(state: &CheckState) -> String {
         "originals    {} indexed, {} blobs listed",
         r.originals_checked, r.blobs_listed
     ));
-    let named = |n: u64, hashes: &[imgcas::hash::ContentHash]| -> String {
-        let mut line = n.to_string();
-        for h in hashes {
-            line.push_str(&format!("\n  {h}"));
-        }
-        line
+    // Each finding's count, then its named hashes a line each.
+    let hashes = |named: &[imgcas::hash::ContentHash]| -> String {
+        named.iter().map(|h| format!("\n  {h}")).collect()
     };
     lines.push(format!(
-        "missing      {}",
-        named(r.missing, &r.missing_named)
+        "missing      {}{}",
+        r.missing,
+        hashes(&r.missing_named)
     ));
     lines.push(format!(
-        "mismatched   {}",
-        named(r.mismatched, &r.mismatched_named)
+        "mismatched   {}{}",
+        r.mismatched,
+        hashes(&r.mismatched_named)
     ));
     lines.push(format!(
         "unreferenced {} ({} bytes), {} deleted{}",
         r.unreferenced,
         r.unreferenced_bytes,
         r.deleted,
-        named(0, &r.unreferenced_named).trim_start_matches('0')
+        hashes(&r.unreferenced_named)
     ));
     lines.push(format!(
         "young        {} (within maintenance.gc_grace)",
