@@ -27,6 +27,9 @@ use crate::maps::{MapStore, OriginalInfo, UrlEntry, VariantKey, WalkPosition};
 /// Originals per page: each costs a few reads on both sides.
 const PAGE: usize = 200;
 
+/// Originals of a page settled at once.
+const SETTLING_AT_ONCE: usize = 16;
+
 /// Copies of one original tried before its range counts as differing.
 const TRIES: usize = 3;
 
@@ -112,32 +115,70 @@ struct Side<'a> {
     blobs: &'a dyn BlobStore,
 }
 
+/// What settling one original came to.
+struct Settled {
+    /// Whether the leader indexes it.
+    indexed: bool,
+    /// Copied to the follower (`true`) or removed there (`false`), or left as it was.
+    copied: Option<bool>,
+    /// Both sides' digests once it is settled.
+    lead: u64,
+    follow: u64,
+}
+
+/// Makes the follower hold what the leader holds of `hash`, checked by both sides' digests
+/// and copied again while they differ, up to `TRIES` times (a write racing the copy).
+async fn settle(
+    from: &Side<'_>,
+    to: &Side<'_>,
+    hash: &ContentHash,
+    blobs_too: bool,
+) -> Result<Settled, Error> {
+    let (mut lead, mut there) = tokio::try_join!(
+        state_of(from, hash, blobs_too),
+        state_of(to, hash, blobs_too)
+    )?;
+    let mut copied = None;
+    let mut tries = 0;
+    while lead != there && tries < TRIES {
+        copied.get_or_insert(lead.info.is_some());
+        copy_hash(from, to, hash, blobs_too).await?;
+        tries += 1;
+        (lead, there) = tokio::try_join!(
+            state_of(from, hash, blobs_too),
+            state_of(to, hash, blobs_too)
+        )?;
+    }
+    Ok(Settled {
+        indexed: lead.info.is_some(),
+        copied,
+        lead: lead.digest(),
+        follow: there.digest(),
+    })
+}
+
 async fn state_of(
     side: &Side<'_>,
     hash: &ContentHash,
     blobs_too: bool,
 ) -> Result<HashState, Error> {
-    let info = side.maps.original(hash).await?;
+    let (info, fingerprint, urls, variants) = tokio::try_join!(
+        side.maps.original(hash),
+        side.maps.fingerprint(hash),
+        side.maps.urls_of(hash),
+        side.maps.variants_of(hash)
+    )?;
     let blob = match (&info, blobs_too) {
         (Some(_), true) => side.blobs.size(hash).await?,
         _ => None,
     };
-    let fingerprint = side.maps.fingerprint(hash).await?.map(|f| format!("{f:?}"));
-    let mut urls: Vec<_> = side
-        .maps
-        .urls_of(hash)
-        .await?
+    let fingerprint = fingerprint.map(|f| format!("{f:?}"));
+    let mut urls: Vec<_> = urls
         .into_iter()
         .map(|(url, e)| (url, e.hash, e.canonical, e.etag, e.last_modified))
         .collect();
     urls.sort();
-    let mut variants: Vec<VariantKey> = side
-        .maps
-        .variants_of(hash)
-        .await?
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+    let mut variants: Vec<VariantKey> = variants.into_iter().map(|(k, _)| k).collect();
     variants.sort_by_key(|k| k.to_bytes());
     Ok(HashState {
         info: info.map(|i| (i.bytes, i.facts.map(|f| f.version))),
@@ -410,29 +451,29 @@ impl Pipeline {
             .collect();
         hashes.sort();
         hashes.dedup();
-        for hash in &hashes {
+        // The originals of a page are settled a few at a time (each is a dozen round trips
+        // on either side, and independent of the others); their outcomes are folded in hash
+        // order, so the cursor and the ranges' sums are what a one-by-one walk would make.
+        let mut settled: Vec<Settled> = Vec::with_capacity(hashes.len());
+        for some in hashes.chunks(SETTLING_AT_ONCE) {
+            let at_once: Vec<_> = some
+                .iter()
+                .map(|hash| settle(&from, &to, hash, blobs_too))
+                .collect();
+            settled.extend(futures_util::future::try_join_all(at_once).await?);
+        }
+        for (hash, s) in hashes.iter().zip(settled) {
             cursor.close_until(u16::from(hash.as_bytes()[0]));
-            let mut lead = state_of(&from, hash, blobs_too).await?;
-            let mut there = state_of(&to, hash, blobs_too).await?;
-            let mut tries = 0;
-            while lead != there && tries < TRIES {
-                if tries == 0 {
-                    if lead.info.is_some() {
-                        cursor.report.copied += 1;
-                    } else {
-                        cursor.report.removed += 1;
-                    }
-                }
-                copy_hash(&from, &to, hash, blobs_too).await?;
-                tries += 1;
-                lead = state_of(&from, hash, blobs_too).await?;
-                there = state_of(&to, hash, blobs_too).await?;
+            match s.copied {
+                Some(true) => cursor.report.copied += 1,
+                Some(false) => cursor.report.removed += 1,
+                None => {}
             }
-            if lead.info.is_some() {
+            if s.indexed {
                 cursor.report.originals += 1;
             }
-            cursor.lead_sum = cursor.lead_sum.wrapping_add(lead.digest());
-            cursor.follow_sum = cursor.follow_sum.wrapping_add(there.digest());
+            cursor.lead_sum = cursor.lead_sum.wrapping_add(s.lead);
+            cursor.follow_sum = cursor.follow_sum.wrapping_add(s.follow);
             cursor.after = Some(*hash);
         }
         if bound.is_none() {

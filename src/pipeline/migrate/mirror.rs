@@ -7,10 +7,8 @@
 //! A follower's failure does not fail the write (the leading store is the truth until the
 //! cutover); it is counted, and the backfill's checksums find the page it left different. A
 //! variant's row is made for the follower as it keeps them (its bytes in the row, or in its
-//! blob store). A sample of reads is also asked of the follower and compared (shadow reads).
-//!
-//! Apart from reads sampled for the shadow, a store with no migration under way costs one
-//! atomic load per call.
+//! blob store). A sample of reads is also asked of the follower, in the background, and
+//! compared (shadow reads). With no migration under way, a call costs one atomic load more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +16,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
+use futures_util::future::{BoxFuture, FutureExt};
 
 use crate::blob::BlobStore;
 use crate::hash::ContentHash;
@@ -54,6 +53,8 @@ pub(in crate::pipeline) struct MirrorCounts {
     pub shadow_different: AtomicU64,
     pub shadow_absent: AtomicU64,
     reads: AtomicU64,
+    /// Shadow reads asked and not yet answered.
+    shadows_in_flight: AtomicU64,
 }
 
 /// The maps a migration moves: see the module's comment.
@@ -66,6 +67,10 @@ pub(in crate::pipeline) struct MirroredMaps {
 
 /// Reads compared with the follower: one in this many.
 pub(in crate::pipeline) const SHADOW_EVERY: u64 = 16;
+
+/// Shadow reads waiting on the follower at once; a read's turn past this is skipped (a slow
+/// follower must not gather tasks without bound).
+const SHADOWS_IN_FLIGHT: u64 = 32;
 
 /// How long a follower's write may take before it counts as failed (the leading store's
 /// write is done; the request should not wait on a slow follower for long).
@@ -92,22 +97,38 @@ impl MirroredMaps {
         }
     }
 
-    /// The follower, when this read is one the shadow compares.
-    fn shadow_turn<'a>(&self, sides: &'a Sides) -> Option<&'a Follower> {
-        let follow = sides.follow.as_ref()?;
-        let n = self.counts.reads.fetch_add(1, Ordering::Relaxed);
-        n.is_multiple_of(self.shadow_every).then_some(follow)
-    }
-
-    /// Counts a shadow read: `Some(true)` the same, `Some(false)` different, `None` absent
-    /// on one side only. A follower's error counts as different.
-    fn shadow(&self, compared: Result<Option<bool>, MapError>) {
-        let counter = match compared {
-            Ok(Some(true)) => &self.counts.shadow_same,
-            Ok(None) => &self.counts.shadow_absent,
-            _ => &self.counts.shadow_different,
+    /// Asks the follower the read the leader answered with `found`, when this read is one the
+    /// shadow compares, and counts how the answers compare. The follower is asked in a task of
+    /// its own: the request has its answer from the leader and does not wait on the follower.
+    /// `compare`: `Some(true)` the same, `Some(false)` different, `None` absent on one side.
+    fn shadow<T, F>(&self, sides: &Sides, ask: F, compare: fn(&T) -> Option<bool>)
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn MapStore>) -> BoxFuture<'static, Result<T, MapError>>,
+    {
+        let Some(follow) = sides.follow.as_ref() else {
+            return;
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let counts = &self.counts;
+        let n = counts.reads.fetch_add(1, Ordering::Relaxed);
+        if !n.is_multiple_of(self.shadow_every)
+            || counts.shadows_in_flight.load(Ordering::Relaxed) >= SHADOWS_IN_FLIGHT
+        {
+            return;
+        }
+        counts.shadows_in_flight.fetch_add(1, Ordering::Relaxed);
+        let asked = ask(follow.maps.clone());
+        let counts = self.counts.clone();
+        tokio::spawn(async move {
+            let counter = match asked.await.map(|answer| compare(&answer)) {
+                Ok(Some(true)) => &counts.shadow_same,
+                Ok(None) => &counts.shadow_absent,
+                // A follower's error counts as different.
+                _ => &counts.shadow_different,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            counts.shadows_in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     fn drop_memory_mirrored(&self) {
@@ -267,10 +288,12 @@ impl UrlMap for MirroredMaps {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         let sides = self.sides();
         let found = sides.lead.url(url).await?;
-        if let Some(follow) = self.shadow_turn(&sides) {
-            let other = follow.maps.url(url).await;
-            self.shadow(other.map(|o| same_entry(&o, &found)));
-        }
+        let (url, led) = (url.to_string(), found.clone());
+        self.shadow(
+            &sides,
+            move |maps| async move { Ok((maps.url(&url).await?, led)) }.boxed(),
+            |(other, led)| same_entry(other, led),
+        );
         Ok(found)
     }
 
@@ -327,14 +350,16 @@ impl Originals for MirroredMaps {
     async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, MapError> {
         let sides = self.sides();
         let found = sides.lead.original(hash).await?;
-        if let Some(follow) = self.shadow_turn(&sides) {
-            let other = follow.maps.original(hash).await;
-            self.shadow(other.map(|o| match (&o, &found) {
-                (Some(a), Some(b)) => Some(a.bytes == b.bytes),
+        let (hash, led) = (*hash, found.as_ref().map(|i| i.bytes));
+        self.shadow(
+            &sides,
+            move |maps| async move { Ok((maps.original(&hash).await?, led)) }.boxed(),
+            |(other, led)| match (other, led) {
+                (Some(a), Some(b)) => Some(a.bytes == *b),
                 (None, None) => Some(true),
                 _ => None,
-            }));
-        }
+            },
+        );
         Ok(found)
     }
 
