@@ -35,6 +35,7 @@ mod hit_path;
 mod ingest;
 mod layering;
 mod maintenance;
+mod maps_checksums;
 mod maps_contract;
 mod maps_walks;
 mod merchant_sources;

@@ -24,7 +24,7 @@ use imgcas_processors::{OutputFormat, ProcessFailure};
 
 pub(crate) type Opened = Pin<Box<dyn Future<Output = Arc<dyn MapStore>>>>;
 
-fn info(bytes: u64) -> OriginalInfo {
+pub(crate) fn info(bytes: u64) -> OriginalInfo {
     OriginalInfo {
         format: Some(imgcas_processors::SourceFormat::Png),
         width: Some(3),
@@ -37,7 +37,7 @@ fn info(bytes: u64) -> OriginalInfo {
     }
 }
 
-fn url_entry(hash: ContentHash) -> UrlEntry {
+pub(crate) fn url_entry(hash: ContentHash) -> UrlEntry {
     UrlEntry {
         hash,
         etag: Some("\"e1\"".into()),
@@ -48,7 +48,7 @@ fn url_entry(hash: ContentHash) -> UrlEntry {
     }
 }
 
-fn key(hash: ContentHash, spec: &str) -> VariantKey {
+pub(crate) fn key(hash: ContentHash, spec: &str) -> VariantKey {
     VariantKey {
         hash,
         canonical_spec: spec.into(),
@@ -68,7 +68,7 @@ fn body(maps: &dyn MapStore, bytes: Bytes) -> VariantBody {
     }
 }
 
-fn image(maps: &dyn MapStore, bytes: &'static [u8]) -> VariantRow {
+pub(crate) fn image(maps: &dyn MapStore, bytes: &'static [u8]) -> VariantRow {
     VariantRow::Image {
         format: OutputFormat::Webp,
         width: 400,

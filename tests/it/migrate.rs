@@ -1,7 +1,8 @@
 //! Online growth (issue 69, part 4), through the real binary: a node on the embedded maps and
 //! a directory moves into PostgreSQL and a bucket (s3s-fs in process, or moto in CI) while
 //! traffic goes on — uploads, new URLs, new variants, hits — and is killed with SIGKILL in
-//! every phase: mid-backfill, validated, cut over. No request fails, and once finished a fresh
+//! every phase: mid-backfill, validated, cut over, finished (and, in the rollback's test,
+//! rolling back). No request fails, and once finished a fresh
 //! node configured on the target serves every acknowledged upload and URL. A rollback after the
 //! cutover leaves the source holding what the target took while it led.
 
@@ -294,7 +295,12 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("phase      finished"), "{out}");
     assert!(out.contains("set maps.url to the target"), "{out}");
+    // Killed once finished: the node comes back on the target alone, and serves.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let server = kill_and_restart(server, dir.path(), &env, &base).await;
+    let s = status(&server.base).await;
+    assert_eq!(phase(&s), "finished", "{s}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
     load.await.unwrap();
     base.lock().unwrap().clear();
@@ -347,14 +353,16 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_rollback_after_the_cutover_keeps_what_the_target_took() {
+async fn a_rollback_after_the_cutover_keeps_what_the_target_took_through_a_kill() {
     let Some(pg) = PgServer::or_skip("a_rollback_after_the_cutover") else {
         return;
     };
     let bucket = S3Target::new().await;
     let maps_url = pg.database("migrate_rollback");
     let dir = tempfile::tempdir().unwrap();
-    let env = node_env(&bucket, &[]);
+    // Walks slow enough (2 rows a second: a page of eight waits 4 s) for the rollback to be
+    // killed before it is done.
+    let env = node_env(&bucket, &[("IMGCAS_WALK_ROWS_PER_SECOND", "2")]);
     let server = start_with(dir.path(), None, &env);
     let mut uploads = Vec::new();
     for n in 0..5u8 {
@@ -397,6 +405,14 @@ async fn a_rollback_after_the_cutover_keeps_what_the_target_took() {
     }
     let (code, out) = migrate(dir.path(), &env, &server.base, &["--rollback"]);
     assert_eq!(code, 0, "{out}");
+    assert!(out.contains("phase      rolling_back"), "{out}");
+    // Killed while rolling back (after the embedded maps' second to make writes durable): it
+    // comes back rolling back, and the backfill runs again to its end.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill();
+    let server = start_with(dir.path(), None, &env);
+    let s = status(&server.base).await;
+    assert_eq!(phase(&s), "rolling_back", "{s}");
     let (code, out) = migrate(
         dir.path(),
         &env,
