@@ -33,6 +33,7 @@ pub mod encode;
 pub mod error;
 pub mod facts;
 pub mod fingerprint;
+mod fits;
 pub mod formats;
 pub mod geometry;
 pub mod interrupt;
@@ -48,6 +49,7 @@ mod shape;
 pub mod smart;
 pub mod spec;
 mod trim;
+mod versions;
 mod watermark;
 #[allow(unsafe_code)]
 mod webp_anim;
@@ -63,14 +65,13 @@ pub use formats::{sniff, SourceFormat};
 pub use image::DynamicImage;
 pub use limits::check_cost;
 pub use mezzanine::MEZZANINE_VERSION;
-pub use plan::{
-    cost, drawing_cost, plan, processor_version, vector_size, Header, Plan, PlannedRoute,
-};
+pub use plan::{cost, drawing_cost, plan, vector_size, Header, Plan, PlannedRoute};
 pub use spec::{
     accept_class, negotiate, Accept, AutoFormats, AutoLevel, AutoTargets, ClientHints,
     FormatRequest, HintsConsulted, OutputFormat, OverlaySource, Placement, Quality, QualityRequest,
     ResolvedSpec, Shape, Spec, SpecError, Watermark, PROCESSOR_VERSION,
 };
+pub use versions::{processor_version, Rung, RUNGS};
 
 /// A finished variant.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,14 +7,17 @@
 //! run ([`crate::process_planned`]), which takes its geometry from it instead of laying the
 //! output out again.
 //!
-//! [`cost`] and [`processor_version`] remain callable alone (offline runs, benchmarks):
-//! each is the plan's own computation on a memory of its own.
+//! [`cost`] and [`crate::processor_version`] (`versions.rs`) remain callable alone (offline
+//! runs, benchmarks): each is the plan's own computation on a memory of its own.
 
 use crate::decode::{Limits, SourceInfo};
+pub use crate::fits::Fit;
+use crate::fits::Fits;
 use crate::formats::SourceFormat;
-use crate::geometry::{self, layout};
+use crate::geometry::layout;
 use crate::limits::check_cost;
-use crate::spec::{OutputFormat, ResolvedSpec, PROCESSOR_VERSION};
+use crate::spec::{OutputFormat, ResolvedSpec};
+use crate::versions::version_with;
 use crate::{decode, mezzanine, ProcessError};
 
 /// What the originals index says of an original: all a plan reads.
@@ -42,66 +45,12 @@ pub enum PlannedRoute {
     ByOrientation,
 }
 
-/// A fit: the output laid out on an input of upright size `at`, after `rotate`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Fit {
-    pub at: (u32, u32),
-    pub rotated: (u32, u32),
-    pub plan: geometry::Plan,
-}
-
-impl Fit {
-    /// How many times smaller than its input the output is.
-    pub fn reduction(&self) -> f64 {
-        self.plan.reduction(self.rotated)
-    }
-
-    /// The decode denominator with shrink-on-load: 1/2, 1/4 or 1/8 when the output is that
-    /// much smaller (1 when the spec needs the whole decode).
-    fn denominator(&self, spec: &ResolvedSpec) -> u32 {
-        if spec.decodes_whole() {
-            1
-        } else {
-            geometry::shrink_denominator(self.reduction())
-        }
-    }
-}
-
-/// The fits a plan has computed, by input size: each computed once.
-pub(crate) struct Fits<'a> {
-    spec: &'a ResolvedSpec,
-    done: Vec<Fit>,
-}
-
-impl<'a> Fits<'a> {
-    pub(crate) fn new(spec: &'a ResolvedSpec) -> Self {
-        Fits {
-            spec,
-            done: Vec::with_capacity(2),
-        }
-    }
-
-    pub(crate) fn at(&mut self, upright: (u32, u32)) -> Fit {
-        if let Some(fit) = self.done.iter().find(|f| f.at == upright) {
-            return *fit;
-        }
-        let (rotated, plan, _) = layout(upright, self.spec, false);
-        let fit = Fit {
-            at: upright,
-            rotated,
-            plan,
-        };
-        self.done.push(fit);
-        fit
-    }
-}
-
 /// What a variant's run is (see the module's doc).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The original's facts it was made from.
     pub header: Header,
-    /// The processor version in the variant's key ([`processor_version`]).
+    /// The processor version in the variant's key ([`crate::processor_version`]).
     pub processor_version: u32,
     /// The run's work from the original, in pixel-equivalents, frames included ([`cost`]);
     /// an unknown size is costed at the pixel limit.
@@ -439,128 +388,10 @@ fn drawing_work_of(
     Ok(source.drawing_work(drawn(source.upright_size())))
 }
 
-/// The processor version of a variant (part of its key, with the original and the
-/// canonical spec): [`PROCESSOR_VERSION`], or a later one for the variants whose bytes a
-/// later change altered. Read from what the originals index holds (format, stored size),
-/// before anything is decoded, and conservative where that is not enough to tell.
-///
-/// 5: JPEG originals make every output themselves, never from a mezzanine, and a
-/// progressive JPEG reduced 8 to 16 times decodes at 1/8 from its DC scans (it decoded at
-/// 1/4). Both concern JPEG outputs reduced at least 4 times of originals whose long side is
-/// at least the mezzanine's threshold, or reduced 8 to 16 times of any; other variants'
-/// bytes are unchanged and keep their version (a baseline JPEG reduced 8 to 16 times is
-/// counted in: its header is not in the index).
-///
-/// 6: AVIF outputs keep full chroma (4:4:4; they were 4:2:0), whatever their original.
-///
-/// 7: AVIF outputs are encoded at libaom speed 7 (it was 8), whatever their original; and
-/// outputs whose own loss would not hide a 1/8 decode from the DC scans (PNG, GIF, lossless
-/// WebP, JPEG or WebP above q90, by the rule of then) of JPEG originals
-/// reduced 8 to 16 times decode at 1/4 again, as before version 5.
-///
-/// 8: progressive JPEG outputs order their coefficients in five scans without refinement
-/// passes ([`jpeg_encode`]): the same pixels in other bytes, whatever their original.
-///
-/// 9: `blur` and `sharpen` use three box passes for the Gaussian ([`ops::blur`]): other
-/// pixels, whatever the original and the output.
-///
-/// 10: HEIC and SVG originals decode (builds before refused them with `unsupported_format`,
-/// and the variants map keeps refusals): every variant of a HEIC or SVG original. (An SVG
-/// stored by an earlier build is indexed with no format, like any bytes of no image format,
-/// whose stored refusals keep their version: it is read as SVG once stored again.)
-///
-/// 11: JPEG XL originals decode (builds before did not know the format: bytes of no image
-/// format, refused; such an original is read as JPEG XL once stored again, as an SVG is).
-///
-/// 12: the coarse decode only where measured to be hidden
-/// ([`ResolvedSpec::hides_coarse_decode`]): WebP outputs, `q=auto` outputs and JPEGs above
-/// the quality measured for their reduction, of JPEG originals reduced 8 to 16 times, decode
-/// at 1/4 where they took the DC scans' 1/8.
-pub fn processor_version(
-    format: Option<SourceFormat>,
-    size: Option<(u32, u32)>,
-    spec: &ResolvedSpec,
-) -> u32 {
-    version_with(format, size, spec, &mut Fits::new(spec))
-}
-
-/// [`processor_version`] with the plan's fits.
-fn version_with(
-    format: Option<SourceFormat>,
-    size: Option<(u32, u32)>,
-    spec: &ResolvedSpec,
-    fits: &mut Fits<'_>,
-) -> u32 {
-    if coarse_decode_dropped(format, size, spec, fits) {
-        return 12;
-    }
-    if format == Some(SourceFormat::Jxl) {
-        return 11;
-    }
-    if matches!(format, Some(SourceFormat::Heic | SourceFormat::Svg)) {
-        return 10;
-    }
-    if spec.shape.blur.is_some() || spec.shape.sharpen.is_some() {
-        return 9;
-    }
-    if spec.format == OutputFormat::Jpeg && spec.progressive {
-        return 8;
-    }
-    if spec.format == OutputFormat::Avif {
-        return 7;
-    }
-    if !format.is_some_and(SourceFormat::shrinks_on_load) {
-        return PROCESSOR_VERSION;
-    }
-    let Some((w, h)) = size else {
-        return if spec.hid_coarse_decode_before_68() {
-            5
-        } else {
-            7
-        };
-    };
-    let long = w.max(h);
-    // Either orientation: the stored size's EXIF orientation is not in the index.
-    let reductions = [fits.at((w, h)).reduction(), fits.at((h, w)).reduction()];
-    // From 16 on, both decode at 1/8: the DC scans give the same pixels as the whole file.
-    let one_quarter_before = reductions.iter().any(|r| (8.0..16.0).contains(r));
-    if one_quarter_before && !spec.hid_coarse_decode_before_68() {
-        return 7;
-    }
-    // A mezzanine served outputs it held twice the resolution of, and it was at least
-    // twice smaller than its original: reductions from 4.
-    let mezzanine_before = long >= mezzanine::FROM_SIDE && reductions.iter().any(|r| *r >= 4.0);
-    if one_quarter_before || mezzanine_before {
-        5
-    } else {
-        PROCESSOR_VERSION
-    }
-}
-
-/// Whether a JPEG original's output took the DC scans' 1/8 under the rule before issue 68 and
-/// no longer does: reduced 8 to 16 times (either orientation; counted in when the size is not
-/// known), where the new rule does not hide the coarse decode.
-fn coarse_decode_dropped(
-    format: Option<SourceFormat>,
-    size: Option<(u32, u32)>,
-    spec: &ResolvedSpec,
-    fits: &mut Fits<'_>,
-) -> bool {
-    if !format.is_some_and(SourceFormat::shrinks_on_load) || !spec.hid_coarse_decode_before_68() {
-        return false;
-    }
-    let Some((w, h)) = size else {
-        // At 8, the least reduction it applies to, the rule is at its strictest.
-        return !spec.hides_coarse_decode(8.0);
-    };
-    [fits.at((w, h)).reduction(), fits.at((h, w)).reduction()]
-        .into_iter()
-        .any(|r| (8.0..16.0).contains(&r) && !spec.hides_coarse_decode(r))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::versions::processor_version;
     use crate::{Limits, ProcessFailure};
 
     use crate::spec::resolved_for_jpeg as resolved;

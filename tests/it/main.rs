@@ -44,7 +44,6 @@ mod migrate;
 mod moderation;
 mod near_bound;
 mod near_dup;
-mod near_index_pg;
 mod negative_cache;
 mod nextjs;
 mod overload;

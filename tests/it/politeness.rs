@@ -227,13 +227,17 @@ async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_l
     assert_eq!(app.image_by_url(&source, "w=100").await.status(), 200);
     let reads_before = app.stats().variant_map_reads;
     let mut requests = Vec::new();
+    // All fifty sent at once (each waits for the others to be ready).
+    let together = std::sync::Arc::new(tokio::sync::Barrier::new(50));
     for _ in 0..50 {
         let (client, url, source) = (app.client.clone(), app.url("/v1/image"), source.clone());
+        let together = together.clone();
         requests.push(tokio::spawn(async move {
             let mut url = reqwest::Url::parse(&url).unwrap();
             url.query_pairs_mut()
                 .append_pair("url", &source)
                 .append_pair("w", "100");
+            together.wait().await;
             client
                 .get(url)
                 .header("cache-control", "no-cache")
@@ -248,7 +252,9 @@ async fn concurrent_misses_of_a_stored_variant_read_it_once_and_the_cost_model_l
         assert_eq!(r.await.unwrap(), 200);
     }
     let reads = app.stats().variant_map_reads - reads_before;
-    assert!(reads < 50, "{reads} reads for 50 concurrent misses");
+    // Requests that meet a read in flight share it; one arriving after it ended reads again.
+    // Measured 2 to 11 here for the fifty (3 to 8 sent at once); each reading alone: 50.
+    assert!(reads <= 20, "{reads} reads for 50 concurrent misses");
     // Runs of two classes: the model names them (source, output and operation) and compares
     // its estimates.
     for (i, q) in ["w=60&format=webp", "w=61&format=avif", "w=62&format=webp"]

@@ -32,10 +32,10 @@ pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
 
 use std::fmt;
 
-/// Bumped whenever the bytes produced for an unchanged resolved spec change, so that
-/// variants made by older code stop matching by themselves. When a change touches only some
-/// variants, those alone take a later version (see [`crate::processor_version`]), so an
-/// upgrade does not make every stored variant again.
+/// The base of the processor version in every variant's key. It does not move: a change
+/// that alters stored variants' bytes adds a rung to the history (`versions.rs`), and the
+/// variants it touched alone take its later version, so that an upgrade does not make every
+/// stored variant again.
 pub const PROCESSOR_VERSION: u32 = 4;
 
 /// Largest `w`/`h` a client may ask for (before `dpr`).

@@ -14,4 +14,5 @@ mod near_dup_accuracy;
 mod near_dup_corpus;
 mod process;
 mod svg;
+mod svg_hostile;
 mod watermark;

@@ -7,6 +7,7 @@ use image::{DynamicImage, GenericImageView};
 use imgcas_processors::{probe, process, Limits, ProcessError, SourceFormat, Spec};
 
 use crate::common::run;
+use crate::svg_hostile::hostile_cases;
 
 /// A 100×40 logo: white, with a black left half (an edge at x = 50) and a red circle.
 const LOGO: &str = r##"<?xml version="1.0" encoding="UTF-8"?>
@@ -212,55 +213,6 @@ fn the_seed_logo_draws_with_every_feature_it_uses() {
 /// The hostile corpus of audit #3 (`testdata/svg/hostile/`, its README says what each is),
 /// with the spec each is asked at: every one is refused as `too_costly` before a pixel is
 /// drawn. `hostile_documents_cpu_before_and_after` measures what each took before.
-const HOSTILE: &[(&str, &str)] = &[
-    ("text-400k.svg", "w=50&format=png"),
-    ("text-90k.svg", "w=1000&format=png"),
-    ("text-used-1000.svg", "w=100&format=png"),
-    ("gradient-24k-stops.svg", "w=1000&format=png"),
-    ("gradient-painted-30.svg", "w=1000&format=png"),
-    ("path-zigzag-90k.svg", "w=1000&format=png"),
-    ("path-dashes.svg", "w=1000&format=png"),
-    ("groups-opacity-90.svg", "w=2000&format=png"),
-    ("masks-3000.svg", "w=1000&format=png"),
-    ("clip-paths-5000.svg", "w=1000&format=png"),
-    ("pattern-1000.svg", "w=1000&format=png"),
-    ("filter-dilate-60.svg", "w=400&format=png"),
-];
-
-/// The audit's gradient: 90,000 stops over 1000×1000 (3.8 MB, made here rather than kept).
-fn gradient_90k() -> Vec<u8> {
-    let mut svg = String::from(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="1000" height="1000"><linearGradient id="g">"#,
-    );
-    for i in 0..90_000 {
-        let color = if i % 2 == 1 { "f00" } else { "00f" };
-        svg.push_str(&format!(
-            r##"<stop offset="{:.5}" stop-color="#{color}"/>"##,
-            f64::from(i) / 90_000.0
-        ));
-    }
-    svg.push_str(r#"</linearGradient><rect width="1000" height="1000" fill="url(#g)"/></svg>"#);
-    svg.into_bytes()
-}
-
-fn hostile(name: &str) -> Vec<u8> {
-    crate::common::testdata(&format!("svg/hostile/{name}"))
-}
-
-/// Every hostile document with its spec: the corpus, and the audit's gradient made here.
-fn hostile_cases() -> Vec<(String, Vec<u8>, &'static str)> {
-    let mut cases: Vec<(String, Vec<u8>, &str)> = HOSTILE
-        .iter()
-        .map(|(name, spec)| (name.to_string(), hostile(name), *spec))
-        .collect();
-    cases.push((
-        "gradient-90k (made)".into(),
-        gradient_90k(),
-        "w=1000&format=png",
-    ));
-    cases
-}
-
 #[test]
 fn hostile_drawings_are_refused_as_too_costly_before_any_pixel_is_drawn() {
     let cases = hostile_cases();
@@ -301,39 +253,4 @@ fn ordinary_drawings_are_still_drawn_and_the_hostile_ones_at_a_small_size_too() 
         "Soda ".repeat(400)
     );
     assert!(run(text.as_bytes(), "w=400&format=png").is_ok());
-}
-
-/// What each hostile document cost before its drawing was costed (its conversion and
-/// drawing with the cost limit lifted, as the code before audit #3 did), against the time to
-/// its refusal now. A measurement, not a check: `cargo test --release -p imgcas-processors
-/// hostile_documents_cpu_before_and_after -- --ignored --nocapture`. `text-400k.svg` is left
-/// out of the "before" (minutes of layout; the audit measured 53 CPU s).
-#[test]
-#[ignore]
-fn hostile_documents_cpu_before_and_after() {
-    let unlimited = Limits {
-        max_cost: u64::MAX,
-        ..Limits::default()
-    };
-    let cases = hostile_cases();
-    eprintln!("| document | spec | before (s) | now (ms) |");
-    for (name, bytes, spec) in cases {
-        let resolved = Spec::parse(spec).unwrap().resolve(
-            Some(imgcas_processors::OutputFormat::Png),
-            true,
-            None,
-        );
-        let started = std::time::Instant::now();
-        let refused = process(&bytes, &resolved, &Limits::default()).is_err();
-        let now = started.elapsed().as_secs_f64() * 1e3;
-        let before = match name.as_str() {
-            "text-400k.svg" => "not run".to_string(),
-            _ => {
-                let started = std::time::Instant::now();
-                let _ = process(&bytes, &resolved, &unlimited);
-                format!("{:.2}", started.elapsed().as_secs_f64())
-            }
-        };
-        eprintln!("| {name} | {spec} | {before} | {now:.1} (refused: {refused}) |");
-    }
 }
