@@ -23,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import threading
@@ -94,6 +95,26 @@ def start_moto(procs):
     endpoint = f"http://127.0.0.1:{port}"
     lib.wait_http(endpoint + "/")
     return endpoint
+
+
+def start_s3s_fs(procs, root):
+    """`s3s-fs` over `root` (`examples/s3_fs_server.rs`, built here) on a loopback port: an S3
+    that answers on more than one thread, for benches that send many requests a second."""
+    subprocess.run(["cargo", "build", "--release", "-q", "--example", "s3_fs_server"],
+                   cwd=lib.ROOT, check=True)
+    port = lib.free_port()
+    Path(root).mkdir(parents=True, exist_ok=True)
+    procs.start([str(lib.ROOT / "target" / "release" / "examples" / "s3_fs_server"), str(root),
+                 str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:  # it answers unsigned requests with 403: wait for the port instead
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"http://127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit("s3s-fs did not come up")
+            time.sleep(0.05)
 
 
 def create_bucket(endpoint, name):

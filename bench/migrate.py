@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Online growth (issue 69): a node on the embedded maps and a directory, holding ORIGINALS
-uploaded originals and URLS URLs with a variant each, moved into PostgreSQL and a bucket (moto)
+uploaded originals and URLS URLs with a variant each, moved into PostgreSQL and a bucket (s3s-fs)
 with `imgcas maps migrate` while steady traffic runs, against the same traffic before it.
 
 - Traffic, RATE requests a second on 4 threads, the whole time: 80 % hits by URL, 10 % new
@@ -14,9 +14,12 @@ with `imgcas maps migrate` while steady traffic runs, against the same traffic b
   backfill's length and rate; ranges checked and equal at validation; shadow reads;
   acknowledged writes missing on the target.
 - ORIGINALS (default 20,000; the issue's 1,000,000 takes the fill ~an hour here), URLS
-  (default 2,000), RATE (default 40), BEFORE and AFTER (default 20 s).
+  (default 2,000), RATE (default 40), BEFORE and AFTER (default 20 s), WALK_RATE (the
+  backfill's rows a second; default the setting's default), S3 (`s3s-fs`, the
+  default, or `moto`: moto answers on one Python thread, and the backfill's copies then wait
+  on it — 43 originals a second here — not on imgcas).
 
-PostgreSQL (Debian's package) and moto (pip) are started on loopback ports by the script.
+PostgreSQL (Debian's package) and the S3 server are started on loopback ports by the script.
 Writes bench/results/migrate.json.
 """
 
@@ -31,13 +34,16 @@ import urllib.request
 from pathlib import Path
 
 import lib
-from cluster import Postgres, create_bucket, s3_env, start_moto
+from cluster import Postgres, create_bucket, s3_env, start_moto, start_s3s_fs
 
 ORIGINALS = int(os.environ.get("ORIGINALS", "20000"))
 URLS = int(os.environ.get("URLS", "2000"))
 RATE = float(os.environ.get("RATE", "40"))
 BEFORE = float(os.environ.get("BEFORE", "20"))
 AFTER = float(os.environ.get("AFTER", "20"))
+S3 = os.environ.get("S3", "s3s-fs")
+# The walks' rate (`maintenance.walk_rows_per_second`; the backfill is one): unset, the default.
+WALK_RATE = os.environ.get("WALK_RATE")
 TOKEN = "bench-migration-admin-token"
 
 
@@ -136,18 +142,25 @@ def summary(records, phase):
 def main():
     binary = lib.build()
     work = lib.tempdir("imgcas-migrate")
-    result = {"originals": ORIGINALS, "urls": URLS, "rate": RATE}
+    result = {"originals": ORIGINALS, "urls": URLS, "rate": RATE, "s3": S3,
+              "walk_rows_per_second": WALK_RATE or "default (1000)"}
     pg = Postgres(work)
     try:
         with lib.Procs() as procs:
-            moto = start_moto(procs)
-            create_bucket(moto, "migrate")
+            if S3 == "moto":
+                endpoint = start_moto(procs)
+                create_bucket(endpoint, "migrate")
+            else:
+                endpoint = start_s3s_fs(procs, work / "s3")
+                (work / "s3" / "migrate").mkdir()
             origin = lib.StaticOrigin()
             target = pg.database("migrate")
-            s3 = {k: v for k, v in s3_env(moto, "migrate").items()
+            s3 = {k: v for k, v in s3_env(endpoint, "migrate").items()
                   if k not in ("IMGCAS_STORAGE", "IMGCAS_S3_BUCKET")}
             env = dict(IMGCAS_STORAGE="fs", IMGCAS_ADMIN_TOKEN=TOKEN, IMGCAS_S3_REGION="us-east-1",
                        IMGCAS_VARIANTS_MAX_BYTES=str(1 << 40), IMGCAS_URLS_MAX_BYTES=str(1 << 38), **s3)
+            if WALK_RATE:
+                env["IMGCAS_WALK_ROWS_PER_SECOND"] = WALK_RATE
             data = work / "node"
             data.mkdir()
             base, node = lib.start_imgcas(procs, binary, data, log_file=work / "node.log", **env)
@@ -220,21 +233,29 @@ def main():
             # A fresh node on the target alone: every acknowledged write there.
             fresh = work / "fresh"
             fresh.mkdir()
-            target_env = dict(s3_env(moto, "migrate"), IMGCAS_MAPS_URL=target, IMGCAS_ADMIN_TOKEN=TOKEN,
+            target_env = dict(s3_env(endpoint, "migrate"), IMGCAS_MAPS_URL=target, IMGCAS_ADMIN_TOKEN=TOKEN,
                               IMGCAS_S3_REGION="us-east-1")
             fresh_base, _ = lib.start_imgcas(procs, binary, fresh, **target_env)
             lib.wait_http(fresh_base + "/readyz", timeout=120)
-            missing_uploads = 0
-            for hash_, body in traffic.uploads:
+            missing = {"uploads": 0, "urls": 0}
+
+            def check_upload(item):
+                hash_, body = item
                 _, status, data = request("GET", f"{fresh_base}/v1/originals/{hash_}")
                 if status != 200 or data != body:
-                    missing_uploads += 1
-            downloads_before = origin.full
-            missing_urls = 0
-            for source in traffic.urls:
+                    with lock:
+                        missing["uploads"] += 1
+
+            def check_url(source):
                 _, status, _ = request("GET", image_url(fresh_base, source, 24), token=False)
                 if status != 200:
-                    missing_urls += 1
+                    with lock:
+                        missing["urls"] += 1
+
+            lib.each_on_threads(traffic.uploads, 8, check_upload)
+            downloads_before = origin.full
+            lib.each_on_threads(traffic.urls, 8, check_url)
+            missing_uploads, missing_urls = missing["uploads"], missing["urls"]
             result["acknowledged"] = {"uploads": len(traffic.uploads), "urls": len(traffic.urls),
                                       "uploads_missing_on_target": missing_uploads,
                                       "urls_failing_on_target": missing_urls,
@@ -242,7 +263,7 @@ def main():
             origin.close()
     finally:
         pg.stop()
-    lib.save("migrate", result)
+    lib.save(os.environ.get("RESULT", "migrate"), result)
     print(json.dumps(result, indent=2))
 
 

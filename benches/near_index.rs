@@ -21,7 +21,9 @@
 //! part measures the embedded maps' search as the service calls it (`near_closest` through
 //! the store, resolving each match's fingerprint), at `NEAR_INDEX_REDB_SIZES` (default 250 k
 //! and 1 M) with the default page cache, beside the in-memory index and the scan of the same
-//! hashes in the same run: `bench/results/near-index-redb.json`.
+//! hashes in the same run: `bench/results/near-index-redb.json`. The third
+//! (`NEAR_INDEX_ONLY=lookalikes`) measures an upload's search among look-alike placeholders,
+//! capped, against the same search uncapped: `bench/results/near-lookalikes.json`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -232,17 +234,108 @@ fn embedded_at_each_size() {
     std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
 }
 
+/// Look-alikes (issue 69): the store holding `n` placeholders whose hashes all lie within a
+/// bit or two of one another (16×16 single-colour placeholders, by the hundred thousand on a
+/// marketplace), and an upload of one more searched as the service searches it (the closest
+/// `BEST_AMONG`, at most `NEAR_READ_CAP` rows read), at each of `NEAR_LOOKALIKE_SIZES`
+/// (default 10 k and 1 M). Peer in the same run: the same search uncapped, as every search
+/// read before the cap (every look-alike, each resolved). `bench/results/near-lookalikes.json`.
+fn lookalikes_at_each_size() {
+    const BEST_AMONG: usize = 64; // src/pipeline/near.rs
+    let sizes: Vec<usize> = std::env::var("NEAR_LOOKALIKE_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000, 1_000_000]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let base = 0x8000_0000_0000_0000u64;
+    let mut rows = Vec::new();
+    for size in sizes {
+        let mut rng = Rng(0x5EED ^ size as u64);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let row = runtime.block_on(async {
+            let store = RedbStore::open(dir.path().to_path_buf(), None)
+                .await
+                .expect("open");
+            let started = Instant::now();
+            for i in 0..size {
+                // Zero to two bits of 64 flipped: placeholders a JPEG's noise tells apart.
+                let mut phash = base;
+                for _ in 0..(rng.next() % 3) {
+                    phash ^= 1 << (rng.next() % 64);
+                }
+                let fp = Fingerprinted::Picture(Fingerprint {
+                    phash,
+                    block_hash: 0,
+                    colour: 0,
+                    width: 16,
+                    height: 16,
+                });
+                store
+                    .put_fingerprint(&ContentHash::of(&(i as u64).to_le_bytes()), &fp)
+                    .await
+                    .expect("put");
+            }
+            let fill = started.elapsed();
+            let (mut capped, mut uncapped) = (Vec::new(), Vec::new());
+            let mut partial = 0usize;
+            for n in 0..200u64 {
+                let q = base ^ (1 << (n % 64));
+                let started = Instant::now();
+                let found = black_box(
+                    store
+                        .near_closest(q, RADIUS, BEST_AMONG, imgcas::maps::NEAR_READ_CAP)
+                        .await,
+                )
+                .expect("search");
+                capped.push(started.elapsed());
+                partial += usize::from(found.partial);
+                // Uncapped reads every look-alike: a few suffice at the large sizes.
+                if n < 5 || size <= 100_000 && n < 50 {
+                    let started = Instant::now();
+                    black_box(store.near_closest(q, RADIUS, usize::MAX, usize::MAX).await)
+                        .expect("search");
+                    uncapped.push(started.elapsed());
+                }
+            }
+            capped.sort();
+            uncapped.sort();
+            serde_json::json!({
+                "lookalikes": size,
+                "fill_seconds": fill.as_secs_f64(),
+                "capped_p50_ms": percentile(&capped, 0.5),
+                "capped_p99_ms": percentile(&capped, 0.99),
+                "capped_partial": partial as f64 / capped.len() as f64,
+                "uncapped_p50_ms": percentile(&uncapped, 0.5),
+            })
+        });
+        println!("{row}");
+        rows.push(row);
+    }
+    let out = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/bench/results/near-lookalikes.json"
+    );
+    let json = serde_json::json!({
+        "radius": RADIUS, "read_cap": imgcas::maps::NEAR_READ_CAP, "sizes": rows,
+        "note": "the embedded maps' search of an upload among look-alikes, capped as the service \
+                 searches; peer in the same run: the same search uncapped (before the cap)",
+    });
+    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+}
+
 fn main() {
     // `cargo test --benches` runs benches as tests: keep that quick.
     if std::env::args().any(|a| a == "--test") {
         return;
     }
-    if std::env::var("NEAR_INDEX_ONLY").as_deref() == Ok("embedded") {
-        embedded_at_each_size();
-        return;
+    match std::env::var("NEAR_INDEX_ONLY").as_deref() {
+        Ok("embedded") => return embedded_at_each_size(),
+        Ok("lookalikes") => return lookalikes_at_each_size(),
+        _ => {}
     }
     benches();
     Criterion::default().configure_from_args().final_summary();
     at_each_size();
     embedded_at_each_size();
+    lookalikes_at_each_size();
 }
