@@ -225,6 +225,10 @@ def main():
             records = traffic.records
             for phase in ("before", "during", "after_cutover"):
                 result[phase] = summary(records, phase)
+                # By kind too: hits read the leader alone; uploads and new URLs write twice.
+                result[phase]["by_kind"] = {
+                    kind: summary([r for r in records if r[1] == kind], phase)
+                    for kind in ("hit", "new_url", "upload")}
             b, d = result["before"], result["during"]
             result["p99_during_over_before"] = round(d["p99_ms"] / b["p99_ms"], 2)
             result["p50_during_over_before"] = round(d["p50_ms"] / b["p50_ms"], 2)

@@ -2,7 +2,7 @@
 //! a directory moves into PostgreSQL and a bucket (s3s-fs in process, or moto in CI) while
 //! traffic goes on — uploads, new URLs, new variants, hits — and is killed with SIGKILL in
 //! every phase: mid-backfill, validated, cut over, finished (and, in the rollback's test,
-//! rolling back). No request fails, and once finished a fresh
+//! rolling back and rolled back). No request fails, and once finished a fresh
 //! node configured on the target serves every acknowledged upload and URL. A rollback after the
 //! cutover leaves the source holding what the target took while it led.
 
@@ -420,8 +420,10 @@ async fn a_rollback_after_the_cutover_keeps_what_the_target_took_through_a_kill(
         &["--status", "--wait-for", "rolled_back"],
     );
     assert_eq!(code, 0, "{out}");
-    server.terminate();
-    // The node on its own maps again: all eight, without the target.
+    // Killed once rolled back too (after the maps' second): the node on its own maps again,
+    // all eight there, without the target.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill();
     let server = start_with(dir.path(), None, &env);
     assert_eq!(phase(&status(&server.base).await), "rolled_back");
     for hash in &uploads {
