@@ -23,7 +23,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import threading
@@ -106,15 +105,8 @@ def start_s3s_fs(procs, root):
     Path(root).mkdir(parents=True, exist_ok=True)
     procs.start([str(lib.ROOT / "target" / "release" / "examples" / "s3_fs_server"), str(root),
                  str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:  # it answers unsigned requests with 403: wait for the port instead
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return f"http://127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("s3s-fs did not come up")
-            time.sleep(0.05)
+    # It answers unsigned requests with 403: wait for the port instead.
+    return lib.wait_port(port, "s3s-fs")
 
 
 def create_bucket(endpoint, name):

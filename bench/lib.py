@@ -46,6 +46,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_port(port, what, timeout=20.0):
+    """Waits until something accepts connections on loopback `port` (for servers that answer
+    a bare request with an error); returns its base URL."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"http://127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{what} did not start")
+            time.sleep(0.05)
+
+
 def wait_http(url, timeout=20.0):
     deadline = time.monotonic() + timeout
     while True:

@@ -45,7 +45,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -246,15 +245,7 @@ def start_ipx(procs, binary):
         env=dict(os.environ, IPX_HTTP_DOMAINS="127.0.0.1"),
     )
     # ipx answers 400 to a path without modifiers: wait for its port instead.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return f"http://127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("ipx did not start")
-            time.sleep(0.1)
+    return lib.wait_port(port, "ipx", timeout=30)
 
 
 def main():

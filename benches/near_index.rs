@@ -155,6 +155,21 @@ fn at_each_size() {
     std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
 }
 
+/// Stores original `i`'s fingerprint: a square picture of `side` pixels with DCT hash `phash`.
+async fn put_picture(store: &RedbStore, i: usize, phash: u64, side: u32) {
+    let fp = Fingerprinted::Picture(Fingerprint {
+        phash,
+        block_hash: 0,
+        colour: 0,
+        width: side,
+        height: side,
+    });
+    store
+        .put_fingerprint(&ContentHash::of(&(i as u64).to_le_bytes()), &fp)
+        .await
+        .expect("put");
+}
+
 /// The embedded maps' on-disk index as the service searches it, beside the in-memory index
 /// and the scan of the same hashes, at each of `NEAR_INDEX_REDB_SIZES`.
 fn embedded_at_each_size() {
@@ -174,17 +189,7 @@ fn embedded_at_each_size() {
                 .expect("open");
             let started = Instant::now();
             for (i, h) in built.hashes.iter().enumerate() {
-                let fp = Fingerprinted::Picture(Fingerprint {
-                    phash: *h,
-                    block_hash: 0,
-                    colour: 0,
-                    width: 100,
-                    height: 100,
-                });
-                store
-                    .put_fingerprint(&ContentHash::of(&(i as u64).to_le_bytes()), &fp)
-                    .await
-                    .expect("put");
+                put_picture(&store, i, *h, 100).await;
             }
             let fill = started.elapsed();
             let queries = &built.queries[..QUERIES / 5];
@@ -263,17 +268,7 @@ fn lookalikes_at_each_size() {
                 for _ in 0..(rng.next() % 3) {
                     phash ^= 1 << (rng.next() % 64);
                 }
-                let fp = Fingerprinted::Picture(Fingerprint {
-                    phash,
-                    block_hash: 0,
-                    colour: 0,
-                    width: 16,
-                    height: 16,
-                });
-                store
-                    .put_fingerprint(&ContentHash::of(&(i as u64).to_le_bytes()), &fp)
-                    .await
-                    .expect("put");
+                put_picture(&store, i, phash, 16).await;
             }
             let fill = started.elapsed();
             let (mut capped, mut uncapped) = (Vec::new(), Vec::new());
