@@ -110,11 +110,25 @@ fn criterion_groups(c: &mut Criterion) {
 
 criterion_group!(benches, criterion_groups);
 
-fn sizes() -> Vec<usize> {
-    std::env::var("NEAR_INDEX_SIZES")
+/// The sizes listed in the environment variable `var` (comma-separated), else `default`.
+fn sizes_from(var: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(var)
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![250_000, 1_000_000, 4_000_000, 10_000_000])
+        .unwrap_or_else(|| default.to_vec())
+}
+
+fn sizes() -> Vec<usize> {
+    sizes_from(
+        "NEAR_INDEX_SIZES",
+        &[250_000, 1_000_000, 4_000_000, 10_000_000],
+    )
+}
+
+/// Writes `json` to `bench/results/<name>`.
+fn write_results(name: &str, json: &serde_json::Value) {
+    let out = format!("{}/bench/results/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(out, serde_json::to_vec_pretty(json).expect("json")).expect("write");
 }
 
 /// Each size measured directly, written to `bench/results/near-index.json`.
@@ -147,12 +161,11 @@ fn at_each_size() {
         println!("{row}");
         rows.push(row);
     }
-    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/results/near-index.json");
     let json = serde_json::json!({
         "radius": RADIUS, "queries": QUERIES, "sizes": rows,
         "note": "in-memory index of the embedded maps; peer: a straight scan of the same hashes",
     });
-    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+    write_results("near-index.json", &json);
 }
 
 /// Stores original `i`'s fingerprint: a square picture of `side` pixels with DCT hash `phash`.
@@ -173,10 +186,7 @@ async fn put_picture(store: &RedbStore, i: usize, phash: u64, side: u32) {
 /// The embedded maps' on-disk index as the service searches it, beside the in-memory index
 /// and the scan of the same hashes, at each of `NEAR_INDEX_REDB_SIZES`.
 fn embedded_at_each_size() {
-    let sizes: Vec<usize> = std::env::var("NEAR_INDEX_REDB_SIZES")
-        .ok()
-        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![250_000, 1_000_000]);
+    let sizes = sizes_from("NEAR_INDEX_REDB_SIZES", &[250_000, 1_000_000]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let seeds = seeds();
     let mut rows = Vec::new();
@@ -227,16 +237,12 @@ fn embedded_at_each_size() {
         println!("{row}");
         rows.push(row);
     }
-    let out = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/bench/results/near-index-redb.json"
-    );
     let json = serde_json::json!({
         "radius": RADIUS, "sizes": rows,
         "note": "the embedded maps' index on disk (near_closest through the store, matches resolved); \
                  peers in the same run: the in-memory index it replaced, and a straight scan",
     });
-    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+    write_results("near-index-redb.json", &json);
 }
 
 /// Look-alikes (issue 69): the store holding `n` placeholders whose hashes all lie within a
@@ -247,10 +253,7 @@ fn embedded_at_each_size() {
 /// read before the cap (every look-alike, each resolved). `bench/results/near-lookalikes.json`.
 fn lookalikes_at_each_size() {
     const BEST_AMONG: usize = 64; // src/pipeline/near.rs
-    let sizes: Vec<usize> = std::env::var("NEAR_LOOKALIKE_SIZES")
-        .ok()
-        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![10_000, 1_000_000]);
+    let sizes = sizes_from("NEAR_LOOKALIKE_SIZES", &[10_000, 1_000_000]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let base = 0x8000_0000_0000_0000u64;
     let mut rows = Vec::new();
@@ -306,16 +309,12 @@ fn lookalikes_at_each_size() {
         println!("{row}");
         rows.push(row);
     }
-    let out = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/bench/results/near-lookalikes.json"
-    );
     let json = serde_json::json!({
         "radius": RADIUS, "read_cap": imgcas::maps::NEAR_READ_CAP, "sizes": rows,
         "note": "the embedded maps' search of an upload among look-alikes, capped as the service \
                  searches; peer in the same run: the same search uncapped (before the cap)",
     });
-    std::fs::write(out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+    write_results("near-lookalikes.json", &json);
 }
 
 fn main() {

@@ -97,10 +97,9 @@ impl MirroredMaps {
         }
     }
 
-    /// Asks the follower the read the leader answered with `found`, when this read is one the
-    /// shadow compares, and counts how the answers compare. The follower is asked in a task of
-    /// its own: the request has its answer from the leader and does not wait on the follower.
-    /// `compare`: `Some(true)` the same, `Some(false)` different, `None` absent on one side.
+    /// On a read the shadow compares (only then is `ask` run), asks the follower in a task of
+    /// its own — the request has the leader's answer and does not wait — and counts how the
+    /// answers compare: `Some(true)` the same, `Some(false)` different, `None` absent on one.
     fn shadow<T, F>(&self, sides: &Sides, ask: F, compare: fn(&T) -> Option<bool>)
     where
         T: Send + 'static,
@@ -288,10 +287,12 @@ impl UrlMap for MirroredMaps {
     async fn url(&self, url: &str) -> Result<Option<UrlEntry>, MapError> {
         let sides = self.sides();
         let found = sides.lead.url(url).await?;
-        let (url, led) = (url.to_string(), found.clone());
         self.shadow(
             &sides,
-            move |maps| async move { Ok((maps.url(&url).await?, led)) }.boxed(),
+            |maps| {
+                let (url, led) = (url.to_string(), found.clone());
+                async move { Ok((maps.url(&url).await?, led)) }.boxed()
+            },
             |(other, led)| same_entry(other, led),
         );
         Ok(found)
@@ -353,7 +354,7 @@ impl Originals for MirroredMaps {
         let (hash, led) = (*hash, found.as_ref().map(|i| i.bytes));
         self.shadow(
             &sides,
-            move |maps| async move { Ok((maps.original(&hash).await?, led)) }.boxed(),
+            |maps| async move { Ok((maps.original(&hash).await?, led)) }.boxed(),
             |(other, led)| match (other, led) {
                 (Some(a), Some(b)) => Some(a.bytes == *b),
                 (None, None) => Some(true),
