@@ -7,7 +7,6 @@
 //! reads its report, under the same guard.
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -26,12 +25,8 @@ pub struct UrlQuery {
 }
 
 /// `DELETE /v1/urls?url=<url>`: forgets one URL's entry; its next request downloads again.
-pub async fn forget_url(
-    State(service): State<Service>,
-    headers: HeaderMap,
-    Query(query): Query<UrlQuery>,
-) -> Response {
-    removal(&service, &headers, || async {
+pub async fn forget_url(State(service): State<Service>, Query(query): Query<UrlQuery>) -> Response {
+    removal(|| async {
         let raw = query
             .url
             .ok_or_else(|| Error::invalid_option("url", "the URL to forget is required"))?;
@@ -54,22 +49,14 @@ fn path_hash(raw: &str) -> Result<ContentHash, Error> {
         .map_err(|()| Error::invalid_option("hash", "must be 64 hexadecimal digits (SHA-256)"))
 }
 
-/// Runs a removal route's work once the admin token is checked, and answers its result as
+/// Runs a removal route's work (its guard passed: `routes.rs`) and answers its result as
 /// JSON (or its error in docs/api.md's shape).
-pub(super) async fn removal<T, F>(
-    service: &Service,
-    headers: &HeaderMap,
-    work: impl FnOnce() -> F,
-) -> Response
+pub(super) async fn removal<T, F>(work: impl FnOnce() -> F) -> Response
 where
     T: serde::Serialize,
     F: std::future::Future<Output = Result<T, Error>>,
 {
-    let done = async {
-        service.check_removal(headers)?;
-        work().await
-    };
-    match done.await {
+    match work().await {
         Ok(answer) => Json(answer).into_response(),
         Err(e) => e.into_response(),
     }
@@ -77,12 +64,8 @@ where
 
 /// `DELETE /v1/originals/<hash>`: takes the content down everywhere (see
 /// `pipeline/removal.rs`).
-pub async fn take_down(
-    State(service): State<Service>,
-    headers: HeaderMap,
-    Path(raw): Path<String>,
-) -> Response {
-    removal(&service, &headers, || async {
+pub async fn take_down(State(service): State<Service>, Path(raw): Path<String>) -> Response {
+    removal(|| async {
         let hash = path_hash(&raw)?;
         Ok(TakedownAnswer::from(
             service.pipeline().take_down(&hash).await?,
@@ -95,10 +78,9 @@ pub async fn take_down(
 /// the URL has no entry).
 pub async fn take_down_url(
     State(service): State<Service>,
-    headers: HeaderMap,
     Query(query): Query<UrlQuery>,
 ) -> Response {
-    removal(&service, &headers, || async {
+    removal(|| async {
         let raw = query.url.ok_or_else(|| {
             Error::invalid_option("url", "the URL whose content to take down is required")
         })?;
@@ -113,12 +95,8 @@ pub async fn take_down_url(
 }
 
 /// `DELETE /v1/takedowns/<hash>`: lifts a takedown.
-pub async fn lift_takedown(
-    State(service): State<Service>,
-    headers: HeaderMap,
-    Path(raw): Path<String>,
-) -> Response {
-    removal(&service, &headers, || async {
+pub async fn lift_takedown(State(service): State<Service>, Path(raw): Path<String>) -> Response {
+    removal(|| async {
         let hash = path_hash(&raw)?;
         Ok(LiftedAnswer::from(
             service.pipeline().lift_takedown(&hash).await?,
@@ -128,8 +106,8 @@ pub async fn lift_takedown(
 }
 
 /// `GET /v1/takedowns`: every hash taken down.
-pub async fn takedowns(State(service): State<Service>, headers: HeaderMap) -> Response {
-    removal(&service, &headers, || async {
+pub async fn takedowns(State(service): State<Service>) -> Response {
+    removal(|| async {
         let list = service.pipeline().takedowns().await?;
         Ok(TakedownsAnswer {
             takedowns: list
@@ -164,11 +142,9 @@ pub struct CheckAnswer {
 /// (`pipeline/check.rs`); 202 with where it stands.
 pub async fn start_check(
     State(service): State<Service>,
-    headers: HeaderMap,
     Query(query): Query<CheckQuery>,
 ) -> Response {
     let answer = async {
-        service.check_removal(&headers)?;
         let started = service.pipeline().start_check(query.apply.unwrap_or(false));
         Ok::<_, Error>(CheckAnswer {
             started: Some(started),
@@ -182,8 +158,8 @@ pub async fn start_check(
 }
 
 /// `GET /admin/check`: the online check's position and report.
-pub async fn check(State(service): State<Service>, headers: HeaderMap) -> Response {
-    removal(&service, &headers, || async {
+pub async fn check(State(service): State<Service>) -> Response {
+    removal(|| async {
         Ok(CheckAnswer {
             started: None,
             check: service.pipeline().check_state().await?,
@@ -206,19 +182,13 @@ pub struct MigrateRequest {
     bucket: Option<String>,
 }
 
-/// The migration routes: a token must be configured, and the admin scope presented.
-async fn migration<F>(
-    service: &Service,
-    headers: &HeaderMap,
-    status: axum::http::StatusCode,
-    work: F,
-) -> Response
+/// A migration route's work (its guard passed: a token configured and the admin scope
+/// presented), answered with the migration's state.
+async fn migration<F>(service: &Service, status: axum::http::StatusCode, work: F) -> Response
 where
     F: std::future::Future<Output = Result<(), Error>>,
 {
     let done = async {
-        service.check_removal(headers)?;
-        service.check_scope(headers, super::Scope::Admin)?;
         work.await?;
         Ok::<_, Error>(MigrationAnswer {
             migration: service.pipeline().migration_state().await?,
@@ -231,20 +201,13 @@ where
 }
 
 /// `GET /admin/migrate`: where the maps' migration stands.
-pub async fn migration_status(State(service): State<Service>, headers: HeaderMap) -> Response {
-    migration(&service, &headers, axum::http::StatusCode::OK, async {
-        Ok(())
-    })
-    .await
+pub async fn migration_status(State(service): State<Service>) -> Response {
+    migration(&service, axum::http::StatusCode::OK, async { Ok(()) }).await
 }
 
 /// `POST /admin/migrate` (`{"to": …, "bucket": …}`): starts moving the maps (and the blob
 /// store) while the node serves (`pipeline/migrate/`).
-pub async fn migrate(
-    State(service): State<Service>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
+pub async fn migrate(State(service): State<Service>, body: axum::body::Bytes) -> Response {
     let pipeline = service.pipeline().clone();
     let work = async move {
         let asked: MigrateRequest = serde_json::from_slice(&body)
@@ -253,15 +216,11 @@ pub async fn migrate(
             .migrate_start(&asked.to, asked.bucket.as_deref())
             .await
     };
-    migration(&service, &headers, axum::http::StatusCode::ACCEPTED, work).await
+    migration(&service, axum::http::StatusCode::ACCEPTED, work).await
 }
 
 /// `POST /admin/migrate/{step}`: `cutover`, `finish` or `rollback`.
-pub async fn migration_step(
-    State(service): State<Service>,
-    headers: HeaderMap,
-    Path(step): Path<String>,
-) -> Response {
+pub async fn migration_step(State(service): State<Service>, Path(step): Path<String>) -> Response {
     let pipeline = service.pipeline().clone();
     let work = async move {
         match step.as_str() {
@@ -273,5 +232,5 @@ pub async fn migration_step(
             ))),
         }
     };
-    migration(&service, &headers, axum::http::StatusCode::OK, work).await
+    migration(&service, axum::http::StatusCode::OK, work).await
 }

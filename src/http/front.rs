@@ -32,7 +32,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use axum::Router;
 use hyper_util::service::TowerToHyperService;
 
-use super::{answer, dialects, image, observe, Service};
+use super::{answer, dialects, image, observe, routes, Service};
 use crate::pipeline::{Provenance, Recalled};
 
 /// A hyper service: remembered hits first, then the router.
@@ -84,9 +84,10 @@ fn client(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> IpAddr
 
 impl Front {
     pub fn new(service: Service, router: Router) -> Front {
-        let patterns = [BY_URL, BY_HASH]
-            .into_iter()
-            .chain(dialects::PREFIXES.iter().map(|d| d.pattern));
+        let patterns = routes::ROUTES
+            .iter()
+            .filter(|r| r.image.is_some())
+            .map(|r| r.path);
         Front {
             hits: Arc::new(
                 patterns
@@ -228,6 +229,26 @@ struct AnswerHeaders(HeaderMap);
 #[cfg(test)]
 mod client_tests {
     use super::*;
+
+    /// The front's image routes are the route table's, by URL or by hash as the table says.
+    #[test]
+    fn the_image_routes_are_the_tables() {
+        for r in routes::ROUTES.iter().filter(|r| r.image.is_some()) {
+            let example = r
+                .path
+                .replace("{hash}", &"a".repeat(64))
+                .replace("{*path}", "x/y");
+            let uri: axum::http::Uri = example.parse().unwrap();
+            let by_url = r.image.map(|routes::ByUrl(u)| u);
+            assert_eq!(
+                image_route(&uri),
+                Some((r.path, by_url.unwrap())),
+                "{}",
+                r.path
+            );
+        }
+        assert_eq!(image_route(&"/v1/originals".parse().unwrap()), None);
+    }
 
     fn forwarded(values: &[&str]) -> HeaderMap {
         let mut h = HeaderMap::new();

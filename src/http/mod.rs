@@ -10,7 +10,6 @@ use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
-use axum::routing::{delete, get, post};
 use axum::Router;
 
 use crate::admission::{Asker, Payer, Tier};
@@ -36,6 +35,7 @@ mod observe;
 pub mod ops;
 pub mod originals;
 mod request;
+mod routes;
 
 /// What every handler shares: the pipeline, the settings HTTP reads, the signing keys, the
 /// presets, the admin token and the metrics recorder. Clones share one state.
@@ -357,94 +357,27 @@ async fn learn_revocation(
     next.run(request).await
 }
 
-/// Refuses a request to a guarded route without a token whose scopes allow `needed` (before
-/// its body is read).
-async fn require_scope(
-    State((service, needed)): State<(Service, Scope)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match service.check_scope(request.headers(), needed) {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
-    }
-}
-
+/// The router, read from the route table (`routes.rs`): each row's handler under its guard,
+/// every route but the ingest's bounded by the request timeout, and every one counted and
+/// bounded in its target's length.
 pub fn router(service: Service) -> Router {
     // Multipart framing needs a little room beyond the largest accepted source.
     let body_limit = usize::try_from(service.config().fetch.max_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(64 << 10);
-    let guarded =
-        |needed: Scope| middleware::from_fn_with_state((service.clone(), needed), require_scope);
-    let timed = || middleware::from_fn_with_state(service.clone(), limit_time);
-    // Routes that write or reveal the whole store: a token with their scope guards them
-    // when tokens are set. A takedown by URL checks `moderate` itself (`admin::removal`).
-    let admin = Router::new()
-        .route(
-            "/v1/originals",
-            post(originals::upload)
-                .route_layer(guarded(Scope::Upload))
-                .delete(admin::take_down_url),
-        )
-        .route(
-            "/metrics",
-            get(ops::metrics).route_layer(guarded(Scope::Metrics)),
-        );
-    // Ingest batches may take minutes: no request timeout.
-    let ingest = Router::new()
-        .route("/v1/ingest", post(ingest::ingest))
-        .route_layer(guarded(Scope::Ingest));
-    // The peers' URL dialects, each under its prefix.
-    let dialects = dialects::PREFIXES
-        .iter()
-        .fold(Router::new(), |router, peer| {
-            router.route(
-                peer.pattern,
-                get(image::by_dialect).layer(middleware::map_response(answer::advertise_hints)),
-            )
-        });
-    Router::new()
-        .merge(dialects)
-        .route(
-            "/v1/image",
-            get(image::by_url).layer(middleware::map_response(answer::advertise_hints)),
-        )
-        .route(
-            "/v1/image/{hash}",
-            get(image::by_hash).layer(middleware::map_response(answer::advertise_hints)),
-        )
-        .route("/v1/urls", delete(admin::forget_url))
-        .route("/v1/takedowns", get(admin::takedowns))
-        .route(
-            "/v1/blocklist",
-            get(moderation::list).post(moderation::block),
-        )
-        .route("/v1/blocklist/{id}", delete(moderation::unblock))
-        .route("/v1/takedowns/{hash}", delete(admin::lift_takedown))
-        .route(
-            "/v1/originals/{hash}",
-            get(originals::original).delete(admin::take_down),
-        )
-        .route("/v1/originals/{hash}/info", get(originals::info))
-        .route("/v1/originals/{hash}/similar", get(originals::similar))
-        .route("/admin", get(console::page))
-        .route("/admin/login", post(console::login))
-        .route("/admin/logout", post(console::logout))
-        .route("/admin/savings", get(console::savings))
-        .route("/admin/check", get(admin::check).post(admin::start_check))
-        .route(
-            "/admin/migrate",
-            get(admin::migration_status).post(admin::migrate),
-        )
-        .route("/admin/migrate/{step}", post(admin::migration_step))
-        .route("/admin/admin.js", get(console::script))
-        .route("/admin/admin.css", get(console::style))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .merge(admin)
-        .route_layer(timed())
-        .merge(ingest)
+    let (timed, untimed) =
+        routes::ROUTES
+            .iter()
+            .fold((Router::new(), Router::new()), |(timed, untimed), route| {
+                let handler = routes::method_router(&service, route);
+                match route.timed {
+                    true => (timed.route(route.path, handler), untimed),
+                    false => (timed, untimed.route(route.path, handler)),
+                }
+            });
+    timed
+        .route_layer(middleware::from_fn_with_state(service.clone(), limit_time))
+        .merge(untimed)
         .route_layer(middleware::from_fn_with_state(service.clone(), limit_url))
         .route_layer(middleware::from_fn_with_state(
             service.clone(),

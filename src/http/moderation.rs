@@ -30,7 +30,7 @@ pub async fn block(
     Query(query): Query<ImageQuery>,
     body: Bytes,
 ) -> Response {
-    removal(&service, &headers, || async {
+    removal(|| async {
         let json = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -68,11 +68,9 @@ pub async fn block(
 }
 
 /// `DELETE /v1/blocklist/<id>`: 404 when no entry has that id.
-pub async fn unblock(
-    (State(service), headers, Path(id)): (State<Service>, HeaderMap, Path<String>),
-) -> Response {
+pub async fn unblock((State(service), Path(id)): (State<Service>, Path<String>)) -> Response {
     let pipeline = service.pipeline().clone();
-    removal(&service, &headers, || async move {
+    removal(|| async move {
         match pipeline.unblock(&id).await? {
             none if none.is_empty() => Err(Error::NotFound(format!("no blocklist entry `{id}`"))),
             lifted => Ok(UnblockAnswer { id, lifted }),
@@ -82,8 +80,8 @@ pub async fn unblock(
 }
 
 /// `GET /v1/blocklist`: every entry, by id (guarded as the takedown list is).
-pub async fn list(State(service): State<Service>, headers: HeaderMap) -> Response {
-    removal(&service, &headers, || async {
+pub async fn list(State(service): State<Service>) -> Response {
+    removal(|| async {
         Ok(BlocklistAnswer {
             entries: service.pipeline().blocklist().await?,
         })

@@ -17,29 +17,6 @@ use metrics::{Counter, Histogram};
 use super::Service;
 use crate::metrics::Metrics;
 
-/// The routes' patterns, as `route` labels: a fixed set, so labels are `'static` and a
-/// pattern the router gains without being listed here shows as `other`.
-pub(super) const ROUTES: &[&str] = &[
-    "/v1/image",
-    "/v1/image/{hash}",
-    "/imgproxy/{*path}",
-    "/thumbor/{*path}",
-    "/v1/originals",
-    "/v1/originals/{hash}",
-    "/v1/originals/{hash}/info",
-    "/v1/originals/{hash}/similar",
-    "/v1/urls",
-    "/v1/ingest",
-    "/healthz",
-    "/readyz",
-    "/metrics",
-    "/admin",
-    "/admin/savings",
-    "/admin/check",
-    "/admin/migrate",
-    "/admin/migrate/{step}",
-];
-
 /// `X-Imgcas-Cache` values (`image.rs`, `error.rs`), as `cache` labels.
 const OUTCOMES: &[&str] = &["hit", "miss", "revalidated", "stale", "error-hit"];
 
@@ -158,11 +135,7 @@ pub(super) async fn observe(
         .extensions()
         .get::<MatchedPath>()
         .map_or("unmatched", |p| {
-            ROUTES
-                .iter()
-                .copied()
-                .find(|r| *r == p.as_str())
-                .unwrap_or("other")
+            super::routes::label(p.as_str()).unwrap_or("other")
         });
     let method = method_label(request.method());
     let started = std::time::Instant::now();

@@ -14,7 +14,6 @@ use futures_util::StreamExt;
 use imgcas_processors::SourceFormat;
 
 use super::{etag_matches, Service};
-use crate::config::tokens::Scope;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
@@ -351,11 +350,7 @@ pub async fn similar(
     State(service): State<Service>,
     Path(hash): Path<String>,
     Query(query): Query<Vec<(String, String)>>,
-    headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = service.check_scope(&headers, Scope::Moderate) {
-        return e.into_response();
-    }
     let answer = async {
         let pipeline = service.pipeline();
         let (mut max_distance, mut limit) = (pipeline.report_radius(), 100usize);

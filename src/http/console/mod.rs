@@ -221,12 +221,40 @@ fn html(status: StatusCode, body: String) -> Response {
 }
 
 /// 404 while `server.admin_page` is off.
-fn page_off(service: &Service) -> Option<Response> {
+/// The page's guard (`routes.rs`): 404 with `server.admin_page` off.
+pub(super) fn page_off(service: &Service) -> Option<Response> {
     (!service.config().server.admin_page).then(|| {
         guarded(
             Error::NotFound("the admin page is off (`server.admin_page`)".into()).into_response(),
         )
     })
+}
+
+/// The page's guard: off, or a request without a token or session allowing `metrics`,
+/// answered with the login form (401; 403 with the reason for a token without the scope).
+pub(super) fn refuse_page(service: &Service, headers: &HeaderMap) -> Option<Response> {
+    if let Some(off) = page_off(service) {
+        return Some(off);
+    }
+    let e = service.check_scope(headers, Scope::Metrics).err()?;
+    let status = match &e {
+        Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::FORBIDDEN,
+    };
+    let message = match &e {
+        Error::Unauthorized(_) => None,
+        other => Some(other.to_string()),
+    };
+    Some(html(status, page::login(message.as_deref())))
+}
+
+/// The guard of the page's figures: as the page's, refused as JSON.
+pub(super) fn refuse_data(service: &Service, headers: &HeaderMap) -> Option<Response> {
+    if let Some(off) = page_off(service) {
+        return Some(off);
+    }
+    let e = service.check_scope(headers, Scope::Metrics).err()?;
+    Some(guarded(e.into_response()))
 }
 
 /// `GET /admin`: the page (or one part of it), or the login form (401) for a request that
@@ -236,20 +264,6 @@ pub async fn page(
     headers: HeaderMap,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    if let Some(off) = page_off(&service) {
-        return off;
-    }
-    if let Err(e) = service.check_scope(&headers, Scope::Metrics) {
-        let status = match &e {
-            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            _ => StatusCode::FORBIDDEN,
-        };
-        let message = match &e {
-            Error::Unauthorized(_) => None,
-            other => Some(other.to_string()),
-        };
-        return html(status, page::login(message.as_deref()));
-    }
     // The store's totals for a page opened before the first sample read them.
     if service.pipeline().last_store_reading().is_none() {
         let _ = tokio::time::timeout(
@@ -306,9 +320,6 @@ async fn view(service: &Service, headers: &HeaderMap, with_moderation: bool) -> 
 /// from another origin is refused (401 `unauthorized`) before the token is looked at: another
 /// site's form must not log the operator's browser in under a token of its choosing.
 pub async fn login(State(service): State<Service>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(off) = page_off(&service) {
-        return off;
-    }
     if !session::same_origin(&headers) {
         return guarded(
             Error::Unauthorized(
@@ -361,13 +372,7 @@ pub async fn logout(State(service): State<Service>, headers: HeaderMap) -> Respo
 }
 
 /// `GET /admin/savings`: the savings figures as JSON (guarded as the page is).
-pub async fn savings(State(service): State<Service>, headers: HeaderMap) -> Response {
-    if let Some(off) = page_off(&service) {
-        return off;
-    }
-    if let Err(e) = service.check_scope(&headers, Scope::Metrics) {
-        return guarded(e.into_response());
-    }
+pub async fn savings(State(service): State<Service>) -> Response {
     if service.pipeline().last_store_reading().is_none() {
         let _ = tokio::time::timeout(
             READY_WITHIN,
