@@ -255,6 +255,19 @@ async fn warm_one(pipeline: &Pipeline, target: &Target, spec: String, asker: &As
 mod tests {
     use super::*;
 
+    /// The first warm `Accept` lists every format `format=auto` may choose (those whose room
+    /// has an `Accept` bit), so a new one is warmed for the clients that take it.
+    #[test]
+    fn the_widest_warm_accept_lists_every_offered_format() {
+        let widest = AUTO_ACCEPTS[0].unwrap_or_default();
+        for encoder in imgcas_processors::encoders::ENCODERS {
+            let facts = encoder.facts();
+            if facts.accept_bit != 0 {
+                assert!(widest.contains(facts.media_type), "{}", facts.name);
+            }
+        }
+    }
+
     #[test]
     fn warm_specs_are_checked_up_front() {
         assert!(parse_warm(&["w=400&format=webp".into(), "?h=10".into()]).is_ok());

@@ -46,13 +46,10 @@ impl Chosen {
 /// are of another kind than the metric ranks well (blocks, smears); above the ceiling bytes
 /// grow much faster than the score.
 pub fn bounds(format: OutputFormat) -> (u8, u8) {
-    match format {
-        OutputFormat::Jpeg => (30, 95),
-        OutputFormat::Webp => (30, 95),
-        OutputFormat::Avif => (20, 90),
-        OutputFormat::Jxl => (30, 95),
-        OutputFormat::Png | OutputFormat::Gif => (100, 100),
-    }
+    format
+        .facts()
+        .search
+        .map_or((100, 100), |s| (s.floor, s.ceiling))
 }
 
 /// The largest output searched, in pixels (2048 × 1220, a 1920 × 1080 screen with room): the
@@ -69,10 +66,7 @@ pub fn searches(pixels: u64) -> bool {
 /// Most attempts one search makes, per format (its encode, decode and comparison each):
 /// what admission charges. AVIF's encoder is the dearest, so it gets one fewer.
 pub fn max_attempts(format: OutputFormat) -> u32 {
-    match format {
-        OutputFormat::Avif => 4,
-        _ => 5,
-    }
+    format.facts().search.map_or(5, |s| s.attempts)
 }
 
 /// The search stops once its passing and failing attempts are this many qualities apart:
@@ -90,13 +84,10 @@ const SLACK: f64 = 2.0;
 pub fn starting_quality(format: OutputFormat, target: u8) -> u8 {
     let (floor, ceiling) = bounds(format);
     // Quality at 70, and qualities per score point above and below it.
-    let (at_70, above, below) = match format {
-        OutputFormat::Jpeg => (69.0, 1.6, 2.0),
-        OutputFormat::Webp => (76.0, 1.0, 2.2),
-        OutputFormat::Avif => (56.0, 1.4, 1.0),
-        OutputFormat::Jxl => (82.0, 0.7, 0.9),
-        OutputFormat::Png | OutputFormat::Gif => return 100,
+    let Some(search) = format.facts().search else {
+        return 100;
     };
+    let (at_70, above, below) = (search.at_70, search.above, search.below);
     let from_70 = f64::from(target) - 70.0;
     let q = at_70 + from_70 * if from_70 >= 0.0 { above } else { below };
     (q.round() as i64).clamp(i64::from(floor), i64::from(ceiling)) as u8
@@ -104,10 +95,7 @@ pub fn starting_quality(format: OutputFormat, target: u8) -> u8 {
 
 /// Score points per quality step assumed before two attempts give the real slope.
 fn assumed_slope(format: OutputFormat) -> f64 {
-    match format {
-        OutputFormat::Avif => 0.75,
-        _ => 0.65,
-    }
+    format.facts().search.map_or(0.65, |s| s.slope)
 }
 
 /// Searches the quality of `format` whose output of `pixels` scores at least `target`, in

@@ -30,6 +30,7 @@ pub mod color;
 pub mod compare;
 pub mod decode;
 pub mod encode;
+pub mod encoders;
 pub mod error;
 pub mod facts;
 pub mod fingerprint;
@@ -39,7 +40,6 @@ pub mod geometry;
 pub mod interrupt;
 #[allow(unsafe_code)]
 mod jpeg_encode;
-mod jxl_encode;
 pub mod likeness;
 mod limits;
 pub mod mezzanine;

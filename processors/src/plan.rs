@@ -16,7 +16,7 @@ use crate::fits::Fits;
 use crate::formats::SourceFormat;
 use crate::geometry::layout;
 use crate::limits::check_cost;
-use crate::spec::{OutputFormat, ResolvedSpec};
+use crate::spec::ResolvedSpec;
 use crate::versions::version_with;
 use crate::{decode, mezzanine, ProcessError};
 
@@ -298,16 +298,7 @@ pub fn decode_bytes_per_pixel(format: Option<SourceFormat>) -> u64 {
 /// outputs peaked at 1.5 and 1.8 GB, audit #4), and for a `q=auto` search the reference and
 /// one attempt's encode and decode more.
 pub fn output_bytes_per_pixel(spec: &ResolvedSpec, output: u64) -> u64 {
-    let encoder = match spec.format {
-        OutputFormat::Jpeg => 4,
-        OutputFormat::Png => 8,
-        OutputFormat::Webp if spec.lossless => 24,
-        OutputFormat::Webp => 12,
-        OutputFormat::Avif => 24,
-        OutputFormat::Gif => 12,
-        OutputFormat::Jxl if spec.lossless => 32,
-        OutputFormat::Jxl => 24,
-    };
+    let encoder = spec.format.encoder_bytes_per_pixel(spec.lossless);
     let search = match search_passes(spec, encoder, output) {
         0 => 0,
         _ => 8 + encoder + 16,
@@ -318,32 +309,10 @@ pub fn output_bytes_per_pixel(spec: &ResolvedSpec, output: u64) -> u64 {
 /// How many times the output's pixels are charged beyond the first, by what the spec asks of
 /// them: measured on a 14 MP photo against its decode and JPEG encode (issue 28: a cost by
 /// pixels alone let an 8192×6000 GIF take 37 s of a slot it was charged 1 s for). The
-/// encoders: PNG about 1, lossy WebP 4, AVIF at speed 7 about 8 (16 for an animation's
-/// frames), lossless WebP about 40 and GIF (the best palette search) about 50, 5 for an
-/// animation's frames (a faster search); JPEG XL by its time against these at 512 px;
-/// the shaping options' own passes ([`Shape::filter_passes`]).
+/// encoder's, as its room measured them ([`crate::encoders::Facts::passes`]), the search's
+/// and the shaping options' own passes ([`Shape::filter_passes`]).
 fn output_passes(spec: &ResolvedSpec, output: u64) -> u64 {
-    let encoder = match spec.format {
-        OutputFormat::Jpeg => 0,
-        OutputFormat::Png => 1,
-        OutputFormat::Webp if spec.lossless => 40,
-        OutputFormat::Webp => 4,
-        // An AV1 sequence's frames are coded from the ones before them. In one process, at
-        // every quality (`examples/anim_compare.rs`), 10 frames of the sharp fixture's
-        // cartoon GIF took 3.5–4.5 times animated WebP's time (4 passes), and 24-frame
-        // photographic pans 0.7–1.1 times: charged as the cartoon. (40, from whole runs of
-        // `imgcas process` at the default qualities, refused long animations that WebP serves
-        // within `limits.max_cost`, once `format=auto` chose AVIF for them.)
-        OutputFormat::Avif if spec.animated => 16,
-        OutputFormat::Avif => 8,
-        // An animation's frames take a faster palette search (`encode`'s animation speed).
-        OutputFormat::Gif if spec.animated => 5,
-        OutputFormat::Gif => 50,
-        // jixel at its `Fastest` effort: half of AVIF's time lossy, and lossless a quarter of
-        // lossless WebP's, at 512 px (`examples/format_compare.rs`).
-        OutputFormat::Jxl if spec.lossless => 12,
-        OutputFormat::Jxl => 5,
-    };
+    let encoder = spec.format.encoder_passes(spec.lossless, spec.animated);
     encoder + search_passes(spec, encoder, output) + spec.shape.filter_passes()
 }
 
@@ -611,7 +580,7 @@ mod tests {
         for format in ["avif", "webp", "gif"] {
             let spec = crate::Spec::from_pairs([("format", format)])
                 .unwrap()
-                .resolve_frames(Some(OutputFormat::Gif), false, 500, None);
+                .resolve_frames(Some(crate::OutputFormat::Gif), false, 500, None);
             assert!(spec.animated, "{format}");
             let header = Header {
                 format: gif,

@@ -21,17 +21,23 @@ impl Default for AutoFormats {
     }
 }
 
-impl AutoFormats {
-    /// The formats `format=auto` may choose besides the fallbacks.
-    const OFFERED: [OutputFormat; 3] = [OutputFormat::Avif, OutputFormat::Jxl, OutputFormat::Webp];
+/// The formats `format=auto` may choose besides the fallbacks: those with an `Accept` bit.
+fn offered() -> impl Iterator<Item = OutputFormat> {
+    crate::encoders::ENCODERS
+        .iter()
+        .map(|e| e.facts())
+        .filter(|f| f.accept_bit != 0)
+        .map(|f| f.format)
+}
 
+impl AutoFormats {
     /// Parses a comma list such as `avif,jxl,webp` (names as `format=` takes them, each once;
     /// empty: the fallbacks only).
     pub fn parse(list: &str) -> Result<AutoFormats, String> {
         let mut formats = Vec::new();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let format = OutputFormat::from_name(&name.to_ascii_lowercase())
-                .filter(|f| Self::OFFERED.contains(f))
+                .filter(|f| offered().any(|o| o == *f))
                 .ok_or_else(|| format!("`{name}` is not one of avif, jxl, webp"))?;
             if formats.contains(&format) {
                 return Err(format!("`{name}` is listed twice"));
@@ -80,20 +86,14 @@ pub fn accept_class(accept: &str) -> u8 {
             ty.eq_ignore_ascii_case(mime) && !refused
         })
     };
-    AutoFormats::OFFERED
-        .iter()
+    offered()
         .filter(|f| accepts(f.mime()))
-        .fold(0, |class, f| class | class_bit(*f))
+        .fold(0, |class, f| class | class_bit(f))
 }
 
 /// The bit of [`accept_class`] that stands for `format`.
 fn class_bit(format: OutputFormat) -> u8 {
-    match format {
-        OutputFormat::Avif => 1,
-        OutputFormat::Webp => 2,
-        OutputFormat::Jxl => 4,
-        _ => 0,
-    }
+    format.facts().accept_bit
 }
 
 /// The best output format `accept` allows: the first of its order the header lists (every one

@@ -106,7 +106,7 @@ impl Spec {
         // variant.
         let lossless = format.has_lossless_mode()
             && (self.lossless
-                || (format == OutputFormat::Jxl
+                || (format.facts().lossless_at_full_quality
                     && self.quality == Some(QualityRequest::Fixed(100))));
         let targets = AutoTargets::default();
         let quality = format
@@ -128,7 +128,7 @@ impl Spec {
             format,
             quality,
             lossless,
-            progressive: self.progressive && format == OutputFormat::Jpeg,
+            progressive: self.progressive && format.facts().progressive,
             animated: animate && format.animates(),
         }
     }

@@ -30,6 +30,8 @@ pub use quality::{AutoLevel, AutoTargets, Quality, QualityRequest};
 pub use region::{Extent, Placed, Region};
 pub use watermark::{is_plain_name, OverlaySource, Placement, Watermark};
 
+pub use crate::encoders::{OutputFormat, JXL_DEFAULT_QUALITY};
+
 use std::fmt;
 
 /// The base of the processor version in every variant's key. It does not move: a change
@@ -105,97 +107,6 @@ impl Gravity {
             Gravity::SouthEast => (1.0, 1.0),
             Gravity::SouthWest => (0.0, 1.0),
         }
-    }
-}
-
-/// JPEG XL's quality when a request names none: the one whose outputs score as WebP's and
-/// AVIF's defaults do on the shared photos (SSIMULACRA2 75.5, median at 512 px, by
-/// `processors/examples/format_compare.rs`; q75 scored 59).
-pub const JXL_DEFAULT_QUALITY: u8 = 86;
-
-/// Formats imgcas can write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OutputFormat {
-    Jpeg,
-    Png,
-    Webp,
-    Avif,
-    Gif,
-    /// JPEG XL, through the pure-Rust `jixel` encoder (`crate::encode`'s JPEG XL section says
-    /// why that one).
-    Jxl,
-}
-
-impl OutputFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            OutputFormat::Jpeg => "jpeg",
-            OutputFormat::Png => "png",
-            OutputFormat::Webp => "webp",
-            OutputFormat::Avif => "avif",
-            OutputFormat::Gif => "gif",
-            OutputFormat::Jxl => "jxl",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "jpeg" | "jpg" => OutputFormat::Jpeg,
-            "png" => OutputFormat::Png,
-            "webp" => OutputFormat::Webp,
-            "avif" => OutputFormat::Avif,
-            "gif" => OutputFormat::Gif,
-            "jxl" => OutputFormat::Jxl,
-            _ => return None,
-        })
-    }
-
-    pub fn mime(self) -> &'static str {
-        match self {
-            OutputFormat::Jpeg => "image/jpeg",
-            OutputFormat::Png => "image/png",
-            OutputFormat::Webp => "image/webp",
-            OutputFormat::Avif => "image/avif",
-            OutputFormat::Gif => "image/gif",
-            OutputFormat::Jxl => "image/jxl",
-        }
-    }
-
-    /// The quality used when the request names none; `None` for lossless formats.
-    pub fn default_quality(self) -> Option<u8> {
-        match self {
-            OutputFormat::Jpeg => Some(82),
-            OutputFormat::Webp => Some(80),
-            OutputFormat::Avif => Some(60),
-            OutputFormat::Jxl => Some(JXL_DEFAULT_QUALITY),
-            OutputFormat::Png | OutputFormat::Gif => None,
-        }
-    }
-
-    /// Whether `lossless=1` changes the output: WebP and JPEG XL have lossless modes (JPEG XL's
-    /// also asked as `q=100`); PNG and GIF are lossless already, JPEG and AVIF have none here.
-    pub fn has_lossless_mode(self) -> bool {
-        matches!(self, OutputFormat::Webp | OutputFormat::Jxl)
-    }
-
-    /// Whether the format can hold an animation (imgcas writes animated GIF, WebP and AVIF;
-    /// its JPEG XL encoder writes stills, so an animation asked as JPEG XL is its first frame).
-    pub fn animates(self) -> bool {
-        matches!(
-            self,
-            OutputFormat::Gif | OutputFormat::Webp | OutputFormat::Avif
-        )
-    }
-
-    /// Whether the format keeps an alpha channel (JPEG output is flattened onto `bg`).
-    pub fn keeps_alpha(self) -> bool {
-        !matches!(self, OutputFormat::Jpeg)
-    }
-}
-
-impl fmt::Display for OutputFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

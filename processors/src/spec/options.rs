@@ -536,6 +536,32 @@ pub const OPTIONS: &[OptionDef] = &[
 mod tests {
     use super::*;
 
+    /// The `format` option's documented values and its refusal name every output format's
+    /// room (`encoders/`), so a new room cannot be left out of them.
+    #[test]
+    fn the_format_option_names_every_output_format() {
+        let format = OPTIONS.iter().find(|o| o.name == "format").unwrap();
+        let Doc::Row { values, .. } = format.doc else {
+            panic!("format is documented in the table")
+        };
+        let mut refused = Spec::default();
+        let Read::Spec(read) = format.read else {
+            panic!("format is read into the spec")
+        };
+        let refusal = read(&mut refused, "format", "bmp").unwrap_err().to_string();
+        for encoder in crate::encoders::ENCODERS {
+            let name = encoder.facts().name;
+            assert!(
+                values.contains(&format!("`{name}`")),
+                "{name} in the values"
+            );
+            assert!(refusal.contains(name), "{name} in `{refusal}`");
+            let mut spec = Spec::default();
+            read(&mut spec, "format", name).unwrap();
+            assert_eq!(spec.format, FormatRequest::Exact(encoder.facts().format));
+        }
+    }
+
     #[test]
     fn every_named_value_has_its_name_both_ways() {
         for (name, fit) in FITS {

@@ -148,16 +148,14 @@ fn gravity(args: &[&str]) -> Result<&'static str, Error> {
 
 /// imgproxy's extension (or `format`) as imgcas's `format`.
 fn format(option: &str, v: &str) -> Result<Option<&'static str>, Error> {
-    Ok(Some(match v {
-        "" => return Ok(None),
-        "jpg" | "jpeg" => "jpeg",
-        "png" => "png",
-        "webp" => "webp",
-        "avif" => "avif",
-        "gif" => "gif",
-        "jxl" => "jxl",
-        other => return Err(refuse(option, format!("format `{other}` is not supported"))),
-    }))
+    if v.is_empty() {
+        return Ok(None);
+    }
+    // Every format imgcas writes, by the names and aliases its room gives it (`jpg` too).
+    match imgcas_processors::OutputFormat::from_name(v) {
+        Some(format) => Ok(Some(format.name())),
+        None => Err(refuse(option, format!("format `{v}` is not supported"))),
+    }
 }
 
 /// A crop side as imgcas writes it: imgproxy's 0 (the whole side), pixels from 1 (the whole

@@ -9,7 +9,17 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use image::DynamicImage;
+
+use super::{Encoder, Facts, Lossy, OutputFormat, Passes, Search, Settings};
 use crate::error::ProcessError;
+
+pub(super) struct Jxl;
+
+/// JPEG XL's quality when a request names none: the one whose outputs score as WebP's and
+/// AVIF's defaults do on the shared photos (SSIMULACRA2 75.5, median at 512 px, by
+/// `processors/examples/format_compare.rs`; q75 scored 59).
+pub const JXL_DEFAULT_QUALITY: u8 = 86;
 
 /// jixel's effort: `Fastest` (16×16 merges on quiet blocks, the cheapest entropy coding). On
 /// the 40 shared photos at 512 px and SSIMULACRA2 70 it took 30 ms an encode, half of AVIF's
@@ -20,7 +30,7 @@ const SPEED: jixel::Speed = jixel::Speed::Fastest;
 
 /// Encodes packed RGB (`alpha` false) or RGBA pixels, `width` × `height`: lossless, or lossy
 /// at quality `q` (1–100, read as cjxl reads it).
-pub(crate) fn encode(
+fn encode_pixels(
     pixels: &[u8],
     width: u32,
     height: u32,
@@ -47,5 +57,61 @@ pub(crate) fn encode(
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => Err(failed(&format!("{e:?}"))),
         Err(_) => Err(failed(&"the encoder panicked")),
+    }
+}
+
+/// JPEG XL: lossless at `lossless=1` or `q=100`; stills only (an animation asked as JPEG XL
+/// is its first frame). jixel at its `Fastest` effort: half of AVIF's time lossy (5 passes),
+/// and lossless a quarter of lossless WebP's (12), at 512 px (`examples/format_compare.rs`).
+const FACTS: Facts = Facts {
+    default_quality: Some(JXL_DEFAULT_QUALITY),
+    lossless_mode: true,
+    lossless_at_full_quality: true,
+    bytes_per_pixel: Lossy {
+        lossy: 24,
+        lossless: 32,
+    },
+    passes: Passes {
+        still: 5,
+        animated: 5,
+        lossless: 12,
+    },
+    search: Some(Search {
+        floor: 30,
+        ceiling: 95,
+        at_70: 82.0,
+        above: 0.7,
+        below: 0.9,
+        attempts: 5,
+        slope: 0.65,
+    }),
+    accept_bit: 4,
+    ..Facts::of(OutputFormat::Jxl, "jxl", "image/jxl")
+};
+
+impl Encoder for Jxl {
+    fn facts(&self) -> &'static Facts {
+        &FACTS
+    }
+
+    /// A still: its encoder writes no animation, so an animation asked as JPEG XL is its
+    /// first frame.
+    fn encode(&self, image: &DynamicImage, settings: Settings) -> Result<Vec<u8>, ProcessError> {
+        let (w, h) = (image.width(), image.height());
+        let rgba;
+        let rgb;
+        let (pixels, alpha) = match image {
+            DynamicImage::ImageRgba8(img) => (img.as_raw(), true),
+            DynamicImage::ImageRgb8(img) => (img.as_raw(), false),
+            other if other.color().has_alpha() => {
+                rgba = other.to_rgba8();
+                (rgba.as_raw(), true)
+            }
+            other => {
+                rgb = other.to_rgb8();
+                (rgb.as_raw(), false)
+            }
+        };
+        encode_pixels(pixels, w, h, alpha, settings.quality, settings.lossless)
     }
 }
