@@ -52,6 +52,7 @@ mod claims;
 mod copy;
 mod deadline;
 mod decoded;
+mod download;
 mod facts;
 mod gate;
 mod maintenance;

@@ -4,7 +4,7 @@
 //! failure answers without origin traffic while it is held. In canonical mode (`dedup.near`),
 //! new bytes that are a near-duplicate of a stored original (the same picture everywhere, by
 //! the pixel check) are mapped to it rather than stored, and a copy of a taken-down original
-//! is refused (`store_download`).
+//! is refused (`download.rs`, where a download's bytes are taken in).
 
 use std::time::Duration;
 
@@ -14,16 +14,14 @@ use url::Url;
 use imgcas_processors::{self as processors, sniff, SourceInfo};
 
 use super::claims::{Backoff, Lease, Turn};
-use super::near::Canonical;
+use super::download::{Publish, Stored};
 use super::origins::{slot_deadline, NotFetched};
 use super::{blocking, Failure, Pipeline};
 use crate::admission::Tier;
-use crate::blob::PutOutcome;
-use crate::config::NearDedup;
 use crate::error::Error;
 use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
-use crate::maps::{now_ms, OriginalInfo, Recorded, UrlEntry};
+use crate::maps::{now_ms, OriginalInfo, UrlEntry};
 use crate::negative::SharedFailure;
 use crate::stats::Stats;
 
@@ -100,15 +98,6 @@ fn describe(bytes: &[u8], probe: Option<(SourceInfo, (u32, u32))>) -> (ContentHa
         facts: None,
     };
     (hash, info)
-}
-
-/// What a download that brought bytes may publish once stored.
-enum Publish {
-    /// The URL's entry (and the original's), under the claim when the maps are shared: the
-    /// write that records them gives it up.
-    Url(Option<crate::maps::Claim>),
-    /// The original only: the claim was lost, another node may have published since.
-    OriginalOnly,
 }
 
 impl Pipeline {
@@ -297,16 +286,25 @@ impl Pipeline {
                 let stored = self
                     .store_download(&url, bytes, validators, began_ms, &publish)
                     .await;
-                if let (Publish::Url(Some(_)), Ok((_, _, _, true))) = (&publish, &stored) {
+                if let (
+                    Publish::Url(Some(_)),
+                    Ok(Stored {
+                        claim_spent: true, ..
+                    }),
+                ) = (&publish, &stored)
+                {
                     lease.given_up();
                 }
                 lease.release().await;
-                let publish = publish_url;
-                let stored = stored.map(|(hash, source, new, _)| (hash, source, new));
-                if publish {
+                if publish_url {
                     self.url_written().await;
                 }
-                let (hash, source, new_original) = stored?;
+                let Stored {
+                    serve: hash,
+                    source,
+                    new_original,
+                    ..
+                } = stored?;
                 let state = if entry.is_some() {
                     UrlState::Revalidated
                 } else {
@@ -516,155 +514,5 @@ impl Pipeline {
             cached: true,
             held_for: Some(left),
         })
-    }
-
-    /// Hashes a download, stores its bytes if new, then points the URL at it (unless
-    /// `publish_url` is off: a node that lost its claim indexes the original only). In
-    /// canonical mode, new bytes that are a near-duplicate of a stored original at least as
-    /// large are not stored: the URL points at that original. Returns the hash served, the
-    /// hash of the bytes, and whether the original is new (no entry in the originals index
-    /// before).
-    async fn store_download(
-        &self,
-        url: &Url,
-        bytes: Bytes,
-        validators: Validators,
-        began_ms: u64,
-        publish: &Publish,
-    ) -> Result<(ContentHash, ContentHash, bool, bool), Error> {
-        let s = &self.shared;
-        let (publish_url, claim) = match publish {
-            Publish::Url(claim) => (true, claim.as_ref()),
-            Publish::OriginalOnly => (false, None),
-        };
-        let (hash, info) = self.describe_in_turn(bytes.clone(), false).await?;
-        let size = bytes.len() as u64;
-        let mut entry = UrlEntry {
-            hash,
-            etag: validators.etag,
-            last_modified: validators.last_modified,
-            checked_at_ms: began_ms,
-            requested_at_ms: now_ms(),
-            canonical: None,
-        };
-        // Taken-down and blocked bytes (the blocklist, the validation hook) are not stored:
-        // the URL is remembered as naming them (so that its requests answer without a
-        // download each), and `locate` refuses it. (Indexed bytes are in the blob store
-        // already — the blob is written before the index points at it — so a duplicate URL
-        // or a changed-validators 200 uploads nothing.)
-        let (indexed, mut computed) = match self.may_store(&hash, &info, &bytes).await {
-            Ok(allowed) => (allowed.indexed, allowed.fingerprint),
-            Err(Error::TakenDown(_)) => {
-                if publish_url {
-                    s.maps.put_url(url.as_str(), &entry).await?;
-                }
-                return Ok((hash, hash, false, false));
-            }
-            Err(Error::Blocked(why)) => {
-                tracing::info!(%url, source = %hash, %why, "download refused");
-                if publish_url {
-                    s.maps.put_url(url.as_str(), &entry).await?;
-                }
-                return Ok((hash, hash, false, false));
-            }
-            Err(e) => return Err(e),
-        };
-        // Canonical mode decides before storing: a merge stores nothing.
-        if !indexed && s.config.dedup.near == NearDedup::Canonical {
-            // Bytes mapped before keep their original (a hash's alias is served as
-            // immutable); a fresh decision only when there is none, or it is gone.
-            let known = match s.maps.alias(&hash).await? {
-                Some(c) if s.maps.original(&c).await?.is_some() => Some(c),
-                _ => None,
-            };
-            let decided = match known {
-                Some(c) => Some(c),
-                None => {
-                    if computed.is_none() {
-                        computed = Some(self.compute_fingerprint(&hash, bytes.clone()).await?);
-                    }
-                    match &computed {
-                        Some(Some(fp)) => match self.canonical_decision(&hash, &bytes, fp).await? {
-                            Canonical::TakenDown(gone) => {
-                                // A copy of taken-down content: listed and refused like it,
-                                // stored nowhere; the URL remembers it (as above).
-                                tracing::info!(%url, source = %hash, taken_down = %gone, "a copy of taken-down content refused");
-                                self.list_as_taken_down(&hash).await?;
-                                if publish_url {
-                                    s.maps.put_url(url.as_str(), &entry).await?;
-                                }
-                                return Ok((hash, hash, false, false));
-                            }
-                            Canonical::Merge(canonical) => Some(canonical),
-                            Canonical::Own => None,
-                        },
-                        _ => None,
-                    }
-                }
-            };
-            if let Some(canonical) = decided {
-                Stats::add(&s.stats.dedup_bytes_saved, size);
-                Stats::add(&s.stats.near_bytes_saved, size);
-                if known.is_none() {
-                    Stats::bump(&s.stats.near_duplicates_found);
-                    s.maps.put_alias(&hash, &canonical).await?;
-                }
-                entry.canonical = Some(canonical);
-                if publish_url {
-                    s.maps.put_url(url.as_str(), &entry).await?;
-                }
-                tracing::info!(%url, source = %hash, %canonical, "served from a near-duplicate original");
-                return Ok((canonical, hash, false, false));
-            }
-        }
-        if indexed {
-            Stats::add(&s.stats.dedup_bytes_saved, size);
-        } else {
-            match s.blobs.put_if_absent(&hash, bytes).await? {
-                PutOutcome::Created => Stats::bump(&s.stats.originals_stored),
-                PutOutcome::AlreadyPresent => Stats::add(&s.stats.dedup_bytes_saved, size),
-            }
-        }
-        // The index, not the blob store's answer, decides "new": a blob a crash left without
-        // its index entry is still news to every reader of the maps.
-        let recorded = if publish_url {
-            s.maps
-                .record_download(url.as_str(), &entry, &info, claim)
-                .await?
-        } else {
-            Recorded {
-                new_original: s.maps.add_original(&hash, &info).await?,
-                listed: None,
-            }
-        };
-        let new_original = recorded.new_original;
-        if self.after_write(&hash, recorded.listed).await? {
-            // Taken down while this download stored it: removed again, and refused.
-            return Ok((hash, hash, false, false));
-        }
-        if new_original {
-            self.facts_in_background(hash);
-        }
-        if new_original && self.near_dedup_on() {
-            match computed {
-                Some(fp) => self.keep_fingerprint(&hash, fp).await?,
-                None => {
-                    // Off the request's path: the answer does not wait for it. (The task
-                    // holds the hash; the bytes are read again once a slot is free.) The
-                    // facts' small decode is kept for it meanwhile.
-                    let this = self.clone();
-                    let interest = s.decodes.interest_in_small(hash);
-                    self.in_background_if_room(async move {
-                        interest.offered().await;
-                        if let Err(e) = this.fingerprint_of(&hash).await {
-                            tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
-                        }
-                        drop(interest);
-                    });
-                }
-            }
-        }
-        // The claim went with the URL entry (when there was one to give up).
-        Ok((hash, hash, new_original, publish_url))
     }
 }
