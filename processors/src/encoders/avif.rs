@@ -5,7 +5,7 @@
 use image::DynamicImage;
 
 use super::{
-    animation_failed, encoding_failed, Encoder, Facts, FrameSink, Lossy, OutputFormat, Passes,
+    animation_failed, encoding_failed, Encoder, Facts, FrameSink, OutputFormat, Passes, PerPixel,
     Search, Settings,
 };
 use crate::error::ProcessError;
@@ -32,24 +32,9 @@ const SPEED: u8 = 7;
 const FACTS: Facts = Facts {
     default_quality: Some(60),
     animates: true,
-    bytes_per_pixel: Lossy {
-        lossy: 24,
-        lossless: 24,
-    },
-    passes: Passes {
-        still: 8,
-        animated: 16,
-        lossless: 8,
-    },
-    search: Some(Search {
-        floor: 20,
-        ceiling: 90,
-        at_70: 56.0,
-        above: 1.4,
-        below: 1.0,
-        attempts: 4,
-        slope: 0.75,
-    }),
+    bytes_per_pixel: PerPixel::both(24),
+    passes: Passes::still(8).animated(16),
+    search: Some(Search::within(20, 90).at_70(56.0, 1.4, 1.0).steps(4, 0.75)),
     accept_bit: 1,
     ..Facts::of(OutputFormat::Avif, "avif", "image/avif")
 };

@@ -5,7 +5,7 @@ use image::codecs::gif::{GifEncoder, Repeat};
 use image::DynamicImage;
 
 use super::{
-    animation_failed, encoding_failed, Encoder, Facts, FrameSink, Lossy, OutputFormat, Passes,
+    animation_failed, encoding_failed, Encoder, Facts, FrameSink, OutputFormat, Passes, PerPixel,
     Settings,
 };
 use crate::error::ProcessError;
@@ -21,15 +21,8 @@ const ANIMATION_SPEED: i32 = 10;
 const FACTS: Facts = Facts {
     animates: true,
     animation_max_side: Some(u16::MAX as u32),
-    bytes_per_pixel: Lossy {
-        lossy: 12,
-        lossless: 12,
-    },
-    passes: Passes {
-        still: 50,
-        animated: 5,
-        lossless: 50,
-    },
+    bytes_per_pixel: PerPixel::both(12),
+    passes: Passes::still(50).animated(5),
     ..Facts::of(OutputFormat::Gif, "gif", "image/gif")
 };
 

@@ -4,7 +4,7 @@
 
 use image::DynamicImage;
 
-use super::{Encoder, Facts, Lossy, OutputFormat, Passes, Search, Settings};
+use super::{Encoder, Facts, OutputFormat, Passes, PerPixel, Search, Settings};
 use crate::error::ProcessError;
 use crate::jpeg_encode::MAX_SIDE;
 
@@ -17,24 +17,9 @@ const FACTS: Facts = Facts {
     default_quality: Some(82),
     progressive: true,
     keeps_alpha: false,
-    bytes_per_pixel: Lossy {
-        lossy: 4,
-        lossless: 4,
-    },
-    passes: Passes {
-        still: 0,
-        animated: 0,
-        lossless: 0,
-    },
-    search: Some(Search {
-        floor: 30,
-        ceiling: 95,
-        at_70: 69.0,
-        above: 1.6,
-        below: 2.0,
-        attempts: 5,
-        slope: 0.65,
-    }),
+    bytes_per_pixel: PerPixel::both(4),
+    passes: Passes::still(0),
+    search: Some(Search::within(30, 95).at_70(69.0, 1.6, 2.0)),
     ..Facts::of(OutputFormat::Jpeg, "jpeg", "image/jpeg")
 };
 

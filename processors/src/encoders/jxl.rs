@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use image::DynamicImage;
 
-use super::{Encoder, Facts, Lossy, OutputFormat, Passes, Search, Settings};
+use super::{Encoder, Facts, OutputFormat, Passes, PerPixel, Search, Settings};
 use crate::error::ProcessError;
 
 pub(super) struct Jxl;
@@ -67,24 +67,9 @@ const FACTS: Facts = Facts {
     default_quality: Some(JXL_DEFAULT_QUALITY),
     lossless_mode: true,
     lossless_at_full_quality: true,
-    bytes_per_pixel: Lossy {
-        lossy: 24,
-        lossless: 32,
-    },
-    passes: Passes {
-        still: 5,
-        animated: 5,
-        lossless: 12,
-    },
-    search: Some(Search {
-        floor: 30,
-        ceiling: 95,
-        at_70: 82.0,
-        above: 0.7,
-        below: 0.9,
-        attempts: 5,
-        slope: 0.65,
-    }),
+    bytes_per_pixel: PerPixel::both(24).lossless(32),
+    passes: Passes::still(5).lossless(12),
+    search: Some(Search::within(30, 95).at_70(82.0, 0.7, 0.9)),
     accept_bit: 4,
     ..Facts::of(OutputFormat::Jxl, "jxl", "image/jxl")
 };

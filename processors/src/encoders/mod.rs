@@ -96,7 +96,7 @@ pub struct Facts {
     pub animation_max_side: Option<u32>,
     /// Bytes its encoder holds per output pixel, lossy and lossless (what admission charges
     /// for memory).
-    pub bytes_per_pixel: Lossy<u64>,
+    pub bytes_per_pixel: PerPixel,
     /// Times its encoder costs the output's pixels beyond the first (what admission charges
     /// for time, `plan.rs`), measured against a decode and JPEG encode.
     pub passes: Passes,
@@ -122,26 +122,37 @@ impl Facts {
             keeps_alpha: true,
             animates: false,
             animation_max_side: None,
-            bytes_per_pixel: Lossy {
-                lossy: 8,
-                lossless: 8,
-            },
-            passes: Passes {
-                still: 1,
-                animated: 1,
-                lossless: 1,
-            },
+            bytes_per_pixel: PerPixel::both(8),
+            passes: Passes::still(1),
             search: None,
             accept_bit: 0,
         }
     }
 }
 
-/// A figure for lossy output and one for the lossless mode.
+/// Bytes an encoder holds per output pixel, lossy and in its lossless mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lossy<T> {
-    pub lossy: T,
-    pub lossless: T,
+pub struct PerPixel {
+    pub lossy: u64,
+    pub lossless: u64,
+}
+
+impl PerPixel {
+    /// As many bytes either way.
+    pub const fn both(bytes: u64) -> PerPixel {
+        PerPixel {
+            lossy: bytes,
+            lossless: bytes,
+        }
+    }
+
+    /// Its lossless mode's bytes.
+    pub const fn lossless(self, bytes: u64) -> PerPixel {
+        PerPixel {
+            lossless: bytes,
+            ..self
+        }
+    }
 }
 
 /// An encoder's passes for a still, an animation's frames and the lossless mode.
@@ -150,6 +161,69 @@ pub struct Passes {
     pub still: u64,
     pub animated: u64,
     pub lossless: u64,
+}
+
+impl Passes {
+    /// `passes` for a still, and as many for the rest until said otherwise.
+    pub const fn still(passes: u64) -> Passes {
+        Passes {
+            still: passes,
+            animated: passes,
+            lossless: passes,
+        }
+    }
+
+    /// An animation's frames' passes.
+    pub const fn animated(self, passes: u64) -> Passes {
+        Passes {
+            animated: passes,
+            ..self
+        }
+    }
+
+    /// The lossless mode's passes.
+    pub const fn lossless(self, passes: u64) -> Passes {
+        Passes {
+            lossless: passes,
+            ..self
+        }
+    }
+}
+
+impl Search {
+    /// A search within `floor..=ceiling`, of 5 attempts at most, assuming 0.65 score points
+    /// a quality step until it measures its own; it starts where [`Search::at_70`] says.
+    pub const fn within(floor: u8, ceiling: u8) -> Search {
+        Search {
+            floor,
+            ceiling,
+            at_70: 70.0,
+            above: 1.0,
+            below: 1.0,
+            attempts: 5,
+            slope: 0.65,
+        }
+    }
+
+    /// The quality that reaches 70 on a typical photo, and the qualities per score point
+    /// above 70 and below it.
+    pub const fn at_70(self, quality: f64, above: f64, below: f64) -> Search {
+        Search {
+            at_70: quality,
+            above,
+            below,
+            ..self
+        }
+    }
+
+    /// At most `attempts` attempts, assuming `slope` score points a quality step.
+    pub const fn steps(self, attempts: u32, slope: f64) -> Search {
+        Search {
+            attempts,
+            slope,
+            ..self
+        }
+    }
 }
 
 /// One output format's room.

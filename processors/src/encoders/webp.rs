@@ -5,7 +5,7 @@
 use image::DynamicImage;
 
 use super::{
-    animation_failed, encoding_failed, Encoder, Facts, FrameSink, Lossy, OutputFormat, Passes,
+    animation_failed, encoding_failed, Encoder, Facts, FrameSink, OutputFormat, Passes, PerPixel,
     Search, Settings,
 };
 use crate::error::ProcessError;
@@ -36,24 +36,9 @@ const FACTS: Facts = Facts {
     lossless_mode: true,
     animates: true,
     animation_max_side: Some(MAX_SIDE),
-    bytes_per_pixel: Lossy {
-        lossy: 12,
-        lossless: 24,
-    },
-    passes: Passes {
-        still: 4,
-        animated: 4,
-        lossless: 40,
-    },
-    search: Some(Search {
-        floor: 30,
-        ceiling: 95,
-        at_70: 76.0,
-        above: 1.0,
-        below: 2.2,
-        attempts: 5,
-        slope: 0.65,
-    }),
+    bytes_per_pixel: PerPixel::both(12).lossless(24),
+    passes: Passes::still(4).lossless(40),
+    search: Some(Search::within(30, 95).at_70(76.0, 1.0, 2.2)),
     accept_bit: 2,
     ..Facts::of(OutputFormat::Webp, "webp", "image/webp")
 };
