@@ -201,8 +201,11 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
     let env = node_env(&bucket, &[("IMGCAS_WALK_ROWS_PER_SECOND", "50")]);
     let server = start_with(dir.path(), None, &env);
     let done = Arc::new(Acknowledged::default());
-    // More than a page of originals before the migration: uploads, and URLs with a variant.
-    for n in 0..230u32 {
+    // More than two pages of originals before the migration (uploads, and URLs with a
+    // variant), so that the run taken up after the kill at the first page has a whole page
+    // and its pause (4 s) to go: the status read after the restart sees that run, not the
+    // one after it (with one page, CI once read it after the taken-up run had ended).
+    for n in 0..430u32 {
         let bytes = common::png(8, 8, (n % 251) as u8)
             .into_iter()
             .chain(n.to_le_bytes())
