@@ -107,99 +107,38 @@ use Guard::{Migration, Open, Page, PageData, PageOn, Removal};
 use Verb::{Delete, Get, Post};
 
 /// Every route. The peers' dialects are each one image route (`dialects::PREFIXES`).
+// One row per line: the table reads as a table.
+#[rustfmt::skip]
 pub(super) const ROUTES: &[Route] = &[
     image_route("/v1/image", |m| on(m, image::by_url), true),
     image_route("/v1/image/{hash}", |m| on(m, image::by_hash), false),
     image_route("/imgproxy/{*path}", |m| on(m, image::by_dialect), true),
     image_route("/thumbor/{*path}", |m| on(m, image::by_dialect), true),
-    route(
-        Post,
-        "/v1/originals",
-        |m| on(m, originals::upload),
-        Guard::Scope(Scope::Upload),
-    ),
-    route(
-        Delete,
-        "/v1/originals",
-        |m| on(m, admin::take_down_url),
-        Removal,
-    ),
-    Route {
-        timed: false,
-        ..route(
-            Post,
-            "/v1/ingest",
-            |m| on(m, ingest::ingest),
-            Guard::Scope(Scope::Ingest),
-        )
-    },
-    route(
-        Get,
-        "/v1/originals/{hash}",
-        |m| on(m, originals::original),
-        Open,
-    ),
-    route(
-        Delete,
-        "/v1/originals/{hash}",
-        |m| on(m, admin::take_down),
-        Removal,
-    ),
-    route(
-        Get,
-        "/v1/originals/{hash}/info",
-        |m| on(m, originals::info),
-        Open,
-    ),
-    route(
-        Get,
-        "/v1/originals/{hash}/similar",
-        |m| on(m, originals::similar),
-        Guard::Scope(Scope::Moderate),
-    ),
+    route(Post, "/v1/originals", |m| on(m, originals::upload), Guard::Scope(Scope::Upload)),
+    route(Delete, "/v1/originals", |m| on(m, admin::take_down_url), Removal),
+    Route { timed: false, ..route(Post, "/v1/ingest", |m| on(m, ingest::ingest), Guard::Scope(Scope::Ingest)) },
+    route(Get, "/v1/originals/{hash}", |m| on(m, originals::original), Open),
+    route(Delete, "/v1/originals/{hash}", |m| on(m, admin::take_down), Removal),
+    route(Get, "/v1/originals/{hash}/info", |m| on(m, originals::info), Open),
+    route(Get, "/v1/originals/{hash}/similar", |m| on(m, originals::similar), Guard::Scope(Scope::Moderate)),
     route(Delete, "/v1/urls", |m| on(m, admin::forget_url), Removal),
     route(Get, "/v1/takedowns", |m| on(m, admin::takedowns), Removal),
-    route(
-        Delete,
-        "/v1/takedowns/{hash}",
-        |m| on(m, admin::lift_takedown),
-        Removal,
-    ),
+    route(Delete, "/v1/takedowns/{hash}", |m| on(m, admin::lift_takedown), Removal),
     route(Get, "/v1/blocklist", |m| on(m, moderation::list), Removal),
     route(Post, "/v1/blocklist", |m| on(m, moderation::block), Removal),
-    route(
-        Delete,
-        "/v1/blocklist/{id}",
-        |m| on(m, moderation::unblock),
-        Removal,
-    ),
+    route(Delete, "/v1/blocklist/{id}", |m| on(m, moderation::unblock), Removal),
     route(Get, "/healthz", |m| on(m, ops::healthz), Open),
     route(Get, "/readyz", |m| on(m, ops::readyz), Open),
-    route(
-        Get,
-        "/metrics",
-        |m| on(m, ops::metrics),
-        Guard::Scope(Scope::Metrics),
-    ),
+    route(Get, "/metrics", |m| on(m, ops::metrics), Guard::Scope(Scope::Metrics)),
     route(Get, "/admin", |m| on(m, console::page), Page),
     route(Post, "/admin/login", |m| on(m, console::login), PageOn),
     route(Post, "/admin/logout", |m| on(m, console::logout), Open),
     route(Get, "/admin/savings", |m| on(m, console::savings), PageData),
     route(Get, "/admin/check", |m| on(m, admin::check), Removal),
     route(Post, "/admin/check", |m| on(m, admin::start_check), Removal),
-    route(
-        Get,
-        "/admin/migrate",
-        |m| on(m, admin::migration_status),
-        Migration,
-    ),
+    route(Get, "/admin/migrate", |m| on(m, admin::migration_status), Migration),
     route(Post, "/admin/migrate", |m| on(m, admin::migrate), Migration),
-    route(
-        Post,
-        "/admin/migrate/{step}",
-        |m| on(m, admin::migration_step),
-        Migration,
-    ),
+    route(Post, "/admin/migrate/{step}", |m| on(m, admin::migration_step), Migration),
     route(Get, "/admin/admin.js", |m| on(m, console::script), Open),
     route(Get, "/admin/admin.css", |m| on(m, console::style), Open),
 ];
