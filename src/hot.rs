@@ -1,10 +1,10 @@
 //! The hot cache: recent variants in memory, in front of the variants map, bounded by bytes.
 //! A hot key's bytes then cost a hash lookup and a reference-counted clone: no read from the
 //! variants map, no copy. (Locating the variant still reads the small originals-index entry,
-//! unless the request cache, `pipeline/recall.rs`, remembers it.) Entries never go stale (a
+//! unless the request cache, `pipeline/variant/recall.rs`, remembers it.) Entries never go stale (a
 //! variant key names immutable content), so memory pressure evicts them (TinyLFU admission
 //! keeps one-off variants from flushing the hot ones), and only a removal an administrator
-//! asks for (`pipeline/removal.rs`) clears them all.
+//! asks for (`pipeline/moderation/removal.rs`) clears them all.
 //!
 //! Rows are held behind an `Arc`, so that the request cache can keep a weak link to one: a
 //! remembered hit then reaches its bytes without a second lookup, and the link lapses when

@@ -1,5 +1,5 @@
 //! `imgcas verify --online` and `imgcas gc --online [--apply]`: the online check of the store
-//! (`pipeline/check.rs`) asked of a running server, which runs it (on the embedded maps no
+//! (`pipeline/walks/check.rs`) asked of a running server, which runs it (on the embedded maps no
 //! other process may open the store), followed until it ends, and its report printed.
 
 use std::time::Duration;

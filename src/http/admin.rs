@@ -63,7 +63,7 @@ where
 }
 
 /// `DELETE /v1/originals/<hash>`: takes the content down everywhere (see
-/// `pipeline/removal.rs`).
+/// `pipeline/moderation/removal.rs`).
 pub async fn take_down(State(service): State<Service>, Path(raw): Path<String>) -> Response {
     removal(|| async {
         let hash = path_hash(&raw)?;
@@ -139,7 +139,7 @@ pub struct CheckAnswer {
 }
 
 /// `POST /admin/check[?apply=true]`: starts the online check of the store in the background
-/// (`pipeline/check.rs`); 202 with where it stands.
+/// (`pipeline/walks/check.rs`); 202 with where it stands.
 pub async fn start_check(
     State(service): State<Service>,
     Query(query): Query<CheckQuery>,

@@ -2,7 +2,7 @@
 //! whose hashes are listed), `DELETE /v1/blocklist/<id>` (lifting it) and
 //! `GET /v1/blocklist`. Listing takes stored content down and lifting gives it back, so
 //! both are removals (never open: `Service::check_removal`), and the list is guarded as the
-//! takedown list is. The work is `pipeline/blocklist.rs`'s.
+//! takedown list is. The work is `pipeline/moderation/blocklist.rs`'s.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

@@ -4,23 +4,23 @@
 //! mini-redis's `Db`, [`Pipeline`] is a cheap handle around a private `Shared`: callers (the
 //! HTTP handlers, ingest, the commands) go through its methods, never around it.
 //!
-//! One file per flow:
-//! - `resolve.rs`: URL → hash (URL map, conditional fetch, origin failures held per URL);
-//! - `variant.rs`: hash + spec → variant (lookup, then one shared, admitted processing run,
-//!   from the original or from its mezzanine, itself a row made by such a run);
-//! - `recall.rs`: the request cache, what a repeated request resolved to;
-//! - `decoded.rs`: decoded sources shared by the runs of one original under way together;
+//! By role, each a folder (or a file) that owns its state in a handle of `Shared` whose fields
+//! only it sees, so that no role reaches into another's:
+//! - `urls/`: URL → hash (URL map, conditional fetch, origin failures held per URL, politeness
+//!   per origin, a download's bytes taken in);
+//! - `originals/`: bytes in → an indexed original (uploads), an original's bytes read once per
+//!   hash, its facts (placeholders, frames) computed once and kept;
+//! - `variant/`: hash + spec → variant (lookup, then one shared, admitted processing run, from
+//!   the original or from its mezzanine), and the request cache;
+//! - `moderation/`: the one gate of takedowns and the blocklist, removals, the validation hook;
 //! - `near.rs`: perceptual fingerprints and near-duplicate lookups;
-//! - `facts.rs`: placeholders and frames of each original, computed once and kept;
-//! - `upload.rs`: bytes in → an indexed original;
-//! - `maintenance.rs`: `stats`, `verify` and `gc` over the maps and the blob store;
-//! - `copy.rs`: one node's embedded maps and bytes copied into shared ones (`maps copy`);
-//! - `claims.rs`: jobs claimed across nodes that share the maps, so that the cluster, not
-//!   just each node, downloads and processes once;
-//! - `upkeep.rs`: bounded growth — the variants' byte budget, forgetting unused URLs, and
-//!   the coarse use records both need;
-//! - `removal.rs`: removals an administrator asks for (a URL's entry forgotten, an original
-//!   taken down and the takedown lifted), and following those made on other nodes.
+//! - `walks/`: the long walks over the store (backfills, `stats`, `verify`, `gc`, the online
+//!   check, `maps copy`) and bounded growth;
+//! - `migrate/`: the maps and the blob store moved while the node serves.
+//!
+//! Common to them, here: the maps, the blob store, admission, the counters, the decode cache
+//! shared by every run (`decoded.rs`), claims across nodes (`claims.rs`), every run's time
+//! bound (`deadline.rs`) and tenant budgets (`budgets.rs`).
 //!
 //! Writes keep one order: blob first, then the map entry that points at it. Work that many
 //! requests may want at once runs once, through the single-flight maps.
@@ -28,59 +28,40 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use imgcas_processors::Limits;
 
 use crate::admission::{Admission, Tier};
 use crate::blob::BlobStore;
-use crate::coalesce::SingleFlight;
 use crate::config::{Config, MapsBackend, Structured};
 use crate::error::Error;
 use crate::fetch::Fetcher;
 use crate::hash::ContentHash;
-use crate::hot::HotVariants;
-use crate::maps::{MapStore, OriginalInfo, VariantRow};
+use crate::maps::MapStore;
 use crate::metrics::{Metrics, Readings};
-use crate::negative::{OriginFailures, UrlFailure};
 use crate::stats::{Stats, StatsSnapshot};
 
-mod blocklist;
 mod budgets;
-mod check;
 mod claims;
-mod copy;
 mod deadline;
 mod decoded;
-mod download;
-mod facts;
-mod gate;
-mod maintenance;
 mod migrate;
+mod moderation;
 mod near;
-mod origins;
-mod recall;
-mod removal;
-mod resolve;
-mod upkeep;
-mod upload;
-mod validation;
+mod originals;
+mod urls;
 mod variant;
 mod walks;
 
-pub use blocklist::Listed;
-pub use check::{CheckReport, CheckState, RangeSums, CHECK_RANGES};
-pub use copy::{copy_maps, CopyReport};
-pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
 pub use migrate::{MigrationRecord, MigrationState, Phase};
+pub use moderation::{taken_down, Lifted, Listed, TakenDown};
 pub use near::Similar;
-pub use origins::OriginTally;
-pub use recall::Recalled;
-pub use removal::{taken_down, Lifted, TakenDown};
-pub use resolve::{Resolved, UrlState};
-pub use upload::Uploaded;
-pub use variant::{Provenance, Served, Source, Target};
-pub use walks::Walk;
+pub use originals::Uploaded;
+pub use urls::{OriginTally, Resolved, UrlState};
+pub use variant::{Provenance, Recalled, Served, Source, Target};
+pub use walks::{
+    copy_maps, CheckReport, CheckState, CopyReport, GcReport, Progress, RangeSums, StatsReport,
+    VerifyReport, Walk, CHECK_RANGES,
+};
 
 /// The decision flow and everything it owns. Clones share one state.
 #[derive(Clone)]
@@ -88,7 +69,9 @@ pub struct Pipeline {
     shared: Arc<Shared>,
 }
 
-/// The state behind a [`Pipeline`]; private, so nothing reaches around the flow.
+/// The state behind a [`Pipeline`]; private, so nothing reaches around the flow. The
+/// common ground every role reads comes first; then each role's own state, a handle whose
+/// fields only that role's module sees.
 struct Shared {
     /// The settings the flow reads (limits, revalidation, source size).
     config: Config,
@@ -99,65 +82,37 @@ struct Shared {
     maps: Arc<dyn MapStore>,
     /// Original bytes by hash.
     blobs: Arc<dyn BlobStore>,
-    /// Recent variants in memory, in front of the variants map.
-    hot: HotVariants,
-    /// The guarded origin client, with its download slots per origin.
-    fetcher: Fetcher,
-    /// Origin failures per URL, held for their class's lifetime (with backoff).
-    origin_failures: OriginFailures,
-    /// Connection failures in a row per origin, and the origins metrics name (`origins.rs`).
-    origins: origins::Origins,
-    /// One origin request per URL at a time; latecomers share its answer.
-    url_flights: SingleFlight<String, Result<Resolved, Failure>>,
-    /// One processing run per variant key at a time.
-    variant_flights: SingleFlight<Vec<u8>, Result<(VariantRow, bool), Error>>,
-    /// One read of a stored variant (its row and its object) per key at a time, for the
-    /// requests that miss it together (`variant/stored.rs`).
-    variant_reads: SingleFlight<crate::maps::VariantKey, Result<Option<VariantRow>, Error>>,
-    /// One read of an original's bytes per hash at a time.
-    original_reads: SingleFlight<ContentHash, Result<Bytes, Error>>,
     /// Processing admission: at most `limits.process_concurrency` runs (facts and
     /// fingerprints among them) use the CPU at once, on the blocking pool, and work that
     /// would wait past `limits.queue_target` is refused.
     admission: Admission,
     /// Work counters.
     stats: Stats,
-    /// The maps' totals as last read, and when (`maintenance.rs`, `store_totals`), read at
-    /// most once per its maximum age.
-    totals: tokio::sync::Mutex<Option<(std::time::Instant, crate::maps::StoreReading)>>,
     /// Where latency histograms and refusals are recorded.
     metrics: Metrics,
-    /// Use records, the variants' byte count and the sweep schedule.
-    upkeep: upkeep::Upkeep,
     /// This node's name in claims (`cluster.node_id`).
     node_id: String,
     /// Work a request left running after its answer (fingerprints of new downloads), waited
     /// for by [`Pipeline::settle`] so that nothing writes to the maps after shutdown.
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
-    /// Decoded sources shared by runs for seconds (`decoded.rs`).
+    /// Decoded sources shared by every kind of run for seconds (`decoded.rs`).
     decodes: decoded::DecodeCache,
-    /// What repeated requests resolved to (`recall.rs`).
-    requests: recall::RequestCache,
-    /// One facts computation per original at a time (`facts.rs`).
-    facts_flights: SingleFlight<ContentHash, Result<Option<crate::maps::PictureFacts>, Error>>,
-    /// The takedown list as this node holds it (`removal.rs`).
-    takedowns: removal::Takedowns,
-    /// The moderation blocklist as this node holds it (`blocklist.rs`).
-    blocked: blocklist::Blocked,
-    /// The validation hook, when one is configured (`validation.rs`).
-    validation: Option<validation::Validation>,
-    /// One fingerprint computation per original at a time.
-    fingerprint_flights:
-        SingleFlight<ContentHash, Result<Option<imgcas_processors::Fingerprint>, Error>>,
     /// Raised at shutdown: every run stops at its next check (`deadline.rs`).
     shutdown: Arc<std::sync::atomic::AtomicBool>,
-    /// An online check of the store runs from this node (`check.rs`).
-    checking: Arc<std::sync::atomic::AtomicBool>,
+    /// URLs and downloads (`urls/`).
+    urls: urls::Urls,
+    /// Originals and uploads (`originals/`).
+    originals: originals::Originals,
+    /// Variants and their runs (`variant/`).
+    variants: variant::Variants,
+    /// Takedowns, the blocklist and the validation hook (`moderation/`).
+    moderation: moderation::Moderation,
+    /// Fingerprints and near-duplicate lookups (`near.rs`).
+    near: near::Near,
+    /// The long walks over the store and bounded growth (`walks/`).
+    walks: walks::Walks,
     /// The maps' migration, when one is under way: who leads, and the record (`migrate/`).
     migration: migrate::Migration,
-    /// Background reads of originals ahead of their CPU slot (`near.rs`'s
-    /// `read_then_slot`): as many as the slots.
-    background_reads: tokio::sync::Semaphore,
 }
 
 /// Why the pipeline could not open.
@@ -230,13 +185,9 @@ impl Pipeline {
         let blobs: Arc<dyn crate::blob::BlobStore> =
             Arc::new(migrate::blobs::MirroredBlobs::new(migration.sides.clone()));
         let fetcher = Fetcher::new(&config.fetch, &config.storage.s3).map_err(OpenError)?;
-        let takedowns = removal::Takedowns::load(maps.as_ref())
+        let moderation = moderation::Moderation::load(&config, maps.as_ref())
             .await
-            .map_err(|e| OpenError(format!("cannot read the takedown list: {e}")))?;
-        let blocked = blocklist::Blocked::load(maps.as_ref())
-            .await
-            .map_err(|e| OpenError(format!("cannot read the blocklist: {e}")))?;
-        let validation = validation::Validation::new(&config.moderation).map_err(OpenError)?;
+            .map_err(OpenError)?;
         let admission = Admission::new(
             config.limits.process_concurrency,
             config.limits.queue_target,
@@ -244,37 +195,23 @@ impl Pipeline {
         .with_memory(config.limits.max_memory);
         Ok(Pipeline {
             shared: Arc::new(Shared {
-                hot: HotVariants::new(config.limits.hot_cache_bytes),
-                upkeep: upkeep::Upkeep::new(&config),
                 node_id: config.cluster.node_id(),
                 background: Default::default(),
-                fingerprint_flights: SingleFlight::default(),
-                shutdown: Arc::default(),
-                checking: Arc::default(),
-                migration,
-                background_reads: tokio::sync::Semaphore::new(
-                    config.limits.process_concurrency.max(1),
-                ),
-                facts_flights: SingleFlight::default(),
-                takedowns,
-                blocked,
-                validation,
-                requests: Default::default(),
                 decodes: decoded::DecodeCache::new(config.limits.decode_cache_bytes),
+                shutdown: Default::default(),
+                urls: urls::Urls::new(fetcher),
+                originals: Default::default(),
+                variants: variant::Variants::new(config.limits.hot_cache_bytes),
+                moderation,
+                near: near::Near::new(config.limits.process_concurrency),
+                walks: walks::Walks::new(&config),
+                migration,
                 config,
                 structured,
                 maps,
                 blobs,
-                fetcher,
-                origin_failures: OriginFailures::default(),
-                origins: Default::default(),
-                url_flights: SingleFlight::default(),
-                variant_flights: SingleFlight::default(),
-                variant_reads: SingleFlight::default(),
-                original_reads: SingleFlight::default(),
                 admission,
                 stats: Stats::default(),
-                totals: tokio::sync::Mutex::new(None),
                 metrics,
             }),
         })
@@ -353,18 +290,20 @@ impl Pipeline {
         let s = &self.shared;
         let (outstanding_pixels, queue_depth) = s.admission.load();
         let (memory_held, memory_waits) = s.admission.memory_held();
+        let (downloads_waiting, downloads) = s.urls.flights();
+        let (runs_waiting, runs) = s.variants.flights();
         Readings {
             stats: s.stats.snapshot(),
-            coalesced_waiters: s.url_flights.waiters() + s.variant_flights.waiters(),
-            download_flights: s.url_flights.in_flight(),
-            process_flights: s.variant_flights.in_flight(),
+            coalesced_waiters: downloads_waiting + runs_waiting,
+            download_flights: downloads,
+            process_flights: runs,
             queue_depth,
             outstanding_pixels,
             memory_held,
             memory_limit: s.admission.memory_limit(),
             memory_waits,
-            hot_cache_bytes: s.hot.weighted_size(),
-            variant_bytes: s.upkeep.variant_bytes(),
+            hot_cache_bytes: s.variants.hot_bytes(),
+            variant_bytes: s.walks.variant_bytes(),
             node_id: s.node_id.clone(),
             decoder_panics: imgcas_processors::decoder_panics(),
             map_round_trips: s.maps.round_trips(),
@@ -376,22 +315,12 @@ impl Pipeline {
             tenants: s.admission.tenants(),
             cost_model: Some(s.admission.cost_model()),
             store: self.last_store_reading(),
-            takedowns: s.takedowns.len(),
-            blocklist: s.blocked.counts(),
+            takedowns: s.moderation.takedowns(),
+            blocklist: s.moderation.blocklist(),
             urls_max_bytes: s.config.limits.urls_max_bytes,
             variants_max_bytes: s.config.limits.variants_max_bytes,
             ready: None,
         }
-    }
-
-    /// This node's downloads by origin (the named origins and `other`).
-    pub fn origin_tallies(&self) -> Vec<(String, OriginTally)> {
-        self.shared.origins.tallies()
-    }
-
-    /// The failure a URL is held with now, and for how much longer.
-    pub fn origin_failure(&self, url: &str) -> Option<(UrlFailure, Duration)> {
-        self.shared.origin_failures.active(url)
     }
 
     /// Readiness: the maps and the blob store both answer.
@@ -452,7 +381,7 @@ impl Pipeline {
         while tasks.join_next().await.is_some() {}
         // Facts computations run as flights of their own, which outlive a caller that was
         // stopped (the backfill): they write to the maps when done.
-        while self.shared.facts_flights.in_flight() > 0 {
+        while self.shared.originals.facts_under_way() > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -462,33 +391,6 @@ impl Pipeline {
     pub async fn flush(&self) -> Result<(), Error> {
         self.write_use().await?;
         Ok(self.shared.maps.flush().await?)
-    }
-
-    /// What the originals index says of a hash.
-    pub async fn original(&self, hash: &ContentHash) -> Result<Option<OriginalInfo>, Error> {
-        Ok(self.shared.maps.original(hash).await?)
-    }
-
-    /// An indexed original's bytes; their absence is answered by the gate
-    /// ([`Pipeline::bytes_missing`]).
-    pub async fn original_bytes(&self, hash: &ContentHash) -> Result<Bytes, Error> {
-        // Concurrent reads of one original share one GET (bytes by hash never change).
-        let this = self.clone();
-        let h = *hash;
-        self.shared
-            .original_reads
-            .run(
-                *hash,
-                async move {
-                    Stats::bump(&this.shared.stats.original_reads);
-                    match this.shared.blobs.get(&h).await? {
-                        Some(bytes) => Ok(bytes),
-                        None => Err(this.bytes_missing(&h).await?),
-                    }
-                },
-                |m| Err(Error::Internal(format!("original read failed: {m}"))),
-            )
-            .await
     }
 
     /// Every hash the blob store holds, indexed or not.

@@ -7,7 +7,7 @@
 //!
 //! Two radii: `dedup.report_radius` for everything that reports (uploads' and ingest's
 //! `near_duplicate_of`, `similar`, `info`, the metric) and the tighter `dedup.radius`, with
-//! the stricter guards, for canonical mode's merges (`resolve.rs`).
+//! the stricter guards, for canonical mode's merges (`urls/resolve.rs`).
 
 use bytes::Bytes;
 
@@ -17,6 +17,7 @@ use imgcas_processors::FINGERPRINT_VERSION;
 use super::walks::{Page, Walk};
 use super::{blocking, Pipeline};
 use crate::admission::{Slot, Tier};
+use crate::coalesce::SingleFlight;
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::hash::ContentHash;
@@ -26,6 +27,25 @@ use crate::stats::Stats;
 
 /// Originals fingerprinted per batch of the backfill.
 const BACKFILL_BATCH: usize = 500;
+
+/// The near-duplicates' own state, composed into the pipeline.
+pub(super) struct Near {
+    /// One fingerprint computation per original at a time.
+    fingerprint_flights: SingleFlight<ContentHash, Result<Option<Fingerprint>, Error>>,
+    /// Background reads of originals ahead of their CPU slot (`read_then_slot`): as many as
+    /// the slots.
+    background_reads: tokio::sync::Semaphore,
+}
+
+impl Near {
+    /// `slots`: the CPU slots (`limits.process_concurrency`).
+    pub(super) fn new(slots: usize) -> Near {
+        Near {
+            fingerprint_flights: SingleFlight::default(),
+            background_reads: tokio::sync::Semaphore::new(slots.max(1)),
+        }
+    }
+}
 
 /// An original near another, with what the originals index says of it.
 #[derive(Debug, Clone)]
@@ -75,7 +95,7 @@ impl Pipeline {
     /// (`background_reads`, as many as slots), so waiting work still holds hashes, not
     /// images.
     pub(super) async fn read_then_slot(&self, hash: &ContentHash) -> Result<(Bytes, Slot), Error> {
-        let reading = self.shared.background_reads.acquire().await;
+        let reading = self.shared.near.background_reads.acquire().await;
         let bytes = self.original_bytes(hash).await?;
         let slot = self.fingerprint_slot(Tier::Background).await;
         drop(reading);
@@ -165,6 +185,7 @@ impl Pipeline {
         }
         let (this, h) = (self.clone(), *hash);
         self.shared
+            .near
             .fingerprint_flights
             .run(h, async move { this.fingerprint_stored(&h).await }, |m| {
                 Err(Error::Internal(format!("fingerprint task failed: {m}")))
@@ -385,7 +406,7 @@ impl Pipeline {
     }
 
     /// Fingerprints every indexed original that has none (or one of an older version);
-    /// `progress` is told of each. Returns how many were computed. A walk (`walks.rs`: one
+    /// `progress` is told of each. Returns how many were computed. A walk (`walks/`: one
     /// node of a cluster at a time, resumable, throttled) over only the originals the maps
     /// index as lacking a current fingerprint
     /// ([`crate::maps::Fingerprints::lacking_fingerprints`]): nothing on a store whose

@@ -466,7 +466,7 @@ fn the_architecture_page_names_every_source_file() {
 }
 
 /// Takedowns and the blocklist are decided in one place (issue 51, item 5): outside
-/// `pipeline/gate.rs` no file reads either list to decide, and only the files that keep a
+/// `pipeline/moderation/gate.rs` no file reads either list to decide, and only the files that keep a
 /// list (`removal.rs`, `blocklist.rs`) change this node's memory of it. The questions asked
 /// elsewhere: canonical mode's `is_taken_down` of a new picture's near-duplicates, and a
 /// takedown's own of the originals merged into the one it takes down.
@@ -477,25 +477,34 @@ fn takedowns_and_the_blocklist_are_decided_in_the_gate() {
     let decisions = [
         (
             "refuse_blocked(",
-            &["pipeline/gate.rs", "pipeline/blocklist.rs"][..],
+            &[
+                "pipeline/moderation/gate.rs",
+                "pipeline/moderation/blocklist.rs",
+            ][..],
         ),
-        ("listed_now", &["pipeline/gate.rs"][..]),
+        ("listed_now", &["pipeline/moderation/gate.rs"][..]),
         (
             "check_blocklist(",
-            &["pipeline/gate.rs", "pipeline/blocklist.rs"][..],
+            &[
+                "pipeline/moderation/gate.rs",
+                "pipeline/moderation/blocklist.rs",
+            ][..],
         ),
-        ("takedowns.contains(", &["pipeline/gate.rs"][..]),
+        ("takedowns.contains(", &["pipeline/moderation/gate.rs"][..]),
         (
             "takedowns.set(",
-            &["pipeline/gate.rs", "pipeline/removal.rs"][..],
+            &[
+                "pipeline/moderation/gate.rs",
+                "pipeline/moderation/removal.rs",
+            ][..],
         ),
-        ("blocked.exact(", &["pipeline/blocklist.rs"][..]),
+        ("blocked.exact(", &["pipeline/moderation/blocklist.rs"][..]),
         (
             "is_taken_down(",
             &[
-                "pipeline/gate.rs",
+                "pipeline/moderation/gate.rs",
                 "pipeline/near.rs",
-                "pipeline/removal.rs",
+                "pipeline/moderation/removal.rs",
                 "maps/",
                 // The migration's maps implement the role, handing the call to a store.
                 "pipeline/migrate/mirror.rs",

@@ -11,7 +11,7 @@
 //! The run reaching the end with every range equal validates the migration (or, rolling
 //! back, ends it); one that does not runs again.
 //!
-//! It is the walk `migration_backfill` (`walks.rs`): resumable, throttled, under its lease.
+//! It is the walk `migration_backfill` (`walks/`): resumable, throttled, under its lease.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -5,12 +5,20 @@
 //!
 //! The rooms: `locate.rs` (the key and ETag a request names), `stored.rs` (rows with their
 //! bytes, in the maps or the blob store), `produce.rs` (one claimed, admitted run per key),
-//! `route.rs` (original or mezzanine, and the mezzanine itself).
+//! `route.rs` (original or mezzanine, and the mezzanine itself), `recall.rs` (what repeated
+//! requests resolved to).
+//!
+//! This role owns the variants' state — the hot cache, one run and one read per key at a
+//! time, and the request cache — in [`Variants`]; the other roles reach it through methods
+//! (a removal empties the hot cache with [`Pipeline::forget_hot_variants`]).
 
 mod locate;
 mod produce;
+mod recall;
 mod route;
 mod stored;
+
+pub use recall::Recalled;
 
 use std::sync::Arc;
 
@@ -21,12 +29,52 @@ use imgcas_processors::{self as processors, Chosen, OutputFormat, ResolvedSpec, 
 
 use super::{Failure, Pipeline, UrlState};
 use crate::admission::{Asker, Tenant, Tier};
+use crate::coalesce::SingleFlight;
 use crate::error::Error;
 use crate::hash::ContentHash;
+use crate::hot::HotVariants;
 use crate::maps::{VariantBody, VariantKey, VariantRow};
 use crate::stats::Stats;
 
 pub(in crate::pipeline) use stored::{row_for, variant_object, with_bytes_in_hand};
+
+/// The variants' own state, composed into the pipeline.
+pub(super) struct Variants {
+    /// Recent variants in memory, in front of the variants map.
+    hot: HotVariants,
+    /// One processing run per variant key at a time.
+    variant_flights: SingleFlight<Vec<u8>, Result<(VariantRow, bool), Error>>,
+    /// One read of a stored variant (its row and its object) per key at a time, for the
+    /// requests that miss it together (`stored.rs`).
+    variant_reads: SingleFlight<VariantKey, Result<Option<VariantRow>, Error>>,
+    /// What repeated requests resolved to (`recall.rs`).
+    requests: recall::RequestCache,
+}
+
+impl Variants {
+    /// `hot_cache_bytes`: the hot cache's size (`limits.hot_cache_bytes`).
+    pub(super) fn new(hot_cache_bytes: u64) -> Variants {
+        Variants {
+            hot: HotVariants::new(hot_cache_bytes),
+            variant_flights: SingleFlight::default(),
+            variant_reads: SingleFlight::default(),
+            requests: Default::default(),
+        }
+    }
+
+    /// Requests waiting on another's run, and runs under way (for `/metrics`).
+    pub(super) fn flights(&self) -> (usize, usize) {
+        (
+            self.variant_flights.waiters(),
+            self.variant_flights.in_flight(),
+        )
+    }
+
+    /// The hot cache's bytes (for `/metrics`).
+    pub(super) fn hot_bytes(&self) -> u64 {
+        self.hot.weighted_size()
+    }
+}
 
 /// Work that makes a row of the variants map.
 enum Job {
@@ -168,6 +216,11 @@ pub struct Served {
 }
 
 impl Pipeline {
+    /// Empties the hot cache (a removal may have made any of it wrong).
+    pub(in crate::pipeline) fn forget_hot_variants(&self) {
+        self.shared.variants.hot.clear();
+    }
+
     /// The stored variant, or one processing run shared by every concurrent asker; a run
     /// is admitted as the target's own asker's ([`Target::asker`]).
     pub async fn variant(&self, target: &Target) -> Result<Served, Failure> {
@@ -189,8 +242,8 @@ impl Pipeline {
             cached,
             held_for: None,
         };
-        let hot_key = s.hot.note(&target.key);
-        let stored = match s.hot.get(&target.key) {
+        let hot_key = s.variants.hot.note(&target.key);
+        let stored = match s.variants.hot.get(&target.key) {
             Some(v) => {
                 Stats::bump(&s.stats.hot_hits);
                 Some(v)
@@ -203,7 +256,7 @@ impl Pipeline {
             }
         };
         if let (true, Some(v)) = (hot_key, &stored) {
-            if s.hot.pin(&target.key, v) {
+            if s.variants.hot.pin(&target.key, v) {
                 Stats::bump(&s.stats.hot_key_pins);
             }
         }
@@ -215,6 +268,7 @@ impl Pipeline {
             None => {
                 let (this, t, a) = (self.clone(), target.clone(), asker());
                 let (result, led) = s
+                    .variants
                     .variant_flights
                     .run_led(
                         target.key.to_bytes(),

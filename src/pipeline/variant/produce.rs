@@ -83,7 +83,7 @@ impl Pipeline {
             lease.release().await;
             return Err(refused.error);
         }
-        self.shared.hot.insert(key.clone(), row.clone());
+        self.shared.variants.hot.insert(key.clone(), row.clone());
         let this = self.clone();
         let publish = {
             let row = row.clone();

@@ -63,7 +63,11 @@ impl Pipeline {
         if let Some(VariantRow::Image {
             body: VariantBody::Inline(framed),
             ..
-        }) = self.shared.hot.get(&mezzanine_key(&target.key.hash))
+        }) = self
+            .shared
+            .variants
+            .hot
+            .get(&mezzanine_key(&target.key.hash))
         {
             if let Ok(m) = mezzanine::parse(&framed) {
                 return Ok(
@@ -100,7 +104,7 @@ impl Pipeline {
     ) -> Result<Result<Bytes, VariantRow>, Error> {
         let s = &self.shared;
         let key = mezzanine_key(hash);
-        let row = match s.hot.get(&key) {
+        let row = match s.variants.hot.get(&key) {
             Some(row) => {
                 self.note_variant_served(&key);
                 row
@@ -119,6 +123,7 @@ impl Pipeline {
                     asker: asker.clone(),
                 };
                 let (result, led) = s
+                    .variants
                     .variant_flights
                     .run_led(key.to_bytes(), self.clone().produce_boxed(job), |m| {
                         Err(Error::Internal(format!("mezzanine task failed: {m}")))

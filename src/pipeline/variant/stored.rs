@@ -140,19 +140,20 @@ impl Pipeline {
     ) -> Result<Option<VariantRow>, Error> {
         let (this, k) = (self.clone(), key.clone());
         self.shared
+            .variants
             .variant_reads
             .run(
                 key.clone(),
                 async move {
                     // A flight that ended a moment ago put its row in memory before it
                     // ended: a caller that missed it there and came after reads nothing.
-                    if let Some(row) = this.shared.hot.get(&k) {
+                    if let Some(row) = this.shared.variants.hot.get(&k) {
                         return Ok(Some(row));
                     }
                     Stats::bump(&this.shared.stats.variant_map_reads);
                     let row = this.stored_variant(&k).await?;
                     if let Some(row) = &row {
-                        this.shared.hot.insert(k.clone(), row.clone());
+                        this.shared.variants.hot.insert(k.clone(), row.clone());
                     }
                     Ok(row)
                 },

@@ -18,12 +18,12 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::walks::{Page, Walk};
-use super::Pipeline;
+use super::{Page, Walk};
 use crate::blob::StoredBlob;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, OriginalInfo, WalkPosition, WALK_PAGE};
+use crate::pipeline::Pipeline;
 
 /// Ranges the hashes are checked in: by their first byte.
 pub const CHECK_RANGES: u16 = 256;
@@ -180,7 +180,7 @@ impl Pipeline {
     /// one then waits for it and finds it finished, or takes it up if that node stopped.)
     pub fn start_check(&self, apply: bool) -> bool {
         use std::sync::atomic::Ordering;
-        if self.shared.checking.swap(true, Ordering::SeqCst) {
+        if self.shared.walks.checking.swap(true, Ordering::SeqCst) {
             return false;
         }
         let pipeline = self.clone();
@@ -191,7 +191,11 @@ impl Pipeline {
                     tracing::warn!(error = %e, "store check stopped; it resumes at the next start")
                 }
             }
-            pipeline.shared.checking.store(false, Ordering::SeqCst);
+            pipeline
+                .shared
+                .walks
+                .checking
+                .store(false, Ordering::SeqCst);
         });
         true
     }
@@ -329,7 +333,7 @@ impl Pipeline {
     /// Blobs written after this (ms since the epoch) are spared by `gc` and the check: their
     /// index entries may be on their way. Object stores report write times to the second,
     /// rounded down, so a second is added; a grace of 0 (an offline store) means none.
-    pub(super) fn gc_written_before(&self) -> u64 {
+    pub(in crate::pipeline) fn gc_written_before(&self) -> u64 {
         let grace = match self.shared.config.maintenance.gc_grace.as_millis() as u64 {
             0 => 0,
             ms => ms + 1000,

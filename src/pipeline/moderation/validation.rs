@@ -20,18 +20,18 @@ use serde::{Deserialize, Serialize};
 
 use imgcas_processors::{self as processors, Fingerprint, Spec};
 
-use super::{blocking, Pipeline};
 use crate::admission::Tier;
 use crate::config::moderation::OnError;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::OriginalInfo;
+use crate::pipeline::{blocking, Pipeline};
 
 /// Hashes whose allowance is remembered.
 const REMEMBERED: u64 = 100_000;
 
 /// The hook's client and what it allowed.
-pub(super) struct Validation {
+pub(in crate::pipeline) struct Validation {
     client: reqwest::Client,
     url: url::Url,
     on_error: OnError,
@@ -60,7 +60,7 @@ struct Answer {
 
 impl Validation {
     /// The hook, when one is configured.
-    pub(super) fn new(
+    pub(in crate::pipeline) fn new(
         config: &crate::config::moderation::ModerationConfig,
     ) -> Result<Option<Validation>, String> {
         let Some(url) = config.validation_url() else {
@@ -88,14 +88,14 @@ impl Pipeline {
     /// allowed them before): `Ok` to store them, else `blocked` (refused, and listed) or
     /// `validation_unavailable` (no answer, fail-closed). `fingerprint` is the caller's when
     /// it computed one (`Some(None)`: no picture).
-    pub(super) async fn validate(
+    pub(in crate::pipeline) async fn validate(
         &self,
         hash: &ContentHash,
         info: &OriginalInfo,
         bytes: &Bytes,
         fingerprint: Option<Option<Fingerprint>>,
     ) -> Result<(), Error> {
-        let Some(hook) = &self.shared.validation else {
+        let Some(hook) = &self.shared.moderation.validation else {
             return Ok(());
         };
         if hook.allowed.contains_key(hash) {

@@ -1,5 +1,5 @@
 //! Removals an administrator asks for: what the service must stop serving or knowing on
-//! request, rather than by its own bounded-growth rules (`upkeep.rs`).
+//! request, rather than by its own bounded-growth rules (`walks/upkeep.rs`).
 //!
 //! - Forgetting a URL's entry (`DELETE /v1/urls`): its next request downloads it again.
 //! - A takedown (`DELETE /v1/originals/<hash>`): the hash goes on the takedown list first,
@@ -29,14 +29,14 @@ use std::sync::RwLock;
 
 use url::Url;
 
-use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, Fingerprinted, MapStore, VariantKey};
+use crate::pipeline::Pipeline;
 use crate::wire::{LiftedAnswer, TakedownAnswer};
 
 /// The takedown list as this node last loaded it, and the purge generation it was loaded at.
-pub(super) struct Takedowns {
+pub(in crate::pipeline) struct Takedowns {
     listed: RwLock<HashSet<ContentHash>>,
     generation: AtomicU64,
     /// Held from a change of the list in the maps to the same change here, and by a reload
@@ -47,12 +47,12 @@ pub(super) struct Takedowns {
 
 impl Takedowns {
     /// Hashes on the takedown list, as this node holds it.
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::pipeline) fn len(&self) -> usize {
         self.listed.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Loads the list and the generation from the maps (at open).
-    pub(super) async fn load(maps: &dyn MapStore) -> Result<Takedowns, Error> {
+    pub(in crate::pipeline) async fn load(maps: &dyn MapStore) -> Result<Takedowns, Error> {
         let generation = maps.purge_generation().await?;
         Ok(Takedowns {
             listed: RwLock::new(Self::read(maps).await?),
@@ -71,14 +71,14 @@ impl Takedowns {
             .collect())
     }
 
-    pub(super) fn contains(&self, hash: &ContentHash) -> bool {
+    pub(in crate::pipeline) fn contains(&self, hash: &ContentHash) -> bool {
         self.listed
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .contains(hash)
     }
 
-    pub(super) fn set(&self, hash: ContentHash, listed: bool) {
+    pub(in crate::pipeline) fn set(&self, hash: ContentHash, listed: bool) {
         let mut set = self.listed.write().unwrap_or_else(|p| p.into_inner());
         if listed {
             set.insert(hash);
@@ -150,7 +150,7 @@ impl Pipeline {
         if entry.is_some() {
             s.maps.remove_url(url.as_str()).await?;
         }
-        s.origin_failures.clear(url.as_str());
+        self.forget_origin_failure(url.as_str());
         self.removed();
         s.maps.bump_purge_generation().await?;
         Ok(entry.map(|e| e.hash.to_hex()))
@@ -168,9 +168,9 @@ impl Pipeline {
     async fn take_down_now(&self, hash: &ContentHash) -> Result<TakenDown, Error> {
         let s = &self.shared;
         let newly_listed = {
-            let _changing = s.takedowns.changing.lock().await;
+            let _changing = s.moderation.takedowns.changing.lock().await;
             let newly = s.maps.take_down(hash, now_ms()).await?;
-            s.takedowns.set(*hash, true);
+            s.moderation.takedowns.set(*hash, true);
             newly
         };
         self.removed();
@@ -199,7 +199,7 @@ impl Pipeline {
         let mut merged = Vec::new();
         for (url, entry) in s.maps.urls_of(hash).await? {
             s.maps.remove_url(&url).await?;
-            s.origin_failures.clear(&url);
+            self.forget_origin_failure(&url);
             report.urls_forgotten += 1;
             if entry.hash != *hash && !merged.contains(&entry.hash) {
                 merged.push(entry.hash);
@@ -274,12 +274,15 @@ impl Pipeline {
     /// Lists `hash` as taken down, with nothing of it stored to remove: bytes a download
     /// just brought that are a copy of taken-down content (canonical mode). Other nodes
     /// follow at their next look at the generation.
-    pub(super) async fn list_as_taken_down(&self, hash: &ContentHash) -> Result<(), Error> {
+    pub(in crate::pipeline) async fn list_as_taken_down(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<(), Error> {
         let s = &self.shared;
         {
-            let _changing = s.takedowns.changing.lock().await;
+            let _changing = s.moderation.takedowns.changing.lock().await;
             s.maps.take_down(hash, now_ms()).await?;
-            s.takedowns.set(*hash, true);
+            s.moderation.takedowns.set(*hash, true);
         }
         self.removed();
         s.maps.bump_purge_generation().await?;
@@ -291,9 +294,9 @@ impl Pipeline {
     pub async fn lift_takedown(&self, hash: &ContentHash) -> Result<Lifted, Error> {
         let s = &self.shared;
         let lifted = {
-            let _changing = s.takedowns.changing.lock().await;
+            let _changing = s.moderation.takedowns.changing.lock().await;
             let lifted = s.maps.lift_takedown(hash).await?;
-            s.takedowns.set(*hash, false);
+            s.moderation.takedowns.set(*hash, false);
             lifted
         };
         let mut urls_forgotten = 0;
@@ -322,7 +325,7 @@ impl Pipeline {
     fn removed(&self) {
         let s = &self.shared;
         self.forget_requests();
-        s.hot.clear();
+        self.forget_hot_variants();
         s.decodes.clear();
     }
 
@@ -336,13 +339,14 @@ impl Pipeline {
             return Ok(());
         }
         let now = s.maps.purge_generation().await?;
-        if now == s.takedowns.generation.load(Ordering::Acquire) {
+        if now == s.moderation.takedowns.generation.load(Ordering::Acquire) {
             return Ok(());
         }
         {
-            let _changing = s.takedowns.changing.lock().await;
+            let _changing = s.moderation.takedowns.changing.lock().await;
             let listed = Takedowns::read(s.maps.as_ref()).await?;
-            *s.takedowns
+            *s.moderation
+                .takedowns
                 .listed
                 .write()
                 .unwrap_or_else(|p| p.into_inner()) = listed;
@@ -350,7 +354,10 @@ impl Pipeline {
         }
         s.maps.drop_memory();
         self.removed();
-        s.takedowns.generation.store(now, Ordering::Release);
+        s.moderation
+            .takedowns
+            .generation
+            .store(now, Ordering::Release);
         tracing::debug!(generation = now, "removals on another node followed");
         Ok(())
     }

@@ -23,7 +23,7 @@ use crate::maps::{
 };
 
 use super::maintenance::Progress;
-use super::variant::{row_for, variant_object, with_bytes_in_hand};
+use crate::pipeline::variant::{row_for, variant_object, with_bytes_in_hand};
 
 /// What [`copy_maps`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

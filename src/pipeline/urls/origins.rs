@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use url::Url;
 
-use super::claims::{new_token, Backoff};
-use super::Pipeline;
 use crate::fetch::politeness::origin_of;
 use crate::fetch::{FetchError, FetchOutcome, HopGuard, Validators};
 use crate::maps::{Bucket, OriginSlot, OriginTurn, SlotTake};
 use crate::negative::SharedFailure;
+use crate::pipeline::claims::{new_token, Backoff};
+use crate::pipeline::Pipeline;
 
 /// A slot outlives the longest download by this much (no renewal: `fetch.timeout` bounds
 /// the request its holder makes), so a dead node's slots come back soon after.
@@ -39,7 +39,7 @@ const NAMED_ORIGINS: usize = 50;
 
 /// What a node keeps of its origins: connection failures in a row, the origins its
 /// metrics name, and each named origin's requests, failures and time (the operator's page).
-pub(super) struct Origins {
+pub(in crate::pipeline) struct Origins {
     refusals: moka::sync::Cache<String, u32>,
     named: Mutex<HashSet<String>>,
     tallies: Mutex<HashMap<String, OriginTally>>,
@@ -92,7 +92,7 @@ impl Origins {
     }
 
     /// Every named origin's tally, by label.
-    pub(super) fn tallies(&self) -> Vec<(String, OriginTally)> {
+    pub(in crate::pipeline) fn tallies(&self) -> Vec<(String, OriginTally)> {
         let tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
         tallies
             .iter()
@@ -113,7 +113,7 @@ fn refusal_pause(streak: u32) -> Duration {
 /// limit (`server.request_timeout`, issue 67), less a moment, so that its caller hears why
 /// (504 `origin_timeout`) rather than the limit's bare 503. A batch's download is held to the
 /// same bound, as its runs are.
-pub(super) fn slot_deadline(request_timeout: Duration) -> tokio::time::Instant {
+pub(in crate::pipeline) fn slot_deadline(request_timeout: Duration) -> tokio::time::Instant {
     let margin = (request_timeout / 20).min(Duration::from_millis(250));
     tokio::time::Instant::now() + request_timeout.saturating_sub(margin)
 }
@@ -143,7 +143,7 @@ impl HopGuard for PausedHops<'_> {
 
 /// Why a download was not fetched: the origin failed (or was paused), or the URL's failure
 /// is held by the cluster (with the time it has left).
-pub(super) enum NotFetched {
+pub(in crate::pipeline) enum NotFetched {
     Failed(FetchError),
     Held(SharedFailure, Duration),
 }
@@ -157,20 +157,20 @@ impl Pipeline {
     /// failures the cluster remembers for the URL (0: none), which a new failure extends.
     /// What the answer says of an origin (a pause, a refusal, a failure) is charged to the
     /// origin that gave it: after redirects, the last hop's.
-    pub(super) async fn download(
+    pub(in crate::pipeline) async fn download(
         &self,
         url: &Url,
         validators: Option<&Validators>,
         deadline: tokio::time::Instant,
     ) -> (Result<FetchOutcome, NotFetched>, u32) {
         let s = &self.shared;
-        if let Err(e) = s.fetcher.check_source(url) {
+        if let Err(e) = s.urls.fetcher.check_source(url) {
             return (Err(NotFetched::Failed(e)), 0);
         }
         let origin = origin_of(url);
-        let label = s.origins.label(&origin);
+        let label = s.urls.origins.label(&origin);
         let waited = Instant::now();
-        let Some(_own) = s.fetcher.slots.acquire(url, Some(deadline)).await else {
+        let Some(_own) = s.urls.fetcher.slots.acquire(url, Some(deadline)).await else {
             self.slot_wait_ended(&label);
             return (Err(NotFetched::Failed(FetchError::SlotWait)), 0);
         };
@@ -194,18 +194,18 @@ impl Pipeline {
         });
         let sent = Instant::now();
         let hops = PausedHops { pipeline: self };
-        let answer = s.fetcher.fetch_now(url, validators, Some(&hops)).await;
+        let answer = s.urls.fetcher.fetch_now(url, validators, Some(&hops)).await;
         let took = sent.elapsed().as_secs_f64();
         // The origin that answered: the one redirected to, when there were redirects.
         let (answered, answered_label) = match origin_of(&answer.from) {
             other if other != origin => {
-                let other_label = s.origins.label(&other);
+                let other_label = s.urls.origins.label(&other);
                 (other, other_label)
             }
             _ => (origin.clone(), label.clone()),
         };
         let failed = answer.result.is_err();
-        s.origins.tally(&answered_label, took, failed);
+        s.urls.origins.tally(&answered_label, took, failed);
         s.metrics.with(|| {
             metrics::counter!("imgcas_origin_requests_total", "origin" => answered_label.clone())
                 .increment(1);
@@ -333,13 +333,13 @@ impl Pipeline {
             // answered, so its streak of refusals neither grows nor ends.
             Err(FetchError::Paused { .. }) => (None, ""),
             Err(FetchError::Connect(_)) => {
-                let streak = s.origins.refusals.get(origin).unwrap_or(0) + 1;
-                s.origins.refusals.insert(origin.to_string(), streak);
+                let streak = s.urls.origins.refusals.get(origin).unwrap_or(0) + 1;
+                s.urls.origins.refusals.insert(origin.to_string(), streak);
                 let pause = (streak >= REFUSALS_BEFORE_PAUSE).then(|| refusal_pause(streak));
                 (pause, "refused")
             }
             _ => {
-                s.origins.refusals.invalidate(origin);
+                s.urls.origins.refusals.invalidate(origin);
                 (None, "")
             }
         };
@@ -357,7 +357,7 @@ impl Pipeline {
     }
 
     /// Shares `url`'s failure with the cluster (held for `hold`, number `streak` in a row).
-    pub(super) async fn share_failure(
+    pub(in crate::pipeline) async fn share_failure(
         &self,
         url: &Url,
         error: &FetchError,
@@ -383,7 +383,7 @@ impl Pipeline {
     }
 
     /// Ends `url`'s streak for the cluster (it had one).
-    pub(super) async fn clear_shared_failure(&self, url: &Url) {
+    pub(in crate::pipeline) async fn clear_shared_failure(&self, url: &Url) {
         let s = &self.shared;
         if let Err(e) = s
             .maps

@@ -10,18 +10,18 @@
 use bytes::Bytes;
 use url::Url;
 
-use super::near::Canonical;
-use super::Pipeline;
 use crate::blob::PutOutcome;
 use crate::config::NearDedup;
 use crate::error::Error;
 use crate::fetch::Validators;
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, OriginalInfo, Recorded, UrlEntry};
+use crate::pipeline::near::Canonical;
+use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
 /// What a download that brought bytes may publish once stored.
-pub(super) enum Publish {
+pub(in crate::pipeline) enum Publish {
     /// The URL's entry (and the original's), under the claim when the maps are shared: the
     /// write that records them gives it up.
     Url(Option<crate::maps::Claim>),
@@ -30,7 +30,7 @@ pub(super) enum Publish {
 }
 
 /// What taking a download in came to.
-pub(super) struct Stored {
+pub(in crate::pipeline) struct Stored {
     /// The original the URL is served from: the bytes' own, or the near-duplicate's.
     pub serve: ContentHash,
     /// The hash of the bytes.
@@ -70,7 +70,7 @@ impl Pipeline {
     /// `publish` is the original only: a node that lost its claim indexes the original
     /// only). In canonical mode, new bytes that are a near-duplicate of a stored original at
     /// least as large are not stored: the URL points at that original.
-    pub(super) async fn store_download(
+    pub(in crate::pipeline) async fn store_download(
         &self,
         url: &Url,
         bytes: Bytes,
@@ -138,7 +138,7 @@ impl Intake<'_> {
         Ok(())
     }
 
-    /// The gate (`gate.rs`): whether the bytes are indexed already and their fingerprint if
+    /// The gate (`moderation/gate.rs`): whether the bytes are indexed already and their fingerprint if
     /// the gate computed one, or `None` for taken-down and blocked bytes (the blocklist, the
     /// validation hook), which are not stored. (Indexed bytes are in the blob store already
     /// — the blob is written before the index points at it — so a duplicate URL or a

@@ -26,9 +26,9 @@ use bytes::Bytes;
 use imgcas_processors::{Chosen, OutputFormat};
 use moka::sync::Cache;
 
-use super::Target;
-use super::{Pipeline, UrlState};
 use crate::maps::{now_ms, VariantBody, VariantRow};
+use crate::pipeline::Target;
+use crate::pipeline::{Pipeline, UrlState};
 use crate::stats::Stats;
 
 /// Memory for remembered requests: a few hundred bytes each.
@@ -37,7 +37,7 @@ const CAPACITY_BYTES: u64 = 32 << 20;
 /// An entry unused this long goes, whatever its freshness.
 const IDLE: Duration = Duration::from_secs(600);
 
-pub(super) struct RequestCache {
+pub(in crate::pipeline) struct RequestCache {
     entries: Cache<Vec<u8>, Arc<Remembered>>,
     /// Bumped by every change that may leave an entry pointing at the wrong variant.
     epoch: AtomicU64,
@@ -131,7 +131,7 @@ impl Pipeline {
 
     /// [`Pipeline::recall`] for an answer from memory ([`Pipeline::hot_answer`]).
     pub fn recall_entry(&self, request: &[u8]) -> Option<Recalled> {
-        let cache = &self.shared.requests;
+        let cache = &self.shared.variants.requests;
         let entry = cache.entries.get(request)?;
         let current = cache.epoch.load(Ordering::Acquire) == entry.epoch;
         let now = now_ms();
@@ -139,7 +139,7 @@ impl Pipeline {
             cache.entries.invalidate(request);
             return None;
         }
-        let every = self.shared.upkeep.remembered_note_every_ms();
+        let every = self.remembered_note_every_ms();
         let noted = entry.noted_ms.load(Ordering::Relaxed);
         let note = now.saturating_sub(noted) >= every
             && entry
@@ -188,7 +188,7 @@ impl Pipeline {
         let row = match linked {
             Some(row) => row,
             None => {
-                let row = s.hot.get_shared(&entry.target.key)?;
+                let row = s.variants.hot.get_shared(&entry.target.key)?;
                 let current = entry
                     .hot
                     .get()
@@ -202,7 +202,8 @@ impl Pipeline {
                         .noted_ms
                         .store(entry.noted_ms.load(Ordering::Relaxed), Ordering::Relaxed);
                     let _ = relinked.hot.set(Arc::downgrade(&row));
-                    s.requests
+                    s.variants
+                        .requests
                         .entries
                         .insert(request.to_vec(), Arc::new(relinked));
                 }
@@ -239,7 +240,7 @@ impl Pipeline {
                     None => return,
                 },
             };
-        let cache = &self.shared.requests;
+        let cache = &self.shared.variants.requests;
         let remembered = Remembered::new(
             Arc::new(Target {
                 // Later requests find the mapping fresh, whatever this one did to it.
@@ -254,12 +255,16 @@ impl Pipeline {
     }
 
     /// The epoch a target located from now on belongs to.
-    pub(super) fn request_epoch(&self) -> u64 {
-        self.shared.requests.epoch.load(Ordering::Acquire)
+    pub(in crate::pipeline) fn request_epoch(&self) -> u64 {
+        self.shared.variants.requests.epoch.load(Ordering::Acquire)
     }
 
     /// Ends every remembered request: something one of them may point at has changed.
-    pub(super) fn forget_requests(&self) {
-        self.shared.requests.epoch.fetch_add(1, Ordering::AcqRel);
+    pub(in crate::pipeline) fn forget_requests(&self) {
+        self.shared
+            .variants
+            .requests
+            .epoch
+            .fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -29,7 +29,7 @@ use crate::maps::{
     VariantTotals,
 };
 
-use super::Pipeline;
+use crate::pipeline::Pipeline;
 
 /// Told how far a long walk is: `(done, total)`.
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
@@ -101,7 +101,7 @@ impl Pipeline {
     /// map's budget measure, read afresh when the last reading is older than `max_age`.
     /// Concurrent callers share one reading.
     pub async fn store_reading(&self, max_age: std::time::Duration) -> Result<StoreReading, Error> {
-        let mut held = self.shared.totals.lock().await;
+        let mut held = self.shared.walks.totals.lock().await;
         if let Some((at, reading)) = &*held {
             if at.elapsed() <= max_age {
                 return Ok(*reading);
@@ -120,7 +120,7 @@ impl Pipeline {
     /// The last [`StoreReading`], if one was made and no reading is under way (`/metrics`
     /// never waits for the maps' walk).
     pub fn last_store_reading(&self) -> Option<StoreReading> {
-        let held = self.shared.totals.try_lock().ok()?;
+        let held = self.shared.walks.totals.try_lock().ok()?;
         held.as_ref().map(|(_, reading)| *reading)
     }
 
@@ -313,7 +313,7 @@ impl Pipeline {
         let mut named: HashSet<VariantObject> = HashSet::new();
         let mut keys = VariantKeyPages::new(self.shared.maps.as_ref());
         while let Some(page) = keys.next().await? {
-            named.extend(page.iter().map(super::variant::variant_object));
+            named.extend(page.iter().map(crate::pipeline::variant::variant_object));
         }
         let mut doomed = Vec::new();
         for (object, modified) in self.shared.blobs.list_variants().await? {

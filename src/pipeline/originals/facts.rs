@@ -9,12 +9,12 @@ use base64::Engine;
 
 use imgcas_processors::{self as processors, FACTS_VERSION};
 
-use super::walks::{Page, Walk};
-use super::Pipeline;
 use crate::admission::Tier;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{OriginalFacts, PictureFacts, VersionCursor, WALK_PAGE};
+use crate::pipeline::walks::{Page, Walk};
+use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
 impl Pipeline {
@@ -31,7 +31,8 @@ impl Pipeline {
             return Ok(kept.picture.clone());
         }
         let (this, h) = (self.clone(), *hash);
-        s.facts_flights
+        s.originals
+            .facts_flights
             .run(h, async move { this.compute_facts(&h).await }, |m| {
                 Err(Error::Internal(format!("facts task failed: {m}")))
             })
@@ -92,7 +93,7 @@ impl Pipeline {
     /// Computes a newly stored original's facts after the current request. Its small
     /// decode is kept meanwhile for the fingerprint, which needs the same one; a request
     /// that decodes the original larger meanwhile leaves them its reduction instead.
-    pub(super) fn facts_in_background(&self, hash: ContentHash) {
+    pub(in crate::pipeline) fn facts_in_background(&self, hash: ContentHash) {
         let this = self.clone();
         let interest = self.shared.decodes.interest_in_small(hash);
         self.in_background_if_room(async move {
@@ -106,7 +107,7 @@ impl Pipeline {
 
     /// Computes the facts of every indexed original that has none (of this version);
     /// returns how many originals it looked at. Run at start, in the background, as a walk
-    /// (`walks.rs`: one node of a cluster at a time, resumable, throttled). It reads only
+    /// (`walks/`: one node of a cluster at a time, resumable, throttled). It reads only
     /// the originals the maps index as lacking current facts
     /// ([`crate::maps::Originals::lacking_facts`]), a page at a time: a start on a store
     /// whose facts are current reads one empty page. Originals first seen since it began

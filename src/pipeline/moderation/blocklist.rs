@@ -18,10 +18,10 @@ use bytes::Bytes;
 
 use imgcas_processors::fingerprint::{Fingerprint, Guards};
 
-use super::Pipeline;
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, BlockEntry, MapStore};
+use crate::pipeline::Pipeline;
 
 /// What listing an entry did.
 #[derive(Debug, Clone)]
@@ -74,19 +74,19 @@ struct List {
     near: Vec<(String, Print, u32)>,
 }
 
-pub(super) struct Blocked {
+pub(in crate::pipeline) struct Blocked {
     list: RwLock<List>,
 }
 
 impl Blocked {
     /// Listed hashes and listed fingerprints, as this node holds them.
-    pub(super) fn counts(&self) -> (usize, usize) {
+    pub(in crate::pipeline) fn counts(&self) -> (usize, usize) {
         let list = self.list.read().unwrap_or_else(|p| p.into_inner());
         (list.exact.len(), list.near.len())
     }
 
     /// Loads the list from the maps (at open, and when the purge generation moves).
-    pub(super) async fn load(maps: &dyn MapStore) -> Result<Blocked, Error> {
+    pub(in crate::pipeline) async fn load(maps: &dyn MapStore) -> Result<Blocked, Error> {
         let blocked = Blocked {
             list: RwLock::new(List::default()),
         };
@@ -94,7 +94,7 @@ impl Blocked {
         Ok(blocked)
     }
 
-    pub(super) async fn reload(&self, maps: &dyn MapStore) -> Result<(), Error> {
+    pub(in crate::pipeline) async fn reload(&self, maps: &dyn MapStore) -> Result<(), Error> {
         let mut list = List::default();
         for entry in maps.blocklist().await? {
             if let Some(hash) = entry.sha256.as_deref().and_then(|h| h.parse().ok()) {
@@ -149,8 +149,8 @@ fn blocked(hash: &ContentHash, why: &str) -> Error {
 
 impl Pipeline {
     /// `Err(blocked)` for a hash the list names (this node's memory).
-    pub(super) fn refuse_blocked(&self, hash: &ContentHash) -> Result<(), Error> {
-        match self.shared.blocked.exact(hash) {
+    pub(in crate::pipeline) fn refuse_blocked(&self, hash: &ContentHash) -> Result<(), Error> {
+        match self.shared.moderation.blocked.exact(hash) {
             Some(entry) => Err(blocked(hash, &entry)),
             None => Ok(()),
         }
@@ -160,19 +160,19 @@ impl Pipeline {
     /// here when the list has fingerprints) is within an entry's radius. A fingerprint
     /// match lists the bytes' own hash too. Returns the fingerprint when it was computed
     /// (`None` inside: no picture), for the caller to keep.
-    pub(super) async fn check_blocklist(
+    pub(in crate::pipeline) async fn check_blocklist(
         &self,
         hash: &ContentHash,
         bytes: &Bytes,
     ) -> Result<Option<Option<Fingerprint>>, Error> {
         self.refuse_blocked(hash)?;
-        if !self.shared.blocked.has_prints() {
+        if !self.shared.moderation.blocked.has_prints() {
             return Ok(None);
         }
         let computed = self.compute_fingerprint(hash, bytes.clone()).await?;
         if let Some(entry) = computed
             .as_ref()
-            .and_then(|fp| self.shared.blocked.near(fp))
+            .and_then(|fp| self.shared.moderation.blocked.near(fp))
         {
             tracing::info!(%hash, %entry, "new bytes refused: the picture is on the blocklist");
             self.list_match(hash, &entry, false).await?;
@@ -205,7 +205,11 @@ impl Pipeline {
 
     /// Lists bytes a validation service refused, so that they stay refused (`validation`
     /// names the service as the entry they matched).
-    pub(super) async fn list_refused(&self, hash: &ContentHash, why: &str) -> Result<(), Error> {
+    pub(in crate::pipeline) async fn list_refused(
+        &self,
+        hash: &ContentHash,
+        why: &str,
+    ) -> Result<(), Error> {
         let entry = BlockEntry {
             id: hash.to_hex(),
             sha256: Some(hash.to_hex()),
@@ -222,7 +226,7 @@ impl Pipeline {
     async fn blocklist_changed(&self) -> Result<(), Error> {
         let s = &self.shared;
         s.maps.bump_purge_generation().await?;
-        s.blocked.reload(s.maps.as_ref()).await?;
+        s.moderation.blocked.reload(s.maps.as_ref()).await?;
         self.forget_requests();
         Ok(())
     }
@@ -366,7 +370,11 @@ impl Pipeline {
     }
 
     /// Reloads the list after the purge generation moved (`follow_purges`).
-    pub(super) async fn reload_blocklist(&self) -> Result<(), Error> {
-        self.shared.blocked.reload(self.shared.maps.as_ref()).await
+    pub(in crate::pipeline) async fn reload_blocklist(&self) -> Result<(), Error> {
+        self.shared
+            .moderation
+            .blocked
+            .reload(self.shared.maps.as_ref())
+            .await
     }
 }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::Pipeline;
+use crate::pipeline::Pipeline;
 use imgcas_processors::Fingerprint;
 
 use crate::blob::PutOutcome;
@@ -114,7 +114,7 @@ impl Pipeline {
             }
         };
         if self.after_write(&hash, None).await? {
-            return Err(super::taken_down(&hash));
+            return Err(crate::pipeline::taken_down(&hash));
         }
         if inserted {
             // The facts (behind the answer) and the fingerprint (before it) share one small

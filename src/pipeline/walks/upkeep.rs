@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use moka::sync::Cache;
 
-use super::Pipeline;
 use crate::config::Config;
 use crate::error::Error;
 use crate::maps::{now_ms, VariantKey, VariantRow};
+use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
 /// A variant's use is recorded at most once per this long.
@@ -51,7 +51,7 @@ struct Queued {
 }
 
 /// The bookkeeping of bounded growth, owned by the pipeline.
-pub(super) struct Upkeep {
+pub(in crate::pipeline) struct Upkeep {
     variants_noted: Cache<VariantKey, ()>,
     urls_noted: Cache<String, ()>,
     queued: Mutex<Queued>,
@@ -76,7 +76,7 @@ pub(super) struct Upkeep {
 }
 
 impl Upkeep {
-    pub(super) fn new(config: &Config) -> Upkeep {
+    pub(in crate::pipeline) fn new(config: &Config) -> Upkeep {
         let forget_after = config.fetch.forget_after;
         let url_grain = (forget_after / 8).min(VARIANT_GRAIN);
         let sweep_every = url_grain.max(Duration::from_secs(1));
@@ -133,12 +133,12 @@ impl Upkeep {
     }
 
     /// See `remembered_note_every_ms`.
-    pub(super) fn remembered_note_every_ms(&self) -> u64 {
+    pub(in crate::pipeline) fn remembered_note_every_ms(&self) -> u64 {
         self.remembered_note_every_ms
     }
 
     /// The variants' bytes, as last known (for `/metrics`).
-    pub(super) fn variant_bytes(&self) -> u64 {
+    pub(in crate::pipeline) fn variant_bytes(&self) -> u64 {
         self.variant_bytes.load(Ordering::Relaxed)
     }
 }
@@ -161,9 +161,14 @@ fn approximate_size(key: &VariantKey, row: &VariantRow) -> u64 {
 }
 
 impl Pipeline {
+    /// How often a remembered request notes its use (see `remembered_note_every_ms`).
+    pub(in crate::pipeline) fn remembered_note_every_ms(&self) -> u64 {
+        self.shared.walks.upkeep.remembered_note_every_ms()
+    }
+
     /// A stored variant was served.
-    pub(super) fn note_variant_served(&self, key: &VariantKey) {
-        let u = &self.shared.upkeep;
+    pub(in crate::pipeline) fn note_variant_served(&self, key: &VariantKey) {
+        let u = &self.shared.walks.upkeep;
         if Upkeep::first_in_grain(&u.variants_noted, key) {
             let mut queued = u.queue();
             if queued.variants.len() < QUEUE_LIMIT {
@@ -173,8 +178,8 @@ impl Pipeline {
     }
 
     /// A URL entry answered a request without being written.
-    pub(super) fn note_url_requested(&self, url: &str) {
-        let u = &self.shared.upkeep;
+    pub(in crate::pipeline) fn note_url_requested(&self, url: &str) {
+        let u = &self.shared.walks.upkeep;
         if Upkeep::first_in_grain(&u.urls_noted, url) {
             let mut queued = u.queue();
             if queued.urls.len() < QUEUE_LIMIT && queued.url_bytes + url.len() <= QUEUE_URL_BYTES {
@@ -186,8 +191,8 @@ impl Pipeline {
 
     /// A variant was just stored (stamped as served by the store): evicts at once when that
     /// took the variants over the budget, unless an eviction is already running.
-    pub(super) async fn variant_stored(&self, key: &VariantKey, row: &VariantRow) {
-        let u = &self.shared.upkeep;
+    pub(in crate::pipeline) async fn variant_stored(&self, key: &VariantKey, row: &VariantRow) {
+        let u = &self.shared.walks.upkeep;
         u.variants_noted.insert(key.clone(), ());
         let size = approximate_size(key, row);
         if u.variant_bytes.fetch_add(size, Ordering::Relaxed) + size <= u.variants_max_bytes {
@@ -208,7 +213,7 @@ impl Pipeline {
     /// Evicts the least recently served variants when the maps count more than the budget.
     /// Returns how many were evicted.
     async fn evict_to_target(&self) -> Result<u64, Error> {
-        let (s, u) = (&self.shared, &self.shared.upkeep);
+        let (s, u) = (&self.shared, &self.shared.walks.upkeep);
         // What stores add while this round reads and evicts is kept on top of the total it
         // read (counted twice at worst, which only makes the next check read the maps again):
         // overwriting the count lost those stores, and the store then held more than the
@@ -236,7 +241,7 @@ impl Pipeline {
     /// Holds the variants to the budget now (the upkeep, `imgcas gc`, and the first upkeep
     /// after a start, which counts variants stored before the budget existed).
     pub async fn keep_variants_within_budget(&self) -> Result<u64, Error> {
-        let _running = self.shared.upkeep.evicting.lock().await;
+        let _running = self.shared.walks.upkeep.evicting.lock().await;
         self.evict_to_target().await
     }
 
@@ -244,7 +249,7 @@ impl Pipeline {
     /// bound, 300 long URLs of one image made a 38 MB data dir): beyond it, the least
     /// recently used entries are dropped down to 90 % of it. Returns how many.
     pub async fn keep_urls_within_budget(&self) -> Result<u64, Error> {
-        let _running = self.shared.upkeep.evicting_urls.lock().await;
+        let _running = self.shared.walks.upkeep.evicting_urls.lock().await;
         self.evict_urls_to_target().await
     }
 
@@ -252,11 +257,11 @@ impl Pipeline {
     /// read, the budget is held at once, as a stored variant's is (held once a second, a
     /// burst of long URLs grew the file by all of them first); shared maps sum their rows,
     /// so they are held at the sweeps.
-    pub(super) async fn url_written(&self) {
+    pub(in crate::pipeline) async fn url_written(&self) {
         if self.shared.maps.shared() {
             return;
         }
-        let Ok(_running) = self.shared.upkeep.evicting_urls.try_lock() else {
+        let Ok(_running) = self.shared.walks.upkeep.evicting_urls.try_lock() else {
             return;
         };
         if let Err(e) = self.evict_urls_to_target().await {
@@ -265,7 +270,7 @@ impl Pipeline {
     }
 
     async fn evict_urls_to_target(&self) -> Result<u64, Error> {
-        let (s, u) = (&self.shared, &self.shared.upkeep);
+        let (s, u) = (&self.shared, &self.shared.walks.upkeep);
         if s.maps.url_bytes().await? <= u.urls_max_bytes {
             return Ok(0);
         }
@@ -284,7 +289,10 @@ impl Pipeline {
     /// still in memory.)
     pub async fn forget_unused_urls(&self) -> Result<u64, Error> {
         let s = &self.shared;
-        let forgotten = s.maps.forget_urls(s.upkeep.forget_cutoff_ms()).await?;
+        let forgotten = s
+            .maps
+            .forget_urls(s.walks.upkeep.forget_cutoff_ms())
+            .await?;
         Stats::add(&s.stats.urls_forgotten, forgotten);
         if forgotten > 0 {
             self.forget_requests();
@@ -294,9 +302,9 @@ impl Pipeline {
     }
 
     /// URL entries that [`Pipeline::forget_unused_urls`] would drop now (a dry-run `gc`).
-    pub(super) async fn unused_urls(&self) -> Result<u64, Error> {
+    pub(in crate::pipeline) async fn unused_urls(&self) -> Result<u64, Error> {
         let s = &self.shared;
-        let cutoff = s.upkeep.forget_cutoff_ms();
+        let cutoff = s.walks.upkeep.forget_cutoff_ms();
         let mut unused = 0;
         let mut urls = crate::maps::UrlPages::new(s.maps.as_ref());
         while let Some(page) = urls.next().await? {
@@ -309,9 +317,9 @@ impl Pipeline {
     }
 
     /// Writes the queued use records.
-    pub(super) async fn write_use(&self) -> Result<(), Error> {
+    pub(in crate::pipeline) async fn write_use(&self) -> Result<(), Error> {
         let s = &self.shared;
-        let queued = std::mem::take(&mut *s.upkeep.queue());
+        let queued = std::mem::take(&mut *s.walks.upkeep.queue());
         s.maps.mark_variants_served(&queued.variants).await?;
         s.maps.mark_urls_requested(&queued.urls).await?;
         Ok(())
@@ -322,7 +330,7 @@ impl Pipeline {
     /// map write so far durable (so freed space is reusable, and a crash loses at most about
     /// a second of recomputable entries).
     pub async fn upkeep(&self) -> Result<(), Error> {
-        let u = &self.shared.upkeep;
+        let u = &self.shared.walks.upkeep;
         self.write_use().await?;
         self.keep_variants_within_budget().await?;
         let sweep_due = {

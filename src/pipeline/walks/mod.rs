@@ -21,10 +21,45 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::claims::Turn;
-use super::Pipeline;
 use crate::error::Error;
-use crate::maps::{now_ms, WalkPosition};
+use crate::maps::{now_ms, StoreReading, WalkPosition};
+use crate::pipeline::claims::Turn;
+use crate::pipeline::Pipeline;
+
+mod check;
+mod copy;
+mod maintenance;
+mod upkeep;
+
+pub use check::{CheckReport, CheckState, RangeSums, CHECK_RANGES};
+pub use copy::{copy_maps, CopyReport};
+pub use maintenance::{GcReport, Progress, StatsReport, VerifyReport};
+
+/// The walks' own state, composed into the pipeline.
+pub(super) struct Walks {
+    /// The maps' totals as last read, and when (`maintenance.rs`, `store_totals`), read at
+    /// most once per its maximum age.
+    totals: tokio::sync::Mutex<Option<(Instant, StoreReading)>>,
+    /// An online check of the store runs from this node (`check.rs`).
+    checking: std::sync::atomic::AtomicBool,
+    /// Use records, the variants' byte count and the sweep schedule (`upkeep.rs`).
+    upkeep: upkeep::Upkeep,
+}
+
+impl Walks {
+    pub(super) fn new(config: &crate::config::Config) -> Walks {
+        Walks {
+            totals: tokio::sync::Mutex::new(None),
+            checking: Default::default(),
+            upkeep: upkeep::Upkeep::new(config),
+        }
+    }
+
+    /// The variants' bytes, as last known (for `/metrics`).
+    pub(super) fn variant_bytes(&self) -> u64 {
+        self.upkeep.variant_bytes()
+    }
+}
 
 /// The walks, by what they walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +88,10 @@ impl Walk {
 
 /// The walk log's row where a migration of the maps keeps its record (`migrate/`): it shares
 /// the walks' table, and is no walk.
-pub(super) const MIGRATION_RECORD: &str = "maps_migration";
+pub(in crate::pipeline) const MIGRATION_RECORD: &str = "maps_migration";
 
 /// What one page of a walk did: the cursor it ended on, and the rows it handled.
-pub(super) type Page<C> = Option<(C, u64)>;
+pub(in crate::pipeline) type Page<C> = Option<(C, u64)>;
 
 /// How often a running walk says where it is in the log.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -65,7 +100,11 @@ impl Pipeline {
     /// Runs `walk` to its end, a page at a time (`page(cursor)` → the next page, `None` at
     /// the end), under the cluster's lease, resuming an interrupted run's position; returns
     /// the rows handled by this run (those of the run it resumed included).
-    pub(super) async fn run_walk<C, F, Fut>(&self, walk: Walk, mut page: F) -> Result<u64, Error>
+    pub(in crate::pipeline) async fn run_walk<C, F, Fut>(
+        &self,
+        walk: Walk,
+        mut page: F,
+    ) -> Result<u64, Error>
     where
         C: Serialize + DeserializeOwned,
         F: FnMut(Option<C>) -> Fut,

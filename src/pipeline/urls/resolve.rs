@@ -13,16 +13,16 @@ use url::Url;
 
 use imgcas_processors::{self as processors, sniff, SourceInfo};
 
-use super::claims::{Backoff, Lease, Turn};
 use super::download::{Publish, Stored};
 use super::origins::{slot_deadline, NotFetched};
-use super::{blocking, Failure, Pipeline};
 use crate::admission::Tier;
 use crate::error::Error;
 use crate::fetch::{FetchError, FetchOutcome, Validators};
 use crate::hash::ContentHash;
 use crate::maps::{now_ms, OriginalInfo, UrlEntry};
 use crate::negative::SharedFailure;
+use crate::pipeline::claims::{Backoff, Lease, Turn};
+use crate::pipeline::{blocking, Failure, Pipeline};
 use crate::stats::Stats;
 
 /// How a source URL was turned into a hash.
@@ -106,7 +106,7 @@ impl Pipeline {
     /// instead of beside them, and a flood of crafted uploads queues behind the cold
     /// requests that came first rather than sharing the cores with them. With `readable`,
     /// bytes the probe cannot read are refused (uploads) instead of described.
-    pub(super) async fn describe_in_turn(
+    pub(in crate::pipeline) async fn describe_in_turn(
         &self,
         bytes: Bytes,
         readable: bool,
@@ -138,7 +138,7 @@ impl Pipeline {
             }
         }
         // A recent failure of this URL answers without origin traffic while it is held.
-        if let Some((failure, left)) = s.origin_failures.active(url.as_str()) {
+        if let Some((failure, left)) = s.urls.origin_failures.active(url.as_str()) {
             Stats::bump(&s.stats.origin_failure_hits);
             if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
                 self.note_url_requested(url.as_str());
@@ -166,6 +166,7 @@ impl Pipeline {
             url.as_str().to_string()
         };
         let resolved = s
+            .urls
             .url_flights
             .run(
                 key,
@@ -238,7 +239,7 @@ impl Pipeline {
                 return self.origin_failed(&url, e, entry, prior_streak).await;
             }
         };
-        s.origin_failures.clear(url.as_str());
+        s.urls.origin_failures.clear(url.as_str());
         if prior_streak > 0 {
             self.clear_shared_failure(&url).await;
         }
@@ -469,6 +470,7 @@ impl Pipeline {
     ) -> Result<Resolved, Failure> {
         let held = self
             .shared
+            .urls
             .origin_failures
             .record_after(url.as_str(), &error, prior);
         // (A pause is the origin's, kept by every node already; the URL did nothing.)
@@ -502,7 +504,7 @@ impl Pipeline {
         entry: Option<UrlEntry>,
     ) -> Result<Resolved, Failure> {
         let s = &self.shared;
-        s.origin_failures.adopt(url.as_str(), &failure, left);
+        s.urls.origin_failures.adopt(url.as_str(), &failure, left);
         Stats::bump(&s.stats.origin_failure_hits);
         if let (true, Some(entry)) = (failure.error.is_transient(), &entry) {
             self.note_url_requested(url.as_str());

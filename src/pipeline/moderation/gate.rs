@@ -22,13 +22,13 @@ use bytes::Bytes;
 
 use imgcas_processors::Fingerprint;
 
-use super::{taken_down, Failure, Pipeline};
 use crate::error::Error;
 use crate::hash::ContentHash;
 use crate::maps::{ListedAtWrite, OriginalInfo};
+use crate::pipeline::{taken_down, Failure, Pipeline};
 
 /// What [`Pipeline::may_store`] found of bytes it let through.
-pub(super) struct StoreAllowed {
+pub(in crate::pipeline) struct StoreAllowed {
     /// The originals index has the hash already (its bytes are in the blob store).
     pub indexed: bool,
     /// The fingerprint the checks computed, when they did (`Some(None)`: no picture), for
@@ -57,7 +57,7 @@ impl Pipeline {
     /// by the blocklist or the validation hook, `validation_unavailable` when the hook did
     /// not answer (fail-closed). The blocklist's fingerprints and the hook are asked only
     /// of bytes the originals index does not have.
-    pub(super) async fn may_store(
+    pub(in crate::pipeline) async fn may_store(
         &self,
         hash: &ContentHash,
         info: &OriginalInfo,
@@ -88,14 +88,14 @@ impl Pipeline {
     /// so it runs again. Returns whether the hash is listed. `seen` is what the write saw
     /// of the list, when it read it in its own statement ([`ListedAtWrite`]): a takedown
     /// that ran later removes what it wrote.
-    pub(super) async fn after_write(
+    pub(in crate::pipeline) async fn after_write(
         &self,
         hash: &ContentHash,
         seen: ListedAtWrite,
     ) -> Result<bool, Error> {
         let listed = match seen {
             Some(true) => {
-                self.shared.takedowns.set(*hash, true);
+                self.shared.moderation.takedowns.set(*hash, true);
                 true
             }
             Some(false) => false,
@@ -113,7 +113,10 @@ impl Pipeline {
     /// (503), unless the hash is on the takedown list as the maps hold it now: another
     /// node's takedown removes the bytes before this node's memory of the list follows (up
     /// to a second), and in that window the answer is the takedown's.
-    pub(super) async fn bytes_missing(&self, hash: &ContentHash) -> Result<Error, Error> {
+    pub(in crate::pipeline) async fn bytes_missing(
+        &self,
+        hash: &ContentHash,
+    ) -> Result<Error, Error> {
         Ok(match self.listed_now(hash).await? {
             true => taken_down(hash),
             false => {
@@ -124,8 +127,8 @@ impl Pipeline {
 
     /// Whether this node holds `hash` as taken down: a question, not a decision (canonical
     /// mode asks it of the near-duplicates of new bytes).
-    pub(super) fn is_taken_down(&self, hash: &ContentHash) -> bool {
-        self.shared.takedowns.contains(hash)
+    pub(in crate::pipeline) fn is_taken_down(&self, hash: &ContentHash) -> bool {
+        self.shared.moderation.takedowns.contains(hash)
     }
 
     /// Whether `hash` is listed as the maps hold it this instant; a listed hash is added to
@@ -133,7 +136,7 @@ impl Pipeline {
     async fn listed_now(&self, hash: &ContentHash) -> Result<bool, Error> {
         let listed = self.shared.maps.is_taken_down(hash).await?;
         if listed {
-            self.shared.takedowns.set(*hash, true);
+            self.shared.moderation.takedowns.set(*hash, true);
         }
         Ok(listed)
     }
@@ -142,7 +145,7 @@ impl Pipeline {
     async fn listed_now_and_indexed(&self, hash: &ContentHash) -> Result<(bool, bool), Error> {
         let (listed, original) = self.shared.maps.listed_and_original(hash).await?;
         if listed {
-            self.shared.takedowns.set(*hash, true);
+            self.shared.moderation.takedowns.set(*hash, true);
         }
         Ok((listed, original.is_some()))
     }
