@@ -23,7 +23,7 @@ async fn signing_covers_the_originals_routes() {
     ] {
         let unsigned = app.get(&path).await;
         assert_eq!(unsigned.status(), 403, "{path}");
-        assert_eq!(json(unsigned).await["error"]["code"], "bad_signature");
+        assert_eq!(error_code_of(unsigned).await, "bad_signature");
         let head = app.client.head(app.url(&path)).send().await.unwrap();
         assert_eq!(head.status(), 403, "HEAD {path}");
         let wrong = hmac_hex(KEY, &format!("{path}x?"));
@@ -56,8 +56,7 @@ async fn status_of(request: reqwest::RequestBuilder) -> (u16, Option<String>, se
 #[tokio::test]
 async fn the_admin_token_guards_uploads_ingest_and_metrics() {
     let app = spawn_app_with(|c| c.security.admin_token = Some(TOKEN.into())).await;
-    let origin = Origin::start().await;
-    origin.put("/i.jpg", jpeg(100, 80, 6));
+    let origin = Origin::start_with("/i.jpg", jpeg(100, 80, 6)).await;
     let upload = || {
         app.client
             .post(app.url("/v1/originals"))
@@ -107,17 +106,9 @@ async fn the_admin_token_guards_uploads_ingest_and_metrics() {
     assert_eq!(r.status(), 200);
 
     // Serving images needs no token.
-    let r = app.image_by_url(&origin.url("/i.jpg"), "w=20").await;
+    let r = app.image_from(&origin, "/i.jpg", "w=20").await;
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.get("/healthz").await.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]

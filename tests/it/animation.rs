@@ -240,7 +240,7 @@ async fn the_limits_are_settings_and_frames_times_pixels_count() {
     let hash = json(r).await["hash"].as_str().unwrap().to_string();
     let r = app.get(&format!("/v1/image/{hash}?format=gif&w=100")).await;
     assert_eq!(r.status(), 422);
-    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+    assert_eq!(error_code_of(r).await, "too_many_pixels");
     assert_eq!(app.stats().frames_decoded, 0);
     let r = app.get(&format!("/v1/image/{hash}?format=png&w=100")).await;
     assert_eq!(r.status(), 200, "a still of it is within the limit");
@@ -280,7 +280,7 @@ async fn a_frame_that_panics_its_decoder_is_undecodable_and_cached() {
     );
     let app = spawn_app().await;
     let first = app
-        .image_by_url(&origin.url("/crafted.webp"), "format=webp&w=100")
+        .image_from(&origin, "/crafted.webp", "format=webp&w=100")
         .await;
     assert_eq!(first.status(), 422);
     let body = json(first).await;
@@ -292,7 +292,7 @@ async fn a_frame_that_panics_its_decoder_is_undecodable_and_cached() {
     );
     let runs = app.processing_runs();
     let second = app
-        .image_by_url(&origin.url("/crafted.webp"), "format=webp&w=100")
+        .image_from(&origin, "/crafted.webp", "format=webp&w=100")
         .await;
     assert_eq!(second.status(), 422);
     assert_eq!(header(&second, "x-imgcas-cache"), Some("error-hit"));
@@ -305,7 +305,7 @@ async fn a_frame_that_panics_its_decoder_is_undecodable_and_cached() {
     assert!(panics >= 1.0, "{panics}");
     // Its first frame alone decodes.
     let still = app
-        .image_by_url(&origin.url("/crafted.webp"), "format=png&w=100")
+        .image_from(&origin, "/crafted.webp", "format=png&w=100")
         .await;
     assert_eq!(still.status(), 200);
 }

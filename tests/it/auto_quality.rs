@@ -135,7 +135,7 @@ async fn one_variant_serves_every_spelling_and_says_what_was_chosen() {
     // An unknown level is the option's error.
     let bad = app.get(&format!("/v1/image/{hash}?q=auto:great")).await;
     assert_eq!(bad.status(), 400);
-    assert_eq!(json(bad).await["error"]["code"], "invalid_option");
+    assert_eq!(error_code_of(bad).await, "invalid_option");
     eprintln!("chosen: {seen:?}");
 }
 
@@ -219,9 +219,7 @@ async fn quality_default_auto_applies_to_native_requests_only() {
         .await;
     assert_eq!(header(&numeric, "x-imgcas-quality"), None);
     // imgproxy's URL keeps its numeric quality (none given: the format's own).
-    let origin = Origin::start().await;
-    origin.put("/p.jpg", photo());
-    let source = origin.url("/p.jpg");
+    let (_origin, source) = Origin::serving("/p.jpg", photo()).await;
     let dialect = app
         .get(&format!(
             "/imgproxy/insecure/rs:fit:300:0/plain/{source}@webp"
@@ -244,7 +242,7 @@ async fn a_search_too_costly_is_refused_before_any_decode() {
     let query = "w=1800&enlarge=1&format=jpeg";
     let searched = app.get(&format!("/v1/image/{hash}?{query}&q=auto")).await;
     assert_eq!(searched.status(), 422);
-    assert_eq!(json(searched).await["error"]["code"], "too_costly");
+    assert_eq!(error_code_of(searched).await, "too_costly");
     assert_eq!(
         app.stats().decodes_original,
         decodes,
@@ -301,8 +299,7 @@ async fn the_same_bytes_on_a_rerun_after_a_shared_decode_and_on_a_second_node() 
 #[tokio::test]
 async fn a_warm_spec_reports_the_quality_and_score() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/p.jpg", photo());
+    let origin = Origin::start_with("/p.jpg", photo()).await;
     let body = serde_json::json!({
         "urls": [origin.url("/p.jpg")],
         "warm": ["w=256&format=avif&q=auto"],

@@ -82,9 +82,7 @@ const BUDGET: u64 = 2_000_000;
 async fn a_thousand_widths_stay_within_the_variant_budget() {
     let dir = tempfile::tempdir().unwrap();
     let s3 = s3_when_asked().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", photo());
-    let source = origin.url("/photo.jpg");
+    let (origin, source) = Origin::serving("/photo.jpg", photo()).await;
     let env = [("IMGCAS_VARIANTS_MAX_BYTES", BUDGET.to_string())];
     let server = start_with(dir.path(), s3.as_ref(), &env);
     let base = server.base.clone();
@@ -192,8 +190,7 @@ async fn a_thousand_widths_stay_within_the_variant_budget() {
 async fn url_entries_unused_for_forget_after_are_dropped_by_the_sweep_and_by_gc() {
     let dir = tempfile::tempdir().unwrap();
     let s3 = s3_when_asked().await;
-    let origin = Origin::start().await;
-    origin.put("/kept.jpg", jpeg(64, 48, 1));
+    let origin = Origin::start_with("/kept.jpg", jpeg(64, 48, 1)).await;
     origin.put("/dropped.jpg", jpeg(64, 48, 2));
     // No revalidation during the test: an entry in use is kept by its request stamps alone.
     let env = [
@@ -346,7 +343,7 @@ async fn memory_stays_bounded_however_long_the_urls() {
         )
         .await;
         assert_eq!(r.status(), 414);
-        assert_eq!(json(r).await["error"]["code"], "url_too_long");
+        assert_eq!(error_code_of(r).await, "url_too_long");
         server.terminate();
     }
 }

@@ -9,10 +9,8 @@ use sha2::{Digest, Sha256};
 
 #[tokio::test]
 async fn image_answers_carry_the_original_and_the_url_as_purge_tags() {
-    let origin = Origin::start().await;
-    origin.put("/tagged.jpg", jpeg(200, 150, 4));
+    let (origin, source) = Origin::serving("/tagged.jpg", jpeg(200, 150, 4)).await;
     let app = spawn_app().await;
-    let source = origin.url("/tagged.jpg");
     let url_tag = format!("url-{}", hex::encode(Sha256::digest(source.as_bytes())));
 
     let made = app.image_by_url(&source, "w=50").await;

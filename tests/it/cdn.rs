@@ -81,8 +81,7 @@ async fn nginx_caches_revalidates_varies_and_expires_errors() {
     let Some(binary) = nginx::binary_or_skip() else {
         return;
     };
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(640, 480, 7));
+    let origin = Origin::start_with("/photo.jpg", jpeg(640, 480, 7)).await;
     // By-URL answers live 1 s, so the test can watch one expire.
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::from_secs(1)).await;
     let cdn = start_cdn(&binary, app.addr);

@@ -169,16 +169,10 @@ const DOWNLOADS: &str = "imgcas_origin_downloads_total";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_share_what_they_learn_and_do_each_job_once() {
-    let Some(pg) = PgServer::or_skip("cluster") else {
+    let env = [("IMGCAS_REVALIDATE_AFTER", "1s".to_string())];
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_shared", &env).await else {
         return;
     };
-    let bucket = S3Target::new().await;
-    let origin = Origin::start().await;
-    let cluster = Cluster::start(
-        &pg.database("cluster_shared"),
-        &bucket,
-        &[("IMGCAS_REVALIDATE_AFTER", "1s".to_string())],
-    );
 
     // (a) A variant made on node A is a hit on B and C, with no processing there.
     origin.put("/a.jpg", jpeg(320, 240, 1));
@@ -488,7 +482,7 @@ async fn a_node_rides_out_a_database_outage() {
     let r = get(image("/cold.jpg")).await;
     assert_eq!(r.status(), 503);
     assert!(header(&r, "retry-after").is_some());
-    assert_eq!(json(r).await["error"]["code"], "storage_unavailable");
+    assert_eq!(error_code_of(r).await, "storage_unavailable");
     assert_eq!(get("/readyz".into()).await.status(), 503);
 
     relay.restore();
@@ -559,7 +553,7 @@ async fn held_variants_are_served_by_url_through_a_database_outage_under_short_r
     }
     let r = get(image("/cold.jpg", 40)).await;
     assert_eq!(r.status(), 503, "nothing held: the maps are needed");
-    assert_eq!(json(r).await["error"]["code"], "storage_unavailable");
+    assert_eq!(error_code_of(r).await, "storage_unavailable");
 
     relay.restore();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -571,11 +565,7 @@ async fn held_variants_are_served_by_url_through_a_database_outage_under_short_r
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let text = metrics_text(&client, &node.base).await;
-    let stale: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("imgcas_stale_for_maps_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
+    let stale = text_metric(&text, "imgcas_stale_for_maps_total ");
     assert!(stale >= 1.0, "counted: {stale}");
     assert_eq!(get(image("/cold.jpg", 40)).await.status(), 200);
     node.terminate();
@@ -790,17 +780,11 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
 /// upload of another copy of the listed picture.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_blocklist_entry_on_one_node_holds_on_every_node() {
-    let Some(pg) = PgServer::or_skip("cluster") else {
+    const TOKEN: &str = "cluster-admin-token-0123456789";
+    let env = [("IMGCAS_ADMIN_TOKEN", TOKEN.to_string())];
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_blocklist", &env).await else {
         return;
     };
-    const TOKEN: &str = "cluster-admin-token-0123456789";
-    let bucket = S3Target::new().await;
-    let origin = Origin::start().await;
-    let cluster = Cluster::start(
-        &pg.database("cluster_blocklist"),
-        &bucket,
-        &[("IMGCAS_ADMIN_TOKEN", TOKEN.to_string())],
-    );
     let bytes = jpeg(320, 240, 33);
     origin.put("/b.jpg", bytes.clone());
     let source = origin.url("/b.jpg");
@@ -848,16 +832,15 @@ async fn a_blocklist_entry_on_one_node_holds_on_every_node() {
         .unwrap()
         .thumbnail(384, 384);
     let copy = encode(&image, image::ImageFormat::Png);
-    let r = cluster
-        .client
-        .post(format!("{}/v1/originals", cluster.nodes[2].base))
-        .bearer_auth(TOKEN)
-        .body(copy)
-        .send()
-        .await
-        .unwrap();
+    let r = post_as(
+        &cluster.client,
+        format!("{}/v1/originals", cluster.nodes[2].base),
+        TOKEN,
+        copy,
+    )
+    .await;
     assert_eq!(r.status(), 451);
-    assert_eq!(json(r).await["error"]["code"], "blocked");
+    assert_eq!(error_code_of(r).await, "blocked");
 }
 
 /// (h) Issue 28: with `revalidate_after = 0` every request asks the origin. A node whose
@@ -866,16 +849,10 @@ async fn a_blocklist_entry_on_one_node_holds_on_every_node() {
 /// the origin may have changed since (it has, here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_does_not_adopt_another_nodes_stale_check() {
-    let Some(pg) = PgServer::or_skip("cluster") else {
+    let env = [("IMGCAS_REVALIDATE_AFTER", "0s".to_string())];
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_recheck", &env).await else {
         return;
     };
-    let bucket = S3Target::new().await;
-    let origin = Origin::start().await;
-    let cluster = Cluster::start(
-        &pg.database("cluster_recheck"),
-        &bucket,
-        &[("IMGCAS_REVALIDATE_AFTER", "0s".to_string())],
-    );
     for round in 0..3u8 {
         let source = origin.url(&format!("/changing-{round}.jpg"));
         let path = format!("/changing-{round}.jpg");
@@ -965,12 +942,8 @@ async fn ten_nodes_under_zero_revalidation_download_a_new_url_once() {
 /// `429` with `Retry-After: 3` hears from no node for those 3 seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_origins_slots_and_pauses_hold_for_every_node() {
-    let Some((cluster, origin, _bucket)) = cluster_of(
-        3,
-        "cluster_origin_limits",
-        &[("IMGCAS_FETCH_PER_HOST", "2".to_string())],
-    )
-    .await
+    let env = [("IMGCAS_FETCH_PER_HOST", "2".to_string())];
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_origin_limits", &env).await
     else {
         return;
     };
@@ -1063,19 +1036,14 @@ async fn a_failing_url_is_tried_once_per_backoff_step_by_the_cluster() {
 /// variant on each of two nodes that never served it read its object once per node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_spent_on_one_node_holds_on_the_others_and_hot_misses_read_once() {
-    let Some((cluster, origin, _bucket)) = cluster_of(
-        3,
-        "cluster_budgets",
-        &[
-            (
-                "IMGCAS_TENANTS",
-                "127.0.0.1=rate=1000&burst=1000&anonymous=true".to_string(),
-            ),
-            ("IMGCAS_MAX_BUDGET_WAIT", "600".to_string()),
-        ],
-    )
-    .await
-    else {
+    let env = [
+        (
+            "IMGCAS_TENANTS",
+            "127.0.0.1=rate=1000&burst=1000&anonymous=true".to_string(),
+        ),
+        ("IMGCAS_MAX_BUDGET_WAIT", "600".to_string()),
+    ];
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_budgets", &env).await else {
         return;
     };
     origin.put("/t.jpg", jpeg(320, 240, 30));
@@ -1085,7 +1053,7 @@ async fn a_budget_spent_on_one_node_holds_on_the_others_and_hot_misses_read_once
     let r = cluster.image(1, &source, "w=120&format=webp").await;
     assert_eq!(r.status(), 429, "refused on another node");
     assert!(header(&r, "retry-after").is_some());
-    assert_eq!(json(r).await["error"]["code"], "over_budget");
+    assert_eq!(error_code_of(r).await, "over_budget");
 
     for node in [1, 2] {
         let reads_before = cluster

@@ -33,8 +33,7 @@ async fn app_with_traffic() -> (TestApp, Origin, String) {
         c.server.admin_sample_every = Duration::from_millis(500);
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(320, 240, 3));
+    let origin = Origin::start_with("/a.jpg", jpeg(320, 240, 3)).await;
     origin.put("/same.jpg", jpeg(320, 240, 3));
     origin.put("/b.jpg", jpeg(200, 300, 9));
     let mut hash = String::new();
@@ -46,7 +45,7 @@ async fn app_with_traffic() -> (TestApp, Origin, String) {
                 hash = header(&r, "x-imgcas-source-hash").unwrap().to_string();
             }
         }
-        let missing = app.image_by_url(&origin.url("/missing.jpg"), "w=40").await;
+        let missing = app.image_from(&origin, "/missing.jpg", "w=40").await;
         assert_eq!(missing.status(), 404);
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
@@ -256,12 +255,7 @@ async fn the_page_is_refused_without_a_token_and_shows_its_figures_without_a_scr
 
 /// `GET path` with a bearer token.
 async fn get_as(app: &TestApp, path: &str, token: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(path))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
+    app.get_as(path, token).await
 }
 
 /// `/metrics` with a token.
@@ -443,7 +437,7 @@ async fn the_page_in_chromium_logs_in_refreshes_and_lists_through_its_form() {
     assert!(listed.as_str().unwrap().contains(&hash), "{listed}");
     let by_hash = app.get(&format!("/v1/image/{hash}?w=40")).await;
     assert_eq!(by_hash.status(), 451);
-    let by_url = app.image_by_url(&origin.url("/b.jpg"), "w=40").await;
+    let by_url = app.image_from(&origin, "/b.jpg", "w=40").await;
     assert_eq!(by_url.status(), 451);
 
     // A screenshot for the record (target/tmp), and a console without a problem.
@@ -655,12 +649,8 @@ async fn every_admin_answer_is_no_store() {
         ("GET /admin/admin.css", app.get("/admin/admin.css").await),
     ];
     let wrong = app
-        .client
-        .post(app.url("/admin/login"))
-        .body("token=not-the-token-at-all-0000")
-        .send()
-        .await
-        .unwrap();
+        .post_body("/admin/login", "token=not-the-token-at-all-0000")
+        .await;
     answers.push(("POST /admin/login with a wrong token", wrong));
     let logout = app
         .client
@@ -692,11 +682,7 @@ async fn urls_a_request_cannot_carry_name_no_origin() {
         let bad = format!("http://slot{{{i}}}.example/a.jpg");
         let answer = app.image_by_url(&bad, "w=10").await;
         assert_eq!(answer.status(), 400, "{bad}");
-        assert_eq!(
-            json(answer).await["error"]["code"],
-            "invalid_option",
-            "{bad}"
-        );
+        assert_eq!(error_code_of(answer).await, "invalid_option", "{bad}");
     }
     let text = get_as(&app, "/metrics", ADMIN).await.text().await.unwrap();
     let named: Vec<&str> = text

@@ -69,8 +69,7 @@ const SLOW: &str = "w=560&enlarge=1&format=webp&animated=1";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_past_the_request_limit_stops_frees_its_cpu_and_caches_nothing() {
-    let origin = Origin::start().await;
-    origin.put("/slow.gif", slow_animation(150));
+    let origin = Origin::start_with("/slow.gif", slow_animation(150)).await;
     origin.put("/quick.jpg", jpeg(200, 100, 3));
     let dir = tempfile::tempdir().unwrap();
     let node = binary::start_with(dir.path(), None, &[("IMGCAS_REQUEST_TIMEOUT", "1s".into())]);
@@ -86,7 +85,7 @@ async fn a_run_past_the_request_limit_stops_frees_its_cpu_and_caches_nothing() {
         let answer = get(image_path(&origin, "/slow.gif", SLOW)).await;
         let took = started.elapsed();
         assert_eq!(answer.status(), 503, "attempt {attempt}");
-        assert_eq!(json(answer).await["error"]["code"], "overloaded");
+        assert_eq!(error_code_of(answer).await, "overloaded");
         // At the limit: a cached answer would come at once.
         assert!(
             took >= Duration::from_millis(900) && took < Duration::from_secs(3),
@@ -106,19 +105,14 @@ async fn a_run_past_the_request_limit_stops_frees_its_cpu_and_caches_nothing() {
     let quick = get(image_path(&origin, "/quick.jpg", "w=50")).await;
     assert_eq!(quick.status(), 200);
     let metrics = metrics_text(&client, &node.base).await;
-    let stopped: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("imgcas_runs_stopped_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
+    let stopped = text_metric(&metrics, "imgcas_runs_stopped_total ");
     assert_eq!(stopped, 2.0, "each attempt ran, and was stopped");
     node.terminate();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shutdown_stops_a_run_within_the_shutdown_timeout() {
-    let origin = Origin::start().await;
-    origin.put("/slow.gif", slow_animation(150));
+    let origin = Origin::start_with("/slow.gif", slow_animation(150)).await;
     let dir = tempfile::tempdir().unwrap();
     let mut node = binary::start_with(
         dir.path(),

@@ -266,8 +266,7 @@ async fn with_the_mezzanine_off_every_width_decodes_the_original() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_originals_facts_and_fingerprint_take_the_requests_decode() {
     let original = jpeg(4000, 3000, 13);
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", original.clone());
+    let origin = Origin::start_with("/photo.jpg", original.clone()).await;
     let app = spawn_app().await;
     let response = app
         .image_by_url(&origin.url("/photo.jpg"), &query(1280))
@@ -334,18 +333,17 @@ async fn routing_by_orientation_reads_nothing_of_the_original() {
 /// answers may be 503 on a starved machine: a run refused or cut short was planned too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_variant_is_planned_once() {
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(1600, 1200, 3));
+    let origin = Origin::start_with("/photo.jpg", jpeg(1600, 1200, 3)).await;
     let app = spawn_app().await;
     let before = app.stats().plans_made;
     let response = app
-        .image_by_url(&origin.url("/photo.jpg"), "w=400&format=webp")
+        .image_from(&origin, "/photo.jpg", "w=400&format=webp")
         .await;
     assert_eq!(response.status(), 200);
     assert_eq!(app.stats().plans_made - before, 1, "one cold request");
     assert_eq!(app.processing_runs(), 1);
     let response = app
-        .image_by_url(&origin.url("/photo.jpg"), "w=400&format=webp")
+        .image_from(&origin, "/photo.jpg", "w=400&format=webp")
         .await;
     assert_eq!(response.status(), 200);
     assert_eq!(

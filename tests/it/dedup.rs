@@ -11,11 +11,10 @@ use imgcas::hash::ContentHash;
 #[tokio::test]
 async fn a_loopback_origin_image_comes_back_resized() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
     let bytes = jpeg(800, 600, 1);
-    origin.put("/a.jpg", bytes.clone());
+    let origin = Origin::start_with("/a.jpg", bytes.clone()).await;
 
-    let r = app.image_by_url(&origin.url("/a.jpg"), "w=400").await;
+    let r = app.image_from(&origin, "/a.jpg", "w=400").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "content-type"), Some("image/jpeg"));
     assert_eq!(header(&r, "x-imgcas-cache"), Some("miss"));
@@ -32,23 +31,19 @@ async fn a_loopback_origin_image_comes_back_resized() {
     );
     assert_eq!(dimensions(&r.bytes().await.unwrap()), (400, 300));
 
-    let again = app.image_by_url(&origin.url("/a.jpg"), "w=400").await;
+    let again = app.image_from(&origin, "/a.jpg", "w=400").await;
     assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
     assert_eq!(header(&again, "etag"), Some(etag.as_str()));
     assert_eq!(origin.full(), 1);
     assert_eq!(app.processing_runs(), 1);
 
-    let webp = app
-        .image_by_url(&origin.url("/a.jpg"), "w=200&format=webp")
-        .await;
+    let webp = app.image_from(&origin, "/a.jpg", "w=200&format=webp").await;
     assert_eq!(header(&webp, "content-type"), Some("image/webp"));
     let body = webp.bytes().await.unwrap();
     assert_eq!(&body[12..16], b"VP8 ", "lossy WebP, not VP8L");
     assert_eq!(dimensions(&body), (200, 150));
 
-    let png = app
-        .image_by_url(&origin.url("/a.jpg"), "h=60&format=png")
-        .await;
+    let png = app.image_from(&origin, "/a.jpg", "h=60&format=png").await;
     assert_eq!(header(&png, "content-type"), Some("image/png"));
     assert_eq!(dimensions(&png.bytes().await.unwrap()), (80, 60));
 }
@@ -56,12 +51,8 @@ async fn a_loopback_origin_image_comes_back_resized() {
 #[tokio::test]
 async fn head_answers_the_headers_without_a_body() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(300, 200, 2));
-    let mut url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
-    url.query_pairs_mut()
-        .append_pair("url", &origin.url("/a.jpg"))
-        .append_pair("w", "100");
+    let origin = Origin::start_with("/a.jpg", jpeg(300, 200, 2)).await;
+    let url = app.image_url(&[("url", &origin.url("/a.jpg")), ("w", "100")]);
     let r = app.client.head(url).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "content-type"), Some("image/jpeg"));
@@ -149,9 +140,7 @@ async fn fifty_concurrent_cold_requests_share_one_download_and_one_run() {
 #[tokio::test]
 async fn option_order_and_spelled_out_defaults_name_one_variant() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/b.jpg", jpeg(500, 500, 5));
-    let src = origin.url("/b.jpg");
+    let (_origin, src) = Origin::serving("/b.jpg", jpeg(500, 500, 5)).await;
     let a = app.image_by_url(&src, "w=100&h=50&fit=cover").await;
     let b = app
         .image_by_url(
@@ -172,9 +161,8 @@ async fn option_order_and_spelled_out_defaults_name_one_variant() {
 #[tokio::test]
 async fn a_matching_if_none_match_gets_304() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/c.jpg", jpeg(200, 200, 6));
-    let first = app.image_by_url(&origin.url("/c.jpg"), "w=50").await;
+    let origin = Origin::start_with("/c.jpg", jpeg(200, 200, 6)).await;
+    let first = app.image_from(&origin, "/c.jpg", "w=50").await;
     let etag = header(&first, "etag").unwrap().to_string();
     let mut url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
     url.query_pairs_mut()
@@ -196,13 +184,9 @@ async fn a_matching_if_none_match_gets_304() {
 #[tokio::test]
 async fn format_auto_follows_accept_and_says_so_in_vary() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/d.jpg", jpeg(400, 300, 7));
-    let mut url = reqwest::Url::parse(&app.url("/v1/image")).unwrap();
-    url.query_pairs_mut()
-        .append_pair("url", &origin.url("/d.jpg"))
-        .append_pair("w", "100")
-        .append_pair("format", "auto");
+    let origin = Origin::start_with("/d.jpg", jpeg(400, 300, 7)).await;
+    let source = origin.url("/d.jpg");
+    let url = app.image_url(&[("url", &source), ("w", "100"), ("format", "auto")]);
     let get = |accept: &'static str| app.client.get(url.clone()).header("accept", accept).send();
     let avif = get("image/avif,image/webp,image/*,*/*;q=0.8")
         .await
@@ -281,7 +265,7 @@ async fn a_hang_up_neither_cancels_nor_repeats_a_shared_download() {
     );
     assert_eq!(app.downloads(), 2);
     // The lonely download was stored: asking now needs no origin.
-    let r = app.image_by_url(&origin.url("/alone.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/alone.jpg", "w=100").await;
     assert_eq!(r.status(), 200);
     assert_eq!(origin.full(), 2);
 }

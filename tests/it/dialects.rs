@@ -22,9 +22,7 @@ fn imgproxy_signature(key_hex: &str, salt_hex: &str, path: &str) -> String {
 #[tokio::test]
 async fn an_imgproxy_url_and_the_native_url_are_one_variant() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(640, 480, 5));
-    let source = origin.url("/photo.jpg");
+    let (_origin, source) = Origin::serving("/photo.jpg", jpeg(640, 480, 5)).await;
 
     let plain = app
         .get(&format!(
@@ -67,8 +65,7 @@ async fn imgproxy_signatures_are_checked_and_options_refused_by_name() {
         c.imgproxy.salt = Some(format!("{},{salt}", "11".repeat(16)));
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(320, 240, 6));
+    let origin = Origin::start_with("/photo.jpg", jpeg(320, 240, 6)).await;
     let path = format!("/rs:fit:100:100/plain/{}@png", origin.url("/photo.jpg"));
     let signature = imgproxy_signature(key, salt, &path);
 
@@ -83,7 +80,7 @@ async fn imgproxy_signatures_are_checked_and_options_refused_by_name() {
         ))
         .await;
     assert_eq!(altered.status(), 403);
-    assert_eq!(json(altered).await["error"]["code"], "bad_signature");
+    assert_eq!(error_code_of(altered).await, "bad_signature");
     let unsigned = app.get(&format!("/imgproxy/insecure{path}")).await;
     assert_eq!(unsigned.status(), 403);
 
@@ -107,8 +104,7 @@ async fn imgproxy_signatures_are_checked_and_options_refused_by_name() {
 #[tokio::test]
 async fn with_native_signing_on_unsigned_dialect_urls_are_refused() {
     let app = spawn_app_with(|c| c.security.signing_key = Some("k".repeat(32))).await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(64, 48, 2));
+    let origin = Origin::start_with("/photo.jpg", jpeg(64, 48, 2)).await;
     let answer = app
         .get(&format!(
             "/imgproxy/insecure/w:10/plain/{}",
@@ -131,9 +127,7 @@ fn thumbor_signature(key: &str, signed: &str) -> String {
 #[tokio::test]
 async fn a_thumbor_url_an_imgproxy_url_and_the_native_url_are_one_run() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(640, 480, 8));
-    let source = origin.url("/photo.jpg");
+    let (_origin, source) = Origin::serving("/photo.jpg", jpeg(640, 480, 8)).await;
 
     let thumbor = app
         .get(&format!(
@@ -161,8 +155,7 @@ async fn a_thumbor_url_an_imgproxy_url_and_the_native_url_are_one_run() {
 async fn thumbor_signatures_are_checked_and_filters_refused_by_name() {
     const KEY: &str = "my-security-key";
     let app = spawn_app_with(|c| c.thumbor.key = Some(KEY.into())).await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(320, 240, 7));
+    let origin = Origin::start_with("/photo.jpg", jpeg(320, 240, 7)).await;
     // thumbor's URLs name their source without a scheme as often as with one.
     let source = origin.url("/photo.jpg").replace("http://", "");
     let signed = format!("120x90/smart/{source}");
@@ -210,9 +203,7 @@ async fn thumbor_signatures_are_checked_and_filters_refused_by_name() {
 #[tokio::test]
 async fn thumbor_no_upscale_clamps_each_side_to_the_source() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/portrait.jpg", jpeg(640, 960, 3));
-    let source = origin.url("/portrait.jpg");
+    let (_origin, source) = Origin::serving("/portrait.jpg", jpeg(640, 960, 3)).await;
     for (size, expected) in [
         // Larger both ways: the source whole.
         ("3000x2000", (640, 960)),
@@ -245,9 +236,7 @@ async fn thumbor_no_upscale_clamps_each_side_to_the_source() {
 #[tokio::test]
 async fn crops_in_either_dialect_are_the_native_crop() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(640, 480, 9));
-    let source = origin.url("/photo.jpg");
+    let (_origin, source) = Origin::serving("/photo.jpg", jpeg(640, 480, 9)).await;
 
     // thumbor's manual crop: the corners (100, 50) and (500, 350), then fit in 200 × 200.
     let thumbor = app
@@ -284,8 +273,7 @@ async fn crops_in_either_dialect_are_the_native_crop() {
 #[tokio::test]
 async fn a_dialect_url_asked_again_is_a_remembered_hit() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(320, 240, 11));
+    let origin = Origin::start_with("/photo.jpg", jpeg(320, 240, 11)).await;
     let path = format!(
         "/imgproxy/insecure/rs:fit:90:90/plain/{}@webp",
         origin.url("/photo.jpg")

@@ -12,13 +12,10 @@ use common::*;
 async fn a_corrupt_image_is_422_once_and_an_error_hit_after() {
     let app = spawn_app().await;
     let origin = Origin::start().await;
-    let mut corrupt = jpeg(400, 300, 1);
-    let len = corrupt.len();
-    corrupt[600..len - 2].fill(0x00);
-    corrupt.truncate(len / 2);
+    let corrupt = corrupt_jpeg(400, 300, 1);
     origin.put("/broken.jpg", corrupt);
 
-    let first = app.image_by_url(&origin.url("/broken.jpg"), "w=100").await;
+    let first = app.image_from(&origin, "/broken.jpg", "w=100").await;
     assert_eq!(first.status(), 422);
     assert_eq!(header(&first, "cache-control"), Some("public, max-age=300"));
     assert!(header(&first, "x-imgcas-source-hash").is_some());
@@ -29,7 +26,7 @@ async fn a_corrupt_image_is_422_once_and_an_error_hit_after() {
         .is_some_and(|m| !m.is_empty()));
     assert_eq!(app.processing_runs(), 1);
 
-    let second = app.image_by_url(&origin.url("/broken.jpg"), "w=100").await;
+    let second = app.image_from(&origin, "/broken.jpg", "w=100").await;
     assert_eq!(second.status(), 422);
     assert_eq!(header(&second, "x-imgcas-cache"), Some("error-hit"));
     assert_eq!(
@@ -42,18 +39,16 @@ async fn a_corrupt_image_is_422_once_and_an_error_hit_after() {
 #[tokio::test]
 async fn bytes_that_are_no_image_are_415() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/page.jpg", b"<!doctype html><p>soft 404</p>".to_vec());
-    let r = app.image_by_url(&origin.url("/page.jpg"), "w=100").await;
+    let origin = Origin::start_with("/page.jpg", b"<!doctype html><p>soft 404</p>".to_vec()).await;
+    let r = app.image_from(&origin, "/page.jpg", "w=100").await;
     assert_eq!(r.status(), 415);
-    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+    assert_eq!(error_code_of(r).await, "unsupported_format");
 }
 
 #[tokio::test]
 async fn bad_options_name_the_option() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(100, 100, 2));
+    let origin = Origin::start_with("/a.jpg", jpeg(100, 100, 2)).await;
     for (query, option) in [
         ("w=0", "w"),
         ("w=abc", "w"),
@@ -92,7 +87,7 @@ async fn bad_options_name_the_option() {
         "/v1/image?url=file:///etc/passwd",
         "/v1/image?url=%20",
     ] {
-        let r = app.client.get(app.url(path)).send().await.unwrap();
+        let r = app.get(path).await;
         assert_eq!(r.status(), 400, "{path}");
         let v = json(r).await;
         assert_eq!(v["error"]["code"], "invalid_option");
@@ -128,7 +123,7 @@ async fn origin_failures_map_to_their_codes() {
             !cc.contains("31536000"),
             "{path}: errors are never cached for a year"
         );
-        assert_eq!(json(r).await["error"]["code"], code, "{path}");
+        assert_eq!(error_code_of(r).await, code, "{path}");
     }
     // A closed port: connection refused.
     let closed = {
@@ -139,7 +134,7 @@ async fn origin_failures_map_to_their_codes() {
         .image_by_url(&format!("http://{closed}/x.jpg"), "w=10")
         .await;
     assert_eq!(r.status(), 502);
-    assert_eq!(json(r).await["error"]["code"], "origin_error");
+    assert_eq!(error_code_of(r).await, "origin_error");
 }
 
 #[tokio::test]
@@ -166,15 +161,15 @@ async fn limits_and_constraints_are_422() {
     ] {
         let r = app.image_by_url(&origin.url(path), query).await;
         assert_eq!(r.status(), 422, "{path} {query}");
-        assert_eq!(json(r).await["error"]["code"], code, "{path} {query}");
+        assert_eq!(error_code_of(r).await, code, "{path} {query}");
     }
     // The bomb's giant is its first frame (its screen is 32x32): refused from the descriptor.
-    let r = app.image_by_url(&origin.url("/bomb.gif"), "w=10").await;
+    let r = app.image_from(&origin, "/bomb.gif", "w=10").await;
     assert_eq!(r.status(), 422);
-    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+    assert_eq!(error_code_of(r).await, "too_many_pixels");
     // Not an error: AVIF output is built.
     let avif = app
-        .image_by_url(&origin.url("/small.jpg"), "w=100&format=avif")
+        .image_from(&origin, "/small.jpg", "w=100&format=avif")
         .await;
     assert_eq!(avif.status(), 200);
     assert_eq!(header(&avif, "content-type"), Some("image/avif"));
@@ -184,7 +179,7 @@ async fn limits_and_constraints_are_422() {
 async fn health_and_readiness() {
     let app = spawn_app().await;
     for path in ["/healthz", "/readyz"] {
-        let r = app.client.get(app.url(path)).send().await.unwrap();
+        let r = app.get(path).await;
         assert_eq!(r.status(), 200, "{path}");
     }
 }
@@ -193,18 +188,17 @@ async fn health_and_readiness() {
 /// and the service restarted on the same data dir, the same URL and spec are served.
 #[tokio::test]
 async fn a_pixel_limit_refusal_is_lifted_by_raising_the_limit() {
-    let origin = Origin::start().await;
-    origin.put("/big.jpg", jpeg(6000, 5000, 5)); // 30 MP
-                                                 // Both runs on one data dir, and (when the suite runs on S3) one bucket.
+    let origin = Origin::start_with("/big.jpg", jpeg(6000, 5000, 5)).await; // 30 MP
+                                                                            // Both runs on one data dir, and (when the suite runs on S3) one bucket.
     let storage = Restartable::new().await;
     let app = storage.spawn(|c| c.limits.max_pixels = 20_000_000).await;
-    let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/big.jpg", "w=100").await;
     assert_eq!(r.status(), 422);
-    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+    assert_eq!(error_code_of(r).await, "too_many_pixels");
     app.stop().await;
 
     let app = storage.spawn(|c| c.limits.max_pixels = 60_000_000).await;
-    let r = app.image_by_url(&origin.url("/big.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/big.jpg", "w=100").await;
     assert_eq!(r.status(), 200);
     assert_eq!(dimensions(&r.bytes().await.unwrap()).0, 100);
 }
@@ -215,8 +209,7 @@ async fn a_pixel_limit_refusal_is_lifted_by_raising_the_limit() {
 #[tokio::test]
 async fn urls_over_the_limit_are_414() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/ok.jpg", jpeg(40, 30, 1));
+    let origin = Origin::start_with("/ok.jpg", jpeg(40, 30, 1)).await;
     let fits = format!("{}?{}", origin.url("/ok.jpg"), "p".repeat(7_000));
     let r = app.image_by_url(&fits, "w=10").await;
     assert_eq!(r.status(), 200);
@@ -252,9 +245,7 @@ async fn urls_over_the_limit_are_414() {
 #[tokio::test]
 async fn specs_over_the_cost_limit_are_422_too_costly_before_any_decode() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/tiny.png", png(12, 9, 3));
-    let source = origin.url("/tiny.png");
+    let (_origin, source) = Origin::serving("/tiny.png", png(12, 9, 3)).await;
     for format in ["format=gif", "format=webp&lossless=1"] {
         let query = format!("w=8192&h=6000&fit=fill&enlarge=1&{format}");
         for _ in 0..2 {

@@ -78,7 +78,7 @@ async fn facts_are_computed_once_when_stored_and_read_without_a_decode() {
     let by_hash = json(by_hash).await;
     assert_eq!(by_hash, info);
     let by_url = app
-        .image_by_url(&origin.url("/moving.gif"), "w=100&format=json")
+        .image_from(&origin, "/moving.gif", "w=100&format=json")
         .await;
     assert_eq!(by_url.status(), 200);
     // Tagged like the original's images, so a CDN purge by tag drops it too.

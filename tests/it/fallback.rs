@@ -75,12 +75,12 @@ async fn the_status_and_lifetime_are_configured_and_bad_bytes_fall_back_too() {
         c.fallback.ttl = std::time::Duration::from_secs(5);
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/broken.jpg", b"\xff\xd8\xff\xe0 this is no JPEG".to_vec());
+    let origin =
+        Origin::start_with("/broken.jpg", b"\xff\xd8\xff\xe0 this is no JPEG".to_vec()).await;
     origin.status("/down.jpg", 503);
 
     let broken = app
-        .image_by_url(&origin.url("/broken.jpg"), "w=40&format=png")
+        .image_from(&origin, "/broken.jpg", "w=40&format=png")
         .await;
     assert_eq!(broken.status(), 404);
     assert_eq!(header(&broken, "x-imgcas-fallback"), Some("undecodable"));
@@ -88,7 +88,7 @@ async fn the_status_and_lifetime_are_configured_and_bad_bytes_fall_back_too() {
     assert_eq!(dimensions(&broken.bytes().await.unwrap()).0, 40);
 
     let down = app
-        .image_by_url(&origin.url("/down.jpg"), "w=40&format=png")
+        .image_from(&origin, "/down.jpg", "w=40&format=png")
         .await;
     assert_eq!(down.status(), 404);
     assert_eq!(header(&down, "x-imgcas-fallback"), Some("origin_error"));
@@ -104,7 +104,7 @@ async fn refusals_and_takedowns_never_fall_back() {
     let origin = Origin::start().await;
 
     // An option error is the request's own: 400, no fallback.
-    let bad = app.image_by_url(&origin.url("/gone.jpg"), "w=-3").await;
+    let bad = app.image_from(&origin, "/gone.jpg", "w=-3").await;
     assert_eq!(bad.status(), 400);
     assert_eq!(header(&bad, "x-imgcas-fallback"), None);
 
@@ -127,9 +127,8 @@ async fn refusals_and_takedowns_never_fall_back() {
         c.security.signing_key = Some(KEY.into());
     })
     .await;
-    let unsigned = signed
-        .image_by_url(&origin.url("/gone.jpg"), "w=40&format=png")
-        .await;
+    let gone = origin.url("/gone.jpg");
+    let unsigned = signed.image_by_url(&gone, "w=40&format=png").await;
     assert_eq!(unsigned.status(), 403);
     assert_eq!(header(&unsigned, "x-imgcas-fallback"), None);
     signed.stop().await;
@@ -152,9 +151,7 @@ async fn a_preset_names_its_own_fallback_and_an_unstored_one_leaves_the_error() 
     })
     .await;
     let origin = Origin::start().await;
-    let thumb = app
-        .image_by_url(&origin.url("/gone.jpg"), "preset=thumb")
-        .await;
+    let thumb = app.image_from(&origin, "/gone.jpg", "preset=thumb").await;
     assert_eq!(thumb.status(), 200);
     assert_eq!(
         header(&thumb, "x-imgcas-source-hash"),
@@ -163,7 +160,7 @@ async fn a_preset_names_its_own_fallback_and_an_unstored_one_leaves_the_error() 
     assert_eq!(dimensions(&thumb.bytes().await.unwrap()), (60, 60));
     // `fallback` is a preset's word, not a request's option.
     let spelled = app
-        .image_by_url(&origin.url("/gone.jpg"), "w=60&fallback=x")
+        .image_from(&origin, "/gone.jpg", "w=60&fallback=x")
         .await;
     assert_eq!(spelled.status(), 400);
     app.stop().await;
@@ -171,7 +168,7 @@ async fn a_preset_names_its_own_fallback_and_an_unstored_one_leaves_the_error() 
     // A hash that names no stored original: the source's own error.
     let unstored = spawn_app_with(|c| c.fallback.image = Some("ab".repeat(32))).await;
     let answer = unstored
-        .image_by_url(&origin.url("/gone.jpg"), "w=60&format=png")
+        .image_from(&origin, "/gone.jpg", "w=60&format=png")
         .await;
     assert_eq!(answer.status(), 404);
     assert_eq!(header(&answer, "x-imgcas-fallback"), None);

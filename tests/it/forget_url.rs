@@ -21,14 +21,12 @@ async fn forget(app: &TestApp, source: &str, token: Option<&str>) -> reqwest::Re
 
 #[tokio::test]
 async fn without_an_admin_token_the_route_is_closed_and_nothing_is_forgotten() {
-    let origin = Origin::start().await;
-    origin.put("/kept.jpg", jpeg(120, 90, 1));
+    let (origin, source) = Origin::serving("/kept.jpg", jpeg(120, 90, 1)).await;
     let app = spawn_app().await;
-    let source = origin.url("/kept.jpg");
-    assert_eq!(app.image_by_url(&source, "w=40").await.status(), 200);
+    assert_eq!(app.image_status(&source, "w=40").await, 200);
     let refused = forget(&app, &source, None).await;
     assert_eq!(refused.status(), 403);
-    assert_eq!(json(refused).await["error"]["code"], "admin_disabled");
+    assert_eq!(error_code_of(refused).await, "admin_disabled");
     let again = app.image_by_url(&source, "w=40").await;
     assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
     assert_eq!(origin.full(), 1);
@@ -36,10 +34,8 @@ async fn without_an_admin_token_the_route_is_closed_and_nothing_is_forgotten() {
 
 #[tokio::test]
 async fn a_forgotten_url_is_downloaded_again_on_its_next_request() {
-    let origin = Origin::start().await;
-    origin.put("/gone.jpg", jpeg(120, 90, 2));
+    let (origin, source) = Origin::serving("/gone.jpg", jpeg(120, 90, 2)).await;
     let app = spawn_app_with(|c| c.security.admin_token = Some(TOKEN.into())).await;
-    let source = origin.url("/gone.jpg");
     let first = app.image_by_url(&source, "w=40").await;
     assert_eq!(first.status(), 200);
     let hash = header(&first, "x-imgcas-source-hash").unwrap().to_string();
@@ -75,15 +71,9 @@ async fn a_forgotten_url_is_downloaded_again_on_its_next_request() {
         (body["forgotten"].clone(), body["hash"].clone()),
         (false.into(), serde_json::Value::Null)
     );
-    let missing = app
-        .client
-        .delete(app.url("/v1/urls"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let missing = app.delete_as("/v1/urls", TOKEN).await;
     assert_eq!(missing.status(), 400);
-    assert_eq!(json(missing).await["error"]["code"], "invalid_option");
+    assert_eq!(error_code_of(missing).await, "invalid_option");
     let bad = forget(&app, "ftp://example.test/x.jpg", Some(TOKEN)).await;
     assert_eq!(bad.status(), 400);
 }

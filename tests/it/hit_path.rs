@@ -12,10 +12,8 @@ use imgcas::stats::StatsSnapshot;
 
 #[tokio::test]
 async fn a_remap_by_ingest_ends_the_remembered_request() {
-    let origin = Origin::start().await;
-    origin.put("/p.jpg", jpeg(300, 200, 1));
+    let (origin, source) = Origin::serving("/p.jpg", jpeg(300, 200, 1)).await;
     let app = spawn_app().await;
-    let source = origin.url("/p.jpg");
 
     let first = app.image_by_url(&source, "w=100&format=png").await;
     assert_eq!(first.status(), 200);
@@ -46,13 +44,8 @@ async fn a_remap_by_ingest_ends_the_remembered_request() {
     // the remembered request must not answer with the old ones.
     origin.put("/p.jpg", jpeg(300, 200, 2));
     let pushed = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .header("content-type", "application/json")
-        .body(serde_json::json!({ "urls": [source] }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/ingest", &serde_json::json!({ "urls": [source] }))
+        .await;
     assert_eq!(pushed.status(), 200);
     let after = app.image_by_url(&source, "w=100&format=png").await;
     assert_eq!(after.status(), 200);
@@ -64,11 +57,9 @@ async fn a_remap_by_ingest_ends_the_remembered_request() {
 
 #[tokio::test]
 async fn a_remembered_request_lasts_while_its_mapping_is_fresh() {
-    let origin = Origin::start().await;
-    origin.put("/q.jpg", jpeg(300, 200, 3));
+    let (origin, source) = Origin::serving("/q.jpg", jpeg(300, 200, 3)).await;
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::from_secs(1)).await;
-    let source = origin.url("/q.jpg");
-    assert_eq!(app.image_by_url(&source, "w=80").await.status(), 200);
+    assert_eq!(app.image_status(&source, "w=80").await, 200);
     let asked = origin.requests();
     let hit = app.image_by_url(&source, "w=80").await;
     assert_eq!(header(&hit, "x-imgcas-cache"), Some("hit"));
@@ -123,10 +114,8 @@ fn urlencode(s: &str) -> String {
 /// answer, header for header, and is counted as a routed hit is.
 #[tokio::test]
 async fn remembered_hits_answer_and_count_as_routed_hits_do() {
-    let origin = Origin::start().await;
-    origin.put("/q.jpg", jpeg(320, 240, 3));
+    let (_origin, source) = Origin::serving("/q.jpg", jpeg(320, 240, 3)).await;
     let app = spawn_app().await;
-    let source = origin.url("/q.jpg");
     let made = app.image_by_url(&source, "w=90&format=webp").await;
     assert_eq!(header(&made, "x-imgcas-cache"), Some("miss"));
     let hash = header(&made, "x-imgcas-source-hash").unwrap().to_string();
@@ -176,8 +165,7 @@ async fn remembered_hits_answer_and_count_as_routed_hits_do() {
 /// back and the link is made anew).
 #[tokio::test]
 async fn a_remembered_hit_outlives_its_variant_leaving_the_hot_cache() {
-    let origin = Origin::start().await;
-    origin.put("/h.jpg", jpeg(400, 300, 5));
+    let origin = Origin::start_with("/h.jpg", jpeg(400, 300, 5)).await;
     // Room for about one variant of these in memory.
     let app = spawn_app_with(|c| c.limits.hot_cache_bytes = 24 << 10).await;
     let source = origin.url("/h.jpg");

@@ -149,24 +149,12 @@ async fn bad_batches_are_refused_whole_with_the_spec_error_shape() {
         message.contains("w=0") && message.contains("`w`"),
         "{message}"
     );
-    let r = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let r = app.post_body("/v1/ingest", "{not json").await;
     assert_eq!(r.status(), 400);
     let huge = format!("{{\"urls\": [\"{}\"]}}", "a".repeat(2 << 20));
-    let r = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .body(huge)
-        .send()
-        .await
-        .unwrap();
+    let r = app.post_body("/v1/ingest", huge).await;
     assert_eq!(r.status(), 413);
-    assert_eq!(json(r).await["error"]["code"], "batch_too_large");
+    assert_eq!(error_code_of(r).await, "batch_too_large");
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -277,8 +265,7 @@ fn dir_string(d: &tempfile::TempDir) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_command_works_on_the_local_data_dir_without_a_server() {
-    let origin = Origin::start().await;
-    origin.put("/p.jpg", jpeg(160, 120, 4));
+    let origin = Origin::start_with("/p.jpg", jpeg(160, 120, 4)).await;
     origin.put("/q.jpg", jpeg(160, 120, 5));
     let data = tempfile::tempdir().unwrap();
     let photos = tempfile::tempdir().unwrap();

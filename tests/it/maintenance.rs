@@ -96,12 +96,7 @@ async fn tampered_data_dir_is_found_and_repaired(s3: Option<S3Target>) {
     for bytes in [&b, &c] {
         assert_eq!(app.upload(bytes.clone()).await.status(), 201);
     }
-    assert_eq!(
-        app.image_by_url(&origin.url("/a.jpg"), "w=32")
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(app.image_from_status(&origin, "/a.jpg", "w=32").await, 200);
     let dir: Arc<tempfile::TempDir> = app.dir.clone();
     app.stop().await;
     let backend = match s3 {

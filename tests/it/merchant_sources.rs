@@ -85,7 +85,7 @@ async fn a_damaged_heic_is_refused_in_the_spec_shape() {
     origin.put("/cut.heic", whole[..whole.len() / 3].to_vec());
     let app = spawn_app().await;
     let refused = app
-        .image_by_url(&origin.url("/cut.heic"), "w=200&format=webp")
+        .image_from(&origin, "/cut.heic", "w=200&format=webp")
         .await;
     assert_eq!(refused.status(), 422);
     let body = json(refused).await;
@@ -103,10 +103,8 @@ const LOGO: &str = r##"<?xml version="1.0" encoding="UTF-8"?>
 
 #[tokio::test]
 async fn an_svg_logo_comes_out_as_webp_and_jpeg_at_the_asked_size() {
-    let origin = Origin::start().await;
-    origin.put("/logo.svg", LOGO.as_bytes().to_vec());
+    let (_origin, source) = Origin::serving("/logo.svg", LOGO.as_bytes().to_vec()).await;
     let app = spawn_app().await;
-    let source = origin.url("/logo.svg");
     // Larger than its declared 120 pixels, without `enlarge`: drawn at 600.
     let webp = served(&app, &source, "w=600&format=webp").await;
     assert_eq!(webp, ("image/webp".into(), (600, 200)));
@@ -188,7 +186,7 @@ async fn hostile_svgs_never_make_a_request_and_are_never_served_as_svg() {
             match status {
                 200 => assert!(kind.starts_with("image/"), "{name}: {kind}"),
                 422 => {
-                    assert_eq!(json(r).await["error"]["code"], "undecodable", "{name}");
+                    assert_eq!(error_code_of(r).await, "undecodable", "{name}");
                     if !refused.contains(name) {
                         refused.push(*name);
                     }
@@ -220,8 +218,7 @@ async fn hostile_svgs_never_make_a_request_and_are_never_served_as_svg() {
 /// refused 422 `too_costly` at once, with no run, while an ordinary request is served.
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() {
-    let origin = Origin::start().await;
-    origin.put("/text.svg", testdata("svg/hostile/text-400k.svg"));
+    let origin = Origin::start_with("/text.svg", testdata("svg/hostile/text-400k.svg")).await;
     origin.put(
         "/gradient.svg",
         testdata("svg/hostile/gradient-24k-stops.svg"),
@@ -245,7 +242,7 @@ async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() 
         );
         let took = started.elapsed();
         assert_eq!(refused.status(), 422, "{path} {query}");
-        assert_eq!(json(refused).await["error"]["code"], "too_costly");
+        assert_eq!(error_code_of(refused).await, "too_costly");
         assert_eq!(photo.status(), 200, "served beside {path} {query}");
         assert!(took.as_secs_f64() < 2.0, "{path} {query}: {took:?}");
     }
@@ -254,7 +251,7 @@ async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() 
     // Uploaded, the text is refused as it is read, before anything is stored.
     let upload = app.upload(testdata("svg/hostile/text-400k.svg")).await;
     assert_eq!(upload.status(), 422);
-    assert_eq!(json(upload).await["error"]["code"], "too_costly");
+    assert_eq!(error_code_of(upload).await, "too_costly");
 }
 
 /// JPEG XL sources (issue 53): a lossy photo, an animation and a JPEG recompressed into JPEG
@@ -263,8 +260,7 @@ async fn hostile_drawings_are_refused_at_once_and_others_are_served_meanwhile() 
 /// it offline on the same code.
 #[tokio::test]
 async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
-    let origin = Origin::start().await;
-    origin.put("/bicycles.jxl", testdata("jxl/bicycles.jxl"));
+    let origin = Origin::start_with("/bicycles.jxl", testdata("jxl/bicycles.jxl")).await;
     origin.put("/spline.jxl", testdata("jxl/animation_spline.jxl"));
     let app = spawn_app().await;
     let photo = origin.url("/bicycles.jxl");
@@ -281,18 +277,14 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
 
     // The animation stays one, every frame, and its facts say so.
     let animated = app
-        .image_by_url(&origin.url("/spline.jxl"), "w=100&format=webp&animated=1")
+        .image_from(&origin, "/spline.jxl", "w=100&format=webp&animated=1")
         .await;
     assert_eq!(animated.status(), 200);
     let frames = imgcas_processors::animation::header(&animated.bytes().await.unwrap())
         .expect("an animated WebP")
         .frames;
     assert!(frames > 1, "{frames}");
-    let facts = json(
-        app.image_by_url(&origin.url("/spline.jxl"), "format=json")
-            .await,
-    )
-    .await;
+    let facts = json(app.image_from(&origin, "/spline.jxl", "format=json").await).await;
     assert_eq!(facts["format"], "jxl", "{facts}");
     assert_eq!(facts["frames"], frames, "{facts}");
     assert_eq!(facts["animated"], true, "{facts}");
@@ -313,10 +305,10 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
     let whole = testdata("jxl/bicycles.jxl");
     origin.put("/cut.jxl", whole[..whole.len() / 3].to_vec());
     let refused = app
-        .image_by_url(&origin.url("/cut.jxl"), "w=200&format=webp")
+        .image_from(&origin, "/cut.jxl", "w=200&format=webp")
         .await;
     assert_eq!(refused.status(), 422);
-    assert_eq!(json(refused).await["error"]["code"], "undecodable");
+    assert_eq!(error_code_of(refused).await, "undecodable");
 }
 
 /// JPEG XL out (issue 53): `format=jxl` through HTTP, checked by libjxl's `djxl` where it is
@@ -325,9 +317,7 @@ async fn jpeg_xl_sources_come_out_in_formats_browsers_show() {
 /// takes; lossless as `lossless=1` or `q=100` is one variant; `q=auto` answers its choice.
 #[tokio::test]
 async fn jpeg_xl_is_served_to_clients_that_take_it_in_the_order_configured() {
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", testdata("photos/kodak-15.jpg"));
-    let photo = origin.url("/photo.jpg");
+    let (_origin, photo) = Origin::serving("/photo.jpg", testdata("photos/kodak-15.jpg")).await;
     let app = spawn_app().await;
     let r = app.image_by_url(&photo, "w=320&format=jxl").await;
     assert_eq!(r.status(), 200);

@@ -9,37 +9,22 @@ use common::*;
 #[tokio::test]
 async fn counters_follow_the_work() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
     let bytes = jpeg(320, 240, 11);
-    origin.put("/a.jpg", bytes.clone());
+    let origin = Origin::start_with("/a.jpg", bytes.clone()).await;
     origin.put("/same.jpg", bytes.clone());
 
     let before = app.metrics().await;
     assert_eq!(value(&before, "imgcas_processing_runs_total", &[]), 0.0);
 
-    assert_eq!(
-        app.image_by_url(&origin.url("/a.jpg"), "w=50")
-            .await
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.image_by_url(&origin.url("/a.jpg"), "w=50")
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(app.image_from_status(&origin, "/a.jpg", "w=50").await, 200);
+    assert_eq!(app.image_from_status(&origin, "/a.jpg", "w=50").await, 200);
     // The same bytes behind another URL: downloaded, not stored again.
     assert_eq!(
-        app.image_by_url(&origin.url("/same.jpg"), "w=50")
-            .await
-            .status(),
+        app.image_from_status(&origin, "/same.jpg", "w=50").await,
         200
     );
     assert_eq!(
-        app.image_by_url(&origin.url("/nothing.jpg"), "w=50")
-            .await
-            .status(),
+        app.image_from_status(&origin, "/nothing.jpg", "w=50").await,
         404
     );
     assert_eq!(
@@ -104,7 +89,7 @@ async fn counters_follow_the_work() {
 
 /// The label sets of `imgcas_http_requests_total`, read from the raw page.
 async fn request_series(app: &TestApp) -> Vec<String> {
-    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let r = app.get("/metrics").await;
     let text = r.text().await.unwrap();
     let mut series: Vec<String> = text
         .lines()

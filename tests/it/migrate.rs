@@ -12,9 +12,10 @@ use crate::common::{self, postgres::PgServer, s3::S3Target, Origin};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use imgcas::hash::ContentHash;
+use serde_json::Value;
 
 const TOKEN: &str = "the-migration-admin-token";
 
@@ -41,30 +42,14 @@ fn migrate(dir: &Path, env: &[(&'static str, String)], base: &str, args: &[&str]
 
 /// `GET /admin/migrate`'s `migration`.
 async fn status(base: &str) -> serde_json::Value {
-    let r = common::client()
-        .get(format!("{base}/admin/migrate"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = common::get_url_as(format!("{base}/admin/migrate"), TOKEN).await;
     assert_eq!(r.status(), 200);
     common::json(r).await["migration"].clone()
 }
 
-async fn wait_for(
-    base: &str,
-    what: &str,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let s = status(base).await;
-        if done(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn wait_for(base: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let limit = Duration::from_secs(180);
+    common::poll_until(what, limit, || status(base), done).await
 }
 
 fn phase(s: &serde_json::Value) -> &str {
@@ -320,12 +305,7 @@ async fn a_node_moves_into_postgres_and_a_bucket_while_it_serves_and_is_killed_i
     let uploads = done.uploads.lock().unwrap().clone();
     assert!(uploads.len() > 240, "{}", uploads.len());
     for (hash, bytes) in &uploads {
-        let r = common::client()
-            .get(format!("{}/v1/originals/{hash}", node.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        let r = common::get_url_as(format!("{}/v1/originals/{hash}", node.base), TOKEN).await;
         assert_eq!(r.status(), 200, "{hash}");
         assert_eq!(r.bytes().await.unwrap().to_vec(), *bytes, "{hash}");
     }

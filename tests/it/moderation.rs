@@ -22,11 +22,7 @@ use common::*;
 const TOKEN: &str = "moderation-admin-token-0123456789";
 
 fn photo(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/photos/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    testdata_photo(name)
 }
 
 /// A copy in other bytes: scaled by `scale` (1 keeps the size) and re-encoded as JPEG at
@@ -68,14 +64,8 @@ async fn post_block_image(app: &TestApp, bytes: Vec<u8>, query: &str) -> reqwest
 
 async fn ingest(app: &TestApp, urls: &[String]) -> Value {
     let r = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json")
-        .body(j!({ "urls": urls, "warm": ["w=64"] }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json_as("/v1/ingest", TOKEN, &j!({ "urls": urls, "warm": ["w=64"] }))
+        .await;
     assert_eq!(r.status(), 200);
     json(r).await
 }
@@ -99,7 +89,7 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
     let app = spawn_app_with(|c| c.security.admin_token = Some(TOKEN.into())).await;
 
     // Stored and served before it is listed.
-    let r = app.image_by_url(&origin.url("/listed.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/listed.jpg", "w=100").await;
     assert_eq!(r.status(), 200);
     assert!(app
         .stored_blobs()
@@ -130,7 +120,7 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
         assert_eq!(error_code(&json(r).await), "blocked", "{path}");
     }
     let downloads = app.downloads();
-    let r = app.image_by_url(&origin.url("/smaller.jpg"), "w=90").await;
+    let r = app.image_from(&origin, "/smaller.jpg", "w=90").await;
     assert_eq!(r.status(), 451);
     assert_eq!(
         app.downloads(),
@@ -149,17 +139,11 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
     assert_eq!(report["results"][1]["status"], "new", "{report}");
     // Only the distinct photo was stored.
     assert_eq!(app.stored_blobs().await.len(), before + 1);
-    let r = app.image_by_url(&origin.url("/other.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/other.jpg", "w=100").await;
     assert_eq!(r.status(), 200, "a distinct photo is not refused");
 
     // The list names the entry and the copies it refused.
-    let r = app
-        .client
-        .get(app.url("/v1/blocklist"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = app.get_as("/v1/blocklist", TOKEN).await;
     let list = json(r).await;
     let entries = list["entries"].as_array().unwrap();
     assert!(entries
@@ -172,13 +156,7 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
     assert!(matched >= 3, "{list}");
 
     // Lifted: the entry and what its matches listed go, and every way in works again.
-    let r = app
-        .client
-        .delete(app.url(&format!("/v1/blocklist/{id}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = app.delete_as(&format!("/v1/blocklist/{id}"), TOKEN).await;
     assert_eq!(r.status(), 200);
     let lifted = json(r).await;
     assert_eq!(lifted["lifted"].as_array().unwrap().len(), 1 + matched);
@@ -186,21 +164,14 @@ async fn the_blocklist_refuses_exact_and_near_copies_everywhere_and_lifting_rest
         let r = app.image_by_url(&origin.url(path), "w=100").await;
         assert_eq!(r.status(), 200, "{path}");
     }
-    let r = app
-        .client
-        .delete(app.url(&format!("/v1/blocklist/{id}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = app.delete_as(&format!("/v1/blocklist/{id}"), TOKEN).await;
     assert_eq!(r.status(), 404);
 }
 
 #[tokio::test]
 async fn entries_by_hash_and_fingerprint_are_checked_and_need_the_token() {
-    let origin = Origin::start().await;
     let bytes = jpeg(320, 240, 3);
-    origin.put("/a.jpg", bytes.clone());
+    let origin = Origin::start_with("/a.jpg", bytes.clone()).await;
     let app = spawn_app_with(|c| c.security.admin_token = Some(TOKEN.into())).await;
     let post_json = |body: Value, token: Option<&'static str>| {
         let mut r = app
@@ -233,19 +204,14 @@ async fn entries_by_hash_and_fingerprint_are_checked_and_need_the_token() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let r = app.image_by_url(&origin.url("/a.jpg"), "w=50").await;
+    let r = app.image_from(&origin, "/a.jpg", "w=50").await;
     assert_eq!(r.status(), 451);
     assert!(app.stored_blobs().await.is_empty(), "nothing stored");
     // Without any token configured, the routes that change the list are closed.
     let open = spawn_app().await;
     let r = open
-        .client
-        .post(open.url("/v1/blocklist"))
-        .header("content-type", "application/json")
-        .body(j!({ "sha256": sha(&bytes) }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/blocklist", &j!({ "sha256": sha(&bytes) }))
+        .await;
     assert_eq!(r.status(), 403);
 }
 
@@ -376,21 +342,13 @@ async fn app_with_hook(validator: &Validator, open: bool) -> TestApp {
 #[tokio::test]
 async fn the_validation_hook_sees_each_new_original_once_and_its_allowance_stores_it() {
     let validator = Validator::start(Verdict::Allow).await;
-    let origin = Origin::start().await;
     let bytes = jpeg(640, 480, 11);
-    origin.put("/a.jpg", bytes.clone());
+    let origin = Origin::start_with("/a.jpg", bytes.clone()).await;
     origin.put("/same.jpg", bytes.clone());
     let app = app_with_hook(&validator, false).await;
+    assert_eq!(app.image_from_status(&origin, "/a.jpg", "w=100").await, 200);
     assert_eq!(
-        app.image_by_url(&origin.url("/a.jpg"), "w=100")
-            .await
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.image_by_url(&origin.url("/same.jpg"), "w=90")
-            .await
-            .status(),
+        app.image_from_status(&origin, "/same.jpg", "w=90").await,
         200
     );
     assert!(app
@@ -423,10 +381,9 @@ async fn the_validation_hook_sees_each_new_original_once_and_its_allowance_store
 #[tokio::test]
 async fn a_denial_refuses_and_lists_the_bytes_and_stores_nothing() {
     let validator = Validator::start(Verdict::Deny).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(320, 240, 12));
+    let origin = Origin::start_with("/a.jpg", jpeg(320, 240, 12)).await;
     let app = app_with_hook(&validator, true).await;
-    let r = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(r.status(), 451);
     let body = json(r).await;
     assert_eq!(error_code(&body), "blocked");
@@ -439,12 +396,7 @@ async fn a_denial_refuses_and_lists_the_bytes_and_stores_nothing() {
     assert!(app.stored_blobs().await.is_empty());
     // Remembered: the same URL again asks neither the origin nor the service.
     let (downloads, calls) = (app.downloads(), validator.calls.load(Ordering::SeqCst));
-    assert_eq!(
-        app.image_by_url(&origin.url("/a.jpg"), "w=80")
-            .await
-            .status(),
-        451
-    );
+    assert_eq!(app.image_from_status(&origin, "/a.jpg", "w=80").await, 451);
     assert_eq!(app.downloads(), downloads);
     assert_eq!(validator.calls.load(Ordering::SeqCst), calls);
 }
@@ -452,11 +404,10 @@ async fn a_denial_refuses_and_lists_the_bytes_and_stores_nothing() {
 #[tokio::test]
 async fn a_service_that_does_not_answer_refuses_for_now_when_closed_and_stores_when_open() {
     let validator = Validator::start(Verdict::Hang).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(320, 240, 14));
+    let origin = Origin::start_with("/a.jpg", jpeg(320, 240, 14)).await;
     let closed = app_with_hook(&validator, false).await;
     let started = std::time::Instant::now();
-    let r = closed.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let r = closed.image_from(&origin, "/a.jpg", "w=100").await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the timeout holds"
@@ -471,9 +422,7 @@ async fn a_service_that_does_not_answer_refuses_for_now_when_closed_and_stores_w
     assert!(closed.stored_blobs().await.is_empty());
     let open = app_with_hook(&validator, true).await;
     assert_eq!(
-        open.image_by_url(&origin.url("/a.jpg"), "w=100")
-            .await
-            .status(),
+        open.image_from_status(&origin, "/a.jpg", "w=100").await,
         200
     );
     assert_eq!(
@@ -485,8 +434,7 @@ async fn a_service_that_does_not_answer_refuses_for_now_when_closed_and_stores_w
 #[tokio::test]
 async fn the_hook_alone_is_exempt_from_the_origin_guard() {
     let validator = Validator::start(Verdict::Allow).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(320, 240, 16));
+    let origin = Origin::start_with("/a.jpg", jpeg(320, 240, 16)).await;
     let url = format!("{}/check", validator.base);
     let app = spawn_app_with(move |c| {
         c.security.admin_token = Some(TOKEN.into());
@@ -495,7 +443,7 @@ async fn the_hook_alone_is_exempt_from_the_origin_guard() {
     })
     .await;
     // The guard refuses the loopback origin...
-    let r = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(r.status(), 403);
     assert_eq!(origin.requests(), 0);
     // ...and the hook on loopback is asked all the same.

@@ -14,11 +14,7 @@ use imgcas::hash::ContentHash;
 use serde_json::Value;
 
 fn photo(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/photos/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    common::testdata_photo(name)
 }
 
 fn reencoded(bytes: &[u8], quality: u8, scale: u32) -> Vec<u8> {
@@ -198,13 +194,8 @@ async fn ingest_reports_near_duplicate_of() {
         let app = &app;
         async move {
             let r = app
-                .client
-                .post(app.url("/v1/ingest"))
-                .header("content-type", "application/json")
-                .body(serde_json::json!({ "urls": urls }).to_string())
-                .send()
-                .await
-                .unwrap();
+                .post_json("/v1/ingest", &serde_json::json!({ "urls": urls }))
+                .await;
             json(r).await
         }
     };
@@ -236,7 +227,7 @@ async fn canonical_mode_serves_a_copy_from_the_first_original() {
     origin.put("/copy.jpg", copy.clone());
 
     let a = app
-        .image_by_url(&origin.url("/first.jpg"), "w=200&format=png")
+        .image_from(&origin, "/first.jpg", "w=200&format=png")
         .await;
     assert_eq!(a.status(), 200);
     assert_eq!(header(&a, "x-imgcas-canonical"), None);
@@ -244,7 +235,7 @@ async fn canonical_mode_serves_a_copy_from_the_first_original() {
     assert_eq!(app.processing_runs(), 1);
 
     let b = app
-        .image_by_url(&origin.url("/copy.jpg"), "w=200&format=png")
+        .image_from(&origin, "/copy.jpg", "w=200&format=png")
         .await;
     assert_eq!(b.status(), 200);
     assert_eq!(
@@ -285,7 +276,7 @@ async fn canonical_mode_serves_a_copy_from_the_first_original() {
     // a smaller (here: the original served first at half size).
     origin.put("/small.jpg", smaller.clone());
     let c = app
-        .image_by_url(&origin.url("/small.jpg"), "w=100&format=png")
+        .image_from(&origin, "/small.jpg", "w=100&format=png")
         .await;
     assert_eq!(
         header(&c, "x-imgcas-canonical"),
@@ -295,17 +286,15 @@ async fn canonical_mode_serves_a_copy_from_the_first_original() {
     // Decided afresh when the origin's bytes change: other pictures map to themselves.
     origin.put("/copy.jpg", photo("kodak-15.jpg"));
     let fresh = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .header("content-type", "application/json")
-        .body(serde_json::json!({ "urls": [origin.url("/copy.jpg")] }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/ingest",
+            &serde_json::json!({ "urls": [origin.url("/copy.jpg")] }),
+        )
+        .await;
     let fresh = json(fresh).await;
     assert_eq!(fresh["results"][0]["status"], "changed", "{fresh}");
     let d = app
-        .image_by_url(&origin.url("/copy.jpg"), "w=200&format=png")
+        .image_from(&origin, "/copy.jpg", "w=200&format=png")
         .await;
     assert_eq!(d.status(), 200);
     assert_eq!(header(&d, "x-imgcas-canonical"), None);
@@ -323,8 +312,8 @@ async fn report_mode_never_maps_a_url_elsewhere() {
     let copy = reencoded(&original, 80, 1);
     origin.put("/first.jpg", original);
     origin.put("/copy.jpg", copy.clone());
-    app.image_by_url(&origin.url("/first.jpg"), "w=200").await;
-    let b = app.image_by_url(&origin.url("/copy.jpg"), "w=200").await;
+    app.image_from(&origin, "/first.jpg", "w=200").await;
+    let b = app.image_from(&origin, "/copy.jpg", "w=200").await;
     assert_eq!(b.status(), 200);
     assert_eq!(header(&b, "x-imgcas-canonical"), None);
     assert_eq!(
@@ -351,31 +340,27 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
     let copy = reencoded(&original, 80, 1);
     origin.put("/first.jpg", original.clone());
     origin.put("/copy.jpg", copy.clone());
-    let a = app.image_by_url(&origin.url("/first.jpg"), "w=200").await;
+    let a = app.image_from(&origin, "/first.jpg", "w=200").await;
     assert_eq!(a.status(), 200);
-    let b = app.image_by_url(&origin.url("/copy.jpg"), "w=200").await;
+    let b = app.image_from(&origin, "/copy.jpg", "w=200").await;
     assert_eq!(
         header(&b, "x-imgcas-canonical"),
         Some(hash(&original).as_str())
     );
 
     let r = app
-        .client
-        .delete(app.url(&format!("/v1/originals/{}", hash(&original))))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+        .delete_as(&format!("/v1/originals/{}", hash(&original)), TOKEN)
+        .await;
     assert_eq!(r.status(), 200);
 
     // The merged URL, its own bytes by hash, and its original: all refused.
-    let r = app.image_by_url(&origin.url("/copy.jpg"), "w=200").await;
+    let r = app.image_from(&origin, "/copy.jpg", "w=200").await;
     assert_eq!(r.status(), 451, "the merged URL");
     let r = app.get(&format!("/v1/image/{}?w=200", hash(&copy))).await;
     assert_eq!(r.status(), 451, "the merged bytes by hash");
     let r = app.get(&format!("/v1/originals/{}", hash(&copy))).await;
     assert_eq!(r.status(), 451, "the merged bytes as an original");
-    let r = app.image_by_url(&origin.url("/first.jpg"), "w=200").await;
+    let r = app.image_from(&origin, "/first.jpg", "w=200").await;
     assert_eq!(r.status(), 451, "the original's own URL");
 
     // A copy never seen before (another re-encode, a PNG of it) is refused too, and stored
@@ -390,7 +375,7 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
         assert!(!app.stored_blobs().await.contains(&ContentHash::of(&bytes)));
     }
     origin.put("/other.jpg", photo("kodak-15.jpg"));
-    let r = app.image_by_url(&origin.url("/other.jpg"), "w=200").await;
+    let r = app.image_from(&origin, "/other.jpg", "w=200").await;
     assert_eq!(r.status(), 200);
 }
 
@@ -433,10 +418,9 @@ async fn canonical_mode_never_merges_an_edited_copy() {
     use imgcas_processors::fingerprint::{fingerprint, Guards};
     use imgcas_processors::{Decode, Limits};
     let app = spawn_app_with(|c| c.dedup.near = NearDedup::Canonical).await;
-    let origin = Origin::start().await;
     let original = photo("kodak-02.jpg");
-    origin.put("/photo.jpg", original.clone());
-    let r = app.image_by_url(&origin.url("/photo.jpg"), "w=64").await;
+    let origin = Origin::start_with("/photo.jpg", original.clone()).await;
+    let r = app.image_from(&origin, "/photo.jpg", "w=64").await;
     assert_eq!(r.status(), 200);
 
     let fp = |b: &[u8]| fingerprint(b, &Limits::default(), &Decode).unwrap();
@@ -502,7 +486,7 @@ async fn canonical_mode_never_merges_an_edited_copy() {
     assert!(refused >= edits.len() as f64, "{refused}");
     // A re-encode is the same picture: merged.
     origin.put("/copy.jpg", reencoded(&original, 75, 1));
-    let r = app.image_by_url(&origin.url("/copy.jpg"), "w=64").await;
+    let r = app.image_from(&origin, "/copy.jpg", "w=64").await;
     assert_eq!(
         header(&r, "x-imgcas-canonical"),
         Some(hash(&original).as_str())

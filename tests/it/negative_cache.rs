@@ -36,7 +36,7 @@ async fn a_gone_url_is_held_for_minutes_without_origin_traffic() {
     );
     let age = max_age(&r);
     assert!((100..=120).contains(&age), "minutes, got {age}");
-    assert_eq!(json(r).await["error"]["code"], "not_found");
+    assert_eq!(error_code_of(r).await, "not_found");
 
     // Other specs of the same URL: the origin is not asked again.
     for spec in ["w=40", "w=80", "format=webp"] {
@@ -114,7 +114,7 @@ async fn a_rate_limited_origin_gets_the_pause_it_asks_for() {
     assert_eq!(r.status(), 502);
     assert_eq!(retry_after(&r), Some(30));
     assert_eq!(max_age(&r), 30);
-    assert_eq!(json(r).await["error"]["code"], "origin_error");
+    assert_eq!(error_code_of(r).await, "origin_error");
     let r = app.image_by_url(&url, "w=40").await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("error-hit"));
     assert!(retry_after(&r).is_some_and(|s| (28..=30).contains(&s)));
@@ -125,23 +125,20 @@ async fn a_rate_limited_origin_gets_the_pause_it_asks_for() {
 async fn bad_bytes_are_cached_per_hash_and_spec_behind_every_url() {
     let app = spawn_app().await;
     let origin = Origin::start().await;
-    let mut corrupt = jpeg(400, 300, 9);
-    let len = corrupt.len();
-    corrupt[600..len - 2].fill(0x00);
-    corrupt.truncate(len / 2);
+    let corrupt = corrupt_jpeg(400, 300, 9);
     origin.put("/a.jpg", corrupt.clone());
     origin.put("/b.jpg", corrupt);
-    let r = app.image_by_url(&origin.url("/a.jpg"), "w=40").await;
+    let r = app.image_from(&origin, "/a.jpg", "w=40").await;
     assert_eq!(r.status(), 422);
     let age = max_age(&r);
     assert!((60..=3600).contains(&age), "short, not a year: {age}");
     // Same bytes behind another URL, same spec: the stored error, no second run.
-    let r = app.image_by_url(&origin.url("/b.jpg"), "w=40").await;
+    let r = app.image_from(&origin, "/b.jpg", "w=40").await;
     assert_eq!(r.status(), 422);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("error-hit"));
     assert_eq!(app.processing_runs(), 1);
     // Another spec is another result: processed (and failed) once more.
-    let r = app.image_by_url(&origin.url("/b.jpg"), "w=80").await;
+    let r = app.image_from(&origin, "/b.jpg", "w=80").await;
     assert_eq!(r.status(), 422);
     assert_eq!(app.processing_runs(), 2);
 }

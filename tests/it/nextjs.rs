@@ -134,8 +134,7 @@ async fn next_image_shows_imgcas_variants_in_chromium() {
         return;
     };
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(2000, 1500, 3));
+    let origin = Origin::start_with("/photo.jpg", jpeg(2000, 1500, 3)).await;
     let imgcas = app.url("");
 
     let work = tempfile::tempdir().unwrap();
@@ -273,8 +272,7 @@ async fn the_signing_routes_urls_are_accepted_by_imgcas() {
         return;
     };
     let app = spawn_app_with(|c| c.security.signing_key = Some(KEY.into())).await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(320, 240, 4));
+    let origin = Origin::start_with("/photo.jpg", jpeg(320, 240, 4)).await;
     let script = format!(
         "import('./next/imgcas-sign-route.js').then((m) => console.log(m.signedPath(\
          new URLSearchParams({{ url: {url:?}, w: '100', q: '75', format: 'auto' }}), {KEY:?})))",

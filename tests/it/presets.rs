@@ -15,9 +15,7 @@ fn with_presets(c: &mut imgcas::config::Config) {
 #[tokio::test]
 async fn a_preset_is_its_options_and_shares_their_variant() {
     let app = spawn_app_with(with_presets).await;
-    let origin = Origin::start().await;
-    origin.put("/p.jpg", jpeg(300, 200, 7));
-    let source = origin.url("/p.jpg");
+    let (_origin, source) = Origin::serving("/p.jpg", jpeg(300, 200, 7)).await;
 
     let by_preset = app.image_by_url(&source, "preset=thumb").await;
     assert_eq!(by_preset.status(), 200);
@@ -58,9 +56,7 @@ async fn only_presets_refuses_everything_else_before_any_download() {
         c.security.only_presets = true;
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/q.jpg", jpeg(300, 200, 8));
-    let source = origin.url("/q.jpg");
+    let (origin, source) = Origin::serving("/q.jpg", jpeg(300, 200, 8)).await;
 
     // Issue 28: `format=json` beside a preset is an option spelled out like any other.
     for query in [
@@ -73,11 +69,7 @@ async fn only_presets_refuses_everything_else_before_any_download() {
     ] {
         let r = app.image_by_url(&source, query).await;
         assert_eq!(r.status(), 403, "{query:?}");
-        assert_eq!(
-            json(r).await["error"]["code"],
-            "preset_required",
-            "{query:?}"
-        );
+        assert_eq!(error_code_of(r).await, "preset_required", "{query:?}");
     }
     let unknown = app.image_by_url(&source, "preset=nope").await;
     assert_eq!(unknown.status(), 400);
@@ -119,8 +111,7 @@ async fn presets_from_the_environment() {
         .env("IMGCAS_ONLY_PRESETS", "true")
         .env("IMGCAS_ALLOW_PRIVATE_NETWORKS", "true");
     let server = binary::spawn(command);
-    let origin = Origin::start().await;
-    origin.put("/r.jpg", jpeg(200, 100, 9));
+    let origin = Origin::start_with("/r.jpg", jpeg(200, 100, 9)).await;
     let client = client();
     let get = |q: String| {
         let url = format!("{}/v1/image?url={}&{q}", server.base, origin.url("/r.jpg"));

@@ -125,8 +125,7 @@ async fn a_real_prometheus_finds_every_metric_the_dashboard_and_rules_name() {
         c.server.admin_sample_every = Duration::from_millis(500);
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(320, 240, 5));
+    let origin = Origin::start_with("/a.jpg", jpeg(320, 240, 5)).await;
     origin.put("/b.jpg", jpeg(320, 240, 5));
     origin.put("/c.png", png(64, 48, 7));
 
@@ -184,9 +183,9 @@ async fn a_real_prometheus_finds_every_metric_the_dashboard_and_rules_name() {
             let r = app.image_by_url(&origin.url(path), "w=30").await;
             assert_eq!(r.status(), 200, "{path} in round {round}");
         }
-        let missing = app.image_by_url(&origin.url("/missing.jpg"), "w=30").await;
+        let missing = app.image_from(&origin, "/missing.jpg", "w=30").await;
         assert_eq!(missing.status(), 404);
-        let bad = app.image_by_url(&origin.url("/a.jpg"), "w=-1").await;
+        let bad = app.image_from(&origin, "/a.jpg", "w=-1").await;
         assert_eq!(bad.status(), 400);
         let page = client
             .get(app.url("/admin"))

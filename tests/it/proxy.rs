@@ -99,8 +99,7 @@ async fn get(base: &str, source: &str) -> reqwest::Response {
 #[tokio::test]
 async fn proxy_variables_do_not_reroute_fetches() {
     let proxy = FakeProxy::start();
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(64, 48, 1));
+    let origin = Origin::start_with("/a.jpg", jpeg(64, 48, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let server = serve_behind(
         &proxy,
@@ -129,8 +128,7 @@ async fn a_name_resolving_to_loopback_is_refused_even_with_a_proxy_configured() 
         return;
     };
     let proxy = FakeProxy::start();
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(64, 48, 1));
+    let origin = Origin::start_with("/a.jpg", jpeg(64, 48, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let server = serve_behind(&proxy, dir.path(), &[]);
     let r = get(

@@ -11,9 +11,8 @@ use imgcas::hash::ContentHash;
 #[tokio::test]
 async fn within_revalidate_after_the_origin_sees_nothing() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(300, 200, 1));
-    app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let origin = Origin::start_with("/a.jpg", jpeg(300, 200, 1)).await;
+    app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(origin.requests(), 1);
     for q in ["w=100", "w=50", "h=20&format=png"] {
         let r = app.image_by_url(&origin.url("/a.jpg"), q).await;
@@ -25,12 +24,11 @@ async fn within_revalidate_after_the_origin_sees_nothing() {
 #[tokio::test]
 async fn after_revalidate_after_one_conditional_request_answered_304() {
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::from_secs(1)).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(300, 200, 2));
-    let first = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let origin = Origin::start_with("/a.jpg", jpeg(300, 200, 2)).await;
+    let first = app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(first.status(), 200);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let second = app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    let second = app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(second.status(), 200);
     assert_eq!(header(&second, "x-imgcas-cache"), Some("revalidated"));
     assert_eq!(origin.conditional(), 1);
@@ -40,23 +38,22 @@ async fn after_revalidate_after_one_conditional_request_answered_304() {
     assert_eq!(app.stored_blobs().await.len(), 1);
     assert_eq!(app.processing_runs(), 1);
     // The 304 refreshed the check time: fresh again.
-    app.image_by_url(&origin.url("/a.jpg"), "w=100").await;
+    app.image_from(&origin, "/a.jpg", "w=100").await;
     assert_eq!(origin.requests(), 2);
 }
 
 #[tokio::test]
 async fn changed_content_is_served_under_its_new_hash() {
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
-    let origin = Origin::start().await;
     let old = jpeg(800, 600, 3);
-    origin.put("/p.jpg", old.clone());
-    let before = app.image_by_url(&origin.url("/p.jpg"), "w=100").await;
+    let origin = Origin::start_with("/p.jpg", old.clone()).await;
+    let before = app.image_from(&origin, "/p.jpg", "w=100").await;
     let old_etag = header(&before, "etag").unwrap().to_string();
     assert_eq!(dimensions(&before.bytes().await.unwrap()), (100, 75));
 
     let new = jpeg(600, 800, 4);
     origin.put("/p.jpg", new.clone());
-    let after = app.image_by_url(&origin.url("/p.jpg"), "w=100").await;
+    let after = app.image_from(&origin, "/p.jpg", "w=100").await;
     assert_eq!(after.status(), 200);
     let new_hash = ContentHash::of(&new).to_hex();
     assert_eq!(
@@ -72,18 +69,12 @@ async fn changed_content_is_served_under_its_new_hash() {
 #[tokio::test]
 async fn a_failing_origin_leaves_the_stored_mapping_in_service() {
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
-    let origin = Origin::start().await;
     let bytes = jpeg(300, 300, 5);
-    origin.put("/s.jpg", bytes.clone());
-    assert_eq!(
-        app.image_by_url(&origin.url("/s.jpg"), "w=64")
-            .await
-            .status(),
-        200
-    );
+    let origin = Origin::start_with("/s.jpg", bytes.clone()).await;
+    assert_eq!(app.image_from_status(&origin, "/s.jpg", "w=64").await, 200);
 
     origin.status("/s.jpg", 503);
-    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    let r = app.image_from(&origin, "/s.jpg", "w=64").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-imgcas-cache"), Some("stale"));
     let hash = ContentHash::of(&bytes).to_hex();
@@ -91,16 +82,16 @@ async fn a_failing_origin_leaves_the_stored_mapping_in_service() {
 
     // While the failure is held (1 s after a first failure), the origin is left alone.
     let asked = origin.requests();
-    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    let r = app.image_from(&origin, "/s.jpg", "w=64").await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("stale"));
     assert_eq!(origin.requests(), asked);
 
     // Gone for good is not transient: the client is told, once the backoff has passed.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     origin.status("/s.jpg", 404);
-    let r = app.image_by_url(&origin.url("/s.jpg"), "w=64").await;
+    let r = app.image_from(&origin, "/s.jpg", "w=64").await;
     assert_eq!(r.status(), 404);
-    assert_eq!(json(r).await["error"]["code"], "not_found");
+    assert_eq!(error_code_of(r).await, "not_found");
 }
 
 #[tokio::test]
@@ -109,7 +100,7 @@ async fn an_origin_with_only_last_modified_is_revalidated_with_if_modified_since
     let origin = Origin::start().await;
     origin.put_without_etag("/lm.jpg", jpeg(300, 200, 8));
     for expected in ["miss", "revalidated"] {
-        let r = app.image_by_url(&origin.url("/lm.jpg"), "w=100").await;
+        let r = app.image_from(&origin, "/lm.jpg", "w=100").await;
         assert_eq!(r.status(), 200);
         assert_eq!(header(&r, "x-imgcas-cache"), Some(expected));
     }
@@ -121,17 +112,16 @@ async fn an_origin_with_only_last_modified_is_revalidated_with_if_modified_since
 #[tokio::test]
 async fn validators_that_come_with_a_304_replace_the_stored_ones() {
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
-    let origin = Origin::start().await;
-    origin.put("/t.jpg", jpeg(300, 200, 9));
-    app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    let origin = Origin::start_with("/t.jpg", jpeg(300, 200, 9)).await;
+    app.image_from(&origin, "/t.jpg", "w=100").await;
     // The origin moves to a new tag for the same bytes, still honouring the old one once:
     // its 304 carries the new tag.
     origin.retag("/t.jpg", "\"v2\"", true);
-    let r = app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/t.jpg", "w=100").await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("revalidated"));
     // Now only the new tag matches: asking with the old one would cost a full download.
     origin.retag("/t.jpg", "\"v2\"", false);
-    let r = app.image_by_url(&origin.url("/t.jpg"), "w=100").await;
+    let r = app.image_from(&origin, "/t.jpg", "w=100").await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("revalidated"));
     assert_eq!(origin.not_modified(), 2);
     assert_eq!(origin.full(), 1, "one download in all");
@@ -140,9 +130,7 @@ async fn validators_that_come_with_a_304_replace_the_stored_ones() {
 #[tokio::test]
 async fn an_ingest_recheck_asks_the_origin_itself_while_a_request_is_revalidating() {
     let app = spawn_app_with(|c| c.fetch.revalidate_after = Duration::ZERO).await;
-    let origin = Origin::start().await;
-    origin.put("/s.jpg", jpeg(300, 200, 10));
-    let url = origin.url("/s.jpg");
+    let (origin, url) = Origin::serving("/s.jpg", jpeg(300, 200, 10)).await;
     app.image_by_url(&url, "w=100").await;
     origin.put_slow(
         "/s.jpg",
@@ -161,13 +149,8 @@ async fn an_ingest_recheck_asks_the_origin_itself_while_a_request_is_revalidatin
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
     let pushed = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .header("content-type", "application/json")
-        .body(serde_json::json!({ "urls": [url] }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/ingest", &serde_json::json!({ "urls": [url] }))
+        .await;
     assert_eq!(pushed.status(), 200);
     assert_eq!(request.await.unwrap(), 200);
     assert_eq!(

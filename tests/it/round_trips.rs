@@ -89,9 +89,7 @@ async fn requests_keep_to_their_round_trip_budgets() {
         })
     };
     let (a, b) = (node("a").await, node("b").await);
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(640, 480, 7));
-    let source = origin.url("/photo.jpg");
+    let (_origin, source) = Origin::serving("/photo.jpg", jpeg(640, 480, 7)).await;
 
     let (new_url, ops) = cost_of(&a, || a.image_by_url(&source, "w=100")).await;
     eprintln!("new URL: {new_url} {ops:?}");

@@ -20,20 +20,11 @@ async fn an_s3_outage_serves_hits_refuses_misses_cleanly_and_heals() {
     .await;
     let addr = target.server.as_ref().unwrap().addr;
     let app = spawn_app_with(|c| target.configure(c)).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(640, 480, 1));
+    let origin = Origin::start_with("/a.jpg", jpeg(640, 480, 1)).await;
     origin.put("/b.jpg", jpeg(640, 480, 2));
     let a = origin.url("/a.jpg");
-    assert_eq!(app.image_by_url(&a, "w=100").await.status(), 200);
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.image_status(&a, "w=100").await, 200);
+    assert_eq!(app.get("/readyz").await.status(), 200);
 
     if let Some(mut server) = target.server.take() {
         server.stop();
@@ -41,11 +32,11 @@ async fn an_s3_outage_serves_hits_refuses_misses_cleanly_and_heals() {
     let hit = app.image_by_url(&a, "w=100").await;
     assert_eq!(hit.status(), 200, "a stored variant needs no original");
     assert_eq!(header(&hit, "x-imgcas-cache"), Some("hit"));
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), 503);
     for response in [
         app.image_by_url(&a, "w=200").await,
-        app.image_by_url(&origin.url("/b.jpg"), "w=100").await,
+        app.image_from(&origin, "/b.jpg", "w=100").await,
         app.upload(jpeg(64, 64, 9)).await,
     ] {
         assert_eq!(response.status(), 503);
@@ -61,15 +52,10 @@ async fn an_s3_outage_serves_hits_refuses_misses_cleanly_and_heals() {
     }
 
     target.server = Some(InProcessS3::start_on(root, addr));
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), 200, "ready again without a restart");
-    assert_eq!(app.image_by_url(&a, "w=200").await.status(), 200);
-    assert_eq!(
-        app.image_by_url(&origin.url("/b.jpg"), "w=100")
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(app.image_status(&a, "w=200").await, 200);
+    assert_eq!(app.image_from_status(&origin, "/b.jpg", "w=100").await, 200);
     assert_eq!(app.upload(jpeg(64, 64, 9)).await.status(), 201);
 }
 
@@ -89,17 +75,16 @@ async fn a_silent_bucket_costs_a_request_seconds_and_a_503_not_a_hang() {
         c.storage.s3.endpoint = Some(endpoint.clone());
     })
     .await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(640, 480, 1));
+    let origin = Origin::start_with("/a.jpg", jpeg(640, 480, 1)).await;
     origin.put("/b.jpg", jpeg(640, 480, 2));
     let a = origin.url("/a.jpg");
-    assert_eq!(app.image_by_url(&a, "w=100").await.status(), 200);
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(app.image_status(&a, "w=100").await, 200);
+    let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), 200);
 
     relay.silence();
     let started = std::time::Instant::now();
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let ready = app.get("/readyz").await;
     let took = started.elapsed();
     assert_eq!(ready.status(), 503);
     assert!(
@@ -122,29 +107,22 @@ async fn a_silent_bucket_costs_a_request_seconds_and_a_503_not_a_hang() {
     let took = started.elapsed();
     for response in [new_spec, new_url, upload] {
         assert_eq!(response.status(), 503);
-        assert_eq!(json(response).await["error"]["code"], "storage_unavailable");
+        assert_eq!(error_code_of(response).await, "storage_unavailable");
     }
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
 
     relay.restore();
     let mut ready = 0;
     for _ in 0..50 {
-        ready = app
-            .client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
+        ready = app.get("/readyz").await.status().as_u16();
         if ready == 200 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(ready, 200, "ready again without a restart");
-    assert_eq!(app.image_by_url(&a, "w=200").await.status(), 200);
-    assert_eq!(app.image_by_url(&b, "w=100").await.status(), 200);
+    assert_eq!(app.image_status(&a, "w=200").await, 200);
+    assert_eq!(app.image_status(&b, "w=100").await, 200);
     assert_eq!(app.upload(jpeg(64, 64, 9)).await.status(), 201);
     app.stop().await;
 }

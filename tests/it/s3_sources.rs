@@ -52,10 +52,9 @@ async fn an_s3_source_is_served_and_dedups_with_an_http_source_of_the_same_bytes
     assert_eq!(header(&again, "x-imgcas-cache"), Some("hit"));
 
     // The same bytes behind an HTTP URL: one original, one variant per spec.
-    let origin = Origin::start().await;
-    origin.put("/soda.jpg", photo);
+    let origin = Origin::start_with("/soda.jpg", photo).await;
     let by_http = app
-        .image_by_url(&origin.url("/soda.jpg"), "w=100&format=webp")
+        .image_from(&origin, "/soda.jpg", "w=100&format=webp")
         .await;
     assert_eq!(header(&by_http, "etag"), Some(etag.as_str()));
     assert_eq!(
@@ -75,7 +74,7 @@ async fn only_listed_buckets_are_read_and_a_missing_key_is_404() {
         .image_by_url("s3://someone-elses-bucket/a.jpg", "w=10")
         .await;
     assert_eq!(other.status(), 403);
-    assert_eq!(json(other).await["error"]["code"], "source_not_allowed");
+    assert_eq!(error_code_of(other).await, "source_not_allowed");
     let missing = app
         .image_by_url(&format!("s3://{}/nothing.jpg", target.bucket), "w=10")
         .await;

@@ -84,7 +84,7 @@ async fn indexed_bytes_are_not_put_again() {
     );
     // The origin answers 200 to the conditional request (new validators, same bytes).
     origin.retag("/copy-0.jpg", "\"fresh-tag\"", false);
-    let r = app.image_by_url(&origin.url("/copy-0.jpg"), "w=50").await;
+    let r = app.image_from(&origin, "/copy-0.jpg", "w=50").await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         origin.full(),

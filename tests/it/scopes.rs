@@ -17,11 +17,7 @@ const MODERATOR: &str = "moderator-token-0123456789abc";
 const OPS: &str = "ops-token-0123456789abcdefgh";
 
 fn photo(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/photos/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    testdata_photo(name)
 }
 
 async fn scoped_app() -> TestApp {
@@ -96,14 +92,8 @@ async fn a_tenants_token_cannot_take_down_or_lift_another_tenants_content() {
         .unwrap();
     refused_for(listing, "moderate", "tenant B listing").await;
     let json_listing = app
-        .client
-        .post(app.url("/v1/blocklist"))
-        .bearer_auth(SHOP_B)
-        .header("content-type", "application/json")
-        .body(j!({ "sha256": hash }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json_as("/v1/blocklist", SHOP_B, &j!({ "sha256": hash }))
+        .await;
     refused_for(json_listing, "moderate", "tenant B listing by hash").await;
     let served = app.get(&format!("/v1/image/{hash}?w=64")).await;
     assert_eq!(served.status(), 200, "A's original is still served");
@@ -128,14 +118,8 @@ async fn a_tenants_token_cannot_take_down_or_lift_another_tenants_content() {
 
     // A moderator lists it; neither tenant can lift it; the moderator can.
     let listed = app
-        .client
-        .post(app.url("/v1/blocklist"))
-        .bearer_auth(MODERATOR)
-        .header("content-type", "application/json")
-        .body(j!({ "sha256": hash }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json_as("/v1/blocklist", MODERATOR, &j!({ "sha256": hash }))
+        .await;
     assert_eq!(listed.status(), 200);
     let id = json(listed).await["entry"]["id"]
         .as_str()

@@ -38,7 +38,7 @@ async fn half_a_request_line_is_cut_off_and_idle_clients_do_not_block_others() {
         crowd.push(half_request(&app).await);
     }
     let asked = Instant::now();
-    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    let r = app.get("/healthz").await;
     assert_eq!(r.status(), 200);
     assert!(
         asked.elapsed() < Duration::from_secs(1),
@@ -56,14 +56,14 @@ async fn the_request_timeout_spares_ingest() {
     origin.put_slow("/slow2.jpg", jpeg(100, 80, 2), Some(Duration::from_secs(2)));
 
     let asked = Instant::now();
-    let r = app.image_by_url(&origin.url("/slow.jpg"), "w=50").await;
+    let r = app.image_from(&origin, "/slow.jpg", "w=50").await;
     assert_eq!(r.status(), 503);
     assert!(
         asked.elapsed() < Duration::from_millis(1900),
         "{:?}",
         asked.elapsed()
     );
-    assert_eq!(json(r).await["error"]["code"], "overloaded");
+    assert_eq!(error_code_of(r).await, "overloaded");
 
     let body = serde_json::json!({ "urls": [origin.url("/slow2.jpg")] }).to_string();
     let r = app
@@ -112,7 +112,7 @@ async fn uploads_are_capped_and_a_stalled_one_is_ended() {
     let second = app.upload(jpeg(64, 64, 1)).await;
     assert_eq!(second.status(), 503, "one upload at a time");
     assert!(second.headers().contains_key("retry-after"));
-    assert_eq!(json(second).await["error"]["code"], "overloaded");
+    assert_eq!(error_code_of(second).await, "overloaded");
 
     // 1,000 bytes in 10 s is far under 64 KiB/s: ended once the grace period is over.
     let text = answer(&mut stalled).await;

@@ -19,8 +19,7 @@ fn encoded(s: &str) -> String {
 #[tokio::test]
 async fn good_bad_missing_and_rotated_signatures() {
     let app = spawn_app_with(|c| c.security.signing_key = Some(format!("{NEW},{OLD}"))).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(200, 100, 3));
+    let origin = Origin::start_with("/a.jpg", jpeg(200, 100, 3)).await;
     // Already canonical: sorted by name, form-encoded.
     let query = format!("url={}&w=50", encoded(&origin.url("/a.jpg")));
     let get = |q: String| {
@@ -52,7 +51,7 @@ async fn good_bad_missing_and_rotated_signatures() {
     ] {
         let r = get(q).await;
         assert_eq!(r.status(), 403, "{case}");
-        assert_eq!(json(r).await["error"]["code"], "bad_signature", "{case}");
+        assert_eq!(error_code_of(r).await, "bad_signature", "{case}");
     }
     assert_eq!(origin.requests(), 1, "refused requests reach no origin");
 
@@ -60,19 +59,9 @@ async fn good_bad_missing_and_rotated_signatures() {
     let hash = imgcas::hash::ContentHash::of(&jpeg(200, 100, 3)).to_hex();
     let path = format!("/v1/image/{hash}");
     let sig = hmac_hex(OLD, &format!("{path}?w=20"));
-    let r = app
-        .client
-        .get(app.url(&format!("{path}?w=20&sig={sig}")))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get(&format!("{path}?w=20&sig={sig}")).await;
     assert_eq!(r.status(), 200);
-    let r = app
-        .client
-        .get(app.url(&format!("{path}?w=20")))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get(&format!("{path}?w=20")).await;
     assert_eq!(r.status(), 403);
 }
 
@@ -83,8 +72,7 @@ async fn the_readme_openssl_one_liner_signs_correctly() {
         return;
     }
     let app = spawn_app_with(|c| c.security.signing_key = Some(NEW.into())).await;
-    let origin = Origin::start().await;
-    origin.put("/b.jpg", jpeg(120, 80, 4));
+    let origin = Origin::start_with("/b.jpg", jpeg(120, 80, 4)).await;
     let query = format!("format=webp&url={}&w=40", encoded(&origin.url("/b.jpg")));
     // The recipe of docs/api.md, verbatim apart from the variables.
     let out = Command::new("sh")
@@ -96,11 +84,6 @@ async fn the_readme_openssl_one_liner_signs_correctly() {
         .unwrap();
     let sig = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert_eq!(sig.len(), 64, "openssl printed {sig:?}");
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/image?{query}&sig={sig}")))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get(&format!("/v1/image?{query}&sig={sig}")).await;
     assert_eq!(r.status(), 200);
 }

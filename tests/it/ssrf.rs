@@ -8,8 +8,7 @@ use common::*;
 #[tokio::test]
 async fn the_default_config_refuses_loopback_origins_without_traffic() {
     let app = spawn_app_with(|c| c.fetch.allow_private_networks = false).await;
-    let origin = Origin::start().await;
-    origin.put("/a.jpg", jpeg(100, 100, 1));
+    let origin = Origin::start_with("/a.jpg", jpeg(100, 100, 1)).await;
     let port = origin.addr.port();
     for source in [
         format!("http://127.0.0.1:{port}/a.jpg"),
@@ -38,11 +37,7 @@ async fn the_default_config_refuses_loopback_origins_without_traffic() {
     ] {
         let r = app.image_by_url(&source, "w=10").await;
         assert_eq!(r.status(), 403, "{source}");
-        assert_eq!(
-            json(r).await["error"]["code"],
-            "source_not_allowed",
-            "{source}"
-        );
+        assert_eq!(error_code_of(r).await, "source_not_allowed", "{source}");
     }
     // Credentials in the URL (`trusted@127.0.0.1`) are refused outright, whatever the host.
     for source in [
@@ -63,21 +58,21 @@ async fn every_redirect_hop_is_checked() {
     let port = origin.addr.port();
     origin.redirect("/hop", &format!("http://localhost:{port}/a.jpg"));
     origin.redirect("/ok", "/a.jpg");
-    let r = app.image_by_url(&origin.url("/hop"), "w=10").await;
+    let r = app.image_from(&origin, "/hop", "w=10").await;
     assert_eq!(r.status(), 403);
-    assert_eq!(json(r).await["error"]["code"], "source_not_allowed");
+    assert_eq!(error_code_of(r).await, "source_not_allowed");
     assert_eq!(origin.requests(), 1, "the refused hop is never requested");
 
-    let r = app.image_by_url(&origin.url("/ok"), "w=10").await;
+    let r = app.image_from(&origin, "/ok", "w=10").await;
     assert_eq!(r.status(), 200, "a same-host redirect is followed");
 
     // Issue 28: credentials in a redirect target are refused as they are in a URL given
     // directly, and the hop is never requested.
     let requests = origin.requests();
     origin.redirect("/cred", &format!("http://user:pw@127.0.0.1:{port}/a.jpg"));
-    let r = app.image_by_url(&origin.url("/cred"), "w=11").await;
+    let r = app.image_from(&origin, "/cred", "w=11").await;
     assert_eq!(r.status(), 502);
-    assert_eq!(json(r).await["error"]["code"], "origin_error");
+    assert_eq!(error_code_of(r).await, "origin_error");
     assert_eq!(
         origin.requests(),
         requests + 1,
@@ -87,7 +82,7 @@ async fn every_redirect_hop_is_checked() {
     for i in 0..7 {
         origin.redirect(&format!("/loop{i}"), &format!("/loop{}", i + 1));
     }
-    let r = app.image_by_url(&origin.url("/loop0"), "w=10").await;
+    let r = app.image_from(&origin, "/loop0", "w=10").await;
     assert_eq!(r.status(), 502);
 }
 
@@ -96,7 +91,7 @@ async fn hosts_outside_the_allow_list_are_refused() {
     let origin = Origin::start().await;
     let app = spawn_app_with(|c| c.fetch.allowed_hosts = vec!["images.example".into()]).await;
     origin.put("/a.jpg", jpeg(10, 10, 3));
-    let r = app.image_by_url(&origin.url("/a.jpg"), "").await;
+    let r = app.image_from(&origin, "/a.jpg", "").await;
     assert_eq!(r.status(), 403);
     assert_eq!(origin.requests(), 0);
 }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use imgcas::blob::{key_for, BlobStore, S3BlobStore};
 use imgcas::hash::ContentHash;
 use imgcas::maps::{OriginalInfo, Originals, PostgresMaps, WalkLog};
+use serde_json::Value;
 
 const TOKEN: &str = "the-store-check-admin-token";
 
@@ -41,13 +42,7 @@ fn plant(dir: &Path, bytes: &[u8], age: Duration) -> (ContentHash, PathBuf) {
 }
 
 async fn upload(base: &str, bytes: Vec<u8>) -> ContentHash {
-    let r = common::client()
-        .post(format!("{base}/v1/originals"))
-        .bearer_auth(TOKEN)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
+    let r = common::post_url_as(format!("{base}/v1/originals"), TOKEN, bytes).await;
     assert!(r.status().is_success(), "{}", r.status());
     common::json(r).await["hash"]
         .as_str()
@@ -58,12 +53,7 @@ async fn upload(base: &str, bytes: Vec<u8>) -> ContentHash {
 
 /// `GET /admin/check` as JSON.
 async fn state(base: &str) -> serde_json::Value {
-    let r = common::client()
-        .get(format!("{base}/admin/check"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = common::get_url_as(format!("{base}/admin/check"), TOKEN).await;
     assert_eq!(r.status(), 200);
     common::json(r).await["check"].clone()
 }
@@ -174,20 +164,9 @@ async fn the_online_check_names_what_differs_and_gc_deletes_only_the_unreference
 }
 
 /// Polls `GET /admin/check` until `done` holds of the check.
-async fn wait_for(
-    base: &str,
-    what: &str,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let check = state(base).await;
-        if done(&check) {
-            return check;
-        }
-        assert!(Instant::now() < deadline, "{what}: {check}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn wait_for(base: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let limit = Duration::from_secs(120);
+    common::poll_until(what, limit, || state(base), done).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,12 +187,13 @@ async fn a_check_killed_half_way_resumes_from_its_last_page() {
     for seed in 0..3u8 {
         upload(&base, common::png(16, 16, seed.wrapping_mul(29))).await;
     }
-    let r = common::client()
-        .post(format!("{base}/admin/check"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = common::send_as(
+        &common::client(),
+        reqwest::Method::POST,
+        format!("{base}/admin/check"),
+        TOKEN,
+    )
+    .await;
     assert_eq!(r.status(), 202);
     assert_eq!(common::json(r).await["started"], true);
     let half = wait_for(&base, "a first page", |c| {

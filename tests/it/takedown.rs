@@ -52,8 +52,8 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
     let first = app.image_by_url(&a, "w=100&format=webp").await;
     assert_eq!(first.status(), 200);
     let hash = header(&first, "x-imgcas-source-hash").unwrap().to_string();
-    assert_eq!(app.image_by_url(&b, "w=50").await.status(), 200);
-    assert_eq!(app.image_by_url(&other, "w=50").await.status(), 200);
+    assert_eq!(app.image_status(&b, "w=50").await, 200);
+    assert_eq!(app.image_status(&other, "w=50").await, 200);
     let by_hash = app.get(&format!("/v1/image/{hash}?w=60&format=png")).await;
     assert_eq!(by_hash.status(), 200);
     let before = app.pipeline.stored_stats().await.unwrap();
@@ -96,7 +96,7 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
         let r = app.get(&route).await;
         assert_eq!(r.status(), 451, "{route}");
         assert_eq!(header(&r, "cache-control"), Some("no-store"), "{route}");
-        assert_eq!(json(r).await["error"]["code"], "taken_down", "{route}");
+        assert_eq!(error_code_of(r).await, "taken_down", "{route}");
     }
     // By URL: downloaded once more (its entry was removed), found taken down and remembered
     // as such: the next requests answer without a download, and store nothing.
@@ -105,7 +105,7 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
         let r = app.image_by_url(&a, "w=100&format=webp").await;
         assert_eq!(r.status(), 451);
         assert_eq!(header(&r, "x-imgcas-source-hash"), Some(hash.as_str()));
-        assert_eq!(json(r).await["error"]["code"], "taken_down");
+        assert_eq!(error_code_of(r).await, "taken_down");
     }
     assert_eq!(origin.full(), downloads + 1);
     // An upload of the same bytes is refused too.
@@ -113,14 +113,12 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
     assert_eq!(refused.status(), 451);
     // So is an ingest of its URLs, item by item.
     let ingested = app
-        .client
-        .post(app.url("/v1/ingest"))
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json")
-        .body(serde_json::json!({ "urls": [b.as_str()] }).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_json_as(
+            "/v1/ingest",
+            TOKEN,
+            &serde_json::json!({ "urls": [b.as_str()] }),
+        )
+        .await;
     assert_eq!(ingested.status(), 200);
     let answer = json(ingested).await;
     assert_eq!(answer["summary"]["failed"], 1, "{answer}");
@@ -130,13 +128,7 @@ async fn a_takedown_removes_everything_of_the_content_and_refuses_it_until_lifte
     let r = app.image_by_url(&other, "w=50").await;
     assert_eq!(header(&r, "x-imgcas-cache"), Some("hit"));
     // The list names it.
-    let list = app
-        .client
-        .get(app.url("/v1/takedowns"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let list = app.get_as("/v1/takedowns", TOKEN).await;
     assert_eq!(json(list).await["takedowns"][0]["hash"], hash.as_str());
 
     // Taking it down again finds nothing more to remove.
@@ -184,7 +176,7 @@ async fn a_hash_never_stored_can_be_taken_down_before_it_arrives() {
         assert_eq!(report[count], 0, "{count}");
     }
     origin.put("/later.png", bytes.clone());
-    let r = app.image_by_url(&origin.url("/later.png"), "w=10").await;
+    let r = app.image_from(&origin, "/later.png", "w=10").await;
     assert_eq!(r.status(), 451);
     assert_eq!(app.upload_as(TOKEN, bytes).await.status(), 451);
     assert_eq!(stored_of(&app, &hash).await, Vec::<String>::new());
@@ -201,28 +193,20 @@ async fn takedowns_are_closed_without_an_admin_token() {
     ] {
         let r = delete(&app, &path, None).await;
         assert_eq!(r.status(), 403, "{path}");
-        assert_eq!(json(r).await["error"]["code"], "admin_disabled");
+        assert_eq!(error_code_of(r).await, "admin_disabled");
     }
 }
 
 /// `DELETE /v1/originals?url=` takes down what a URL is served from; an unknown URL is a 404.
 #[tokio::test]
 async fn a_takedown_by_url_takes_down_its_content() {
-    let origin = Origin::start().await;
-    origin.put("/u.jpg", jpeg(160, 120, 9));
+    let (origin, source) = Origin::serving("/u.jpg", jpeg(160, 120, 9)).await;
     let app = spawn_app_with(|c| c.security.admin_token = Some(TOKEN.into())).await;
-    let source = origin.url("/u.jpg");
     let r = app.image_by_url(&source, "w=40").await;
     let hash = header(&r, "x-imgcas-source-hash").unwrap().to_string();
     let mut url = reqwest::Url::parse(&app.url("/v1/originals")).unwrap();
     url.query_pairs_mut().append_pair("url", &source);
-    let r = app
-        .client
-        .delete(url)
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = app.delete_url_as(url, TOKEN).await;
     assert_eq!(r.status(), 200);
     assert_eq!(json(r).await["hash"], hash.as_str());
     assert_eq!(
@@ -233,12 +217,6 @@ async fn a_takedown_by_url_takes_down_its_content() {
     unknown
         .query_pairs_mut()
         .append_pair("url", &origin.url("/never.jpg"));
-    let r = app
-        .client
-        .delete(unknown)
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = app.delete_url_as(unknown, TOKEN).await;
     assert_eq!(r.status(), 404);
 }

@@ -38,8 +38,7 @@ fn image_url(app: &TestApp, source: &str, query: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn under_pressure_a_batch_is_shed_first_and_the_cli_waits_it_out() {
-    let origin = Origin::start().await;
-    origin.put("/slow.svg", slow_svg(3));
+    let origin = Origin::start_with("/slow.svg", slow_svg(3)).await;
     origin.put("/item.jpg", jpeg(400, 300, 9));
     let app = spawn_app_with(|c| {
         c.limits.process_concurrency = 1;
@@ -73,10 +72,7 @@ async fn under_pressure_a_batch_is_shed_first_and_the_cli_waits_it_out() {
     assert_eq!(waited.status(), 503);
     // Refused at once for the wait it would have had (the drawing's cost is known before it
     // runs since audit #3), or, admitted, for waiting past twice the target.
-    let message = json(waited).await["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let message = error_message_of(waited).await;
     assert!(
         message.contains("estimated wait") || message.contains("waited too long"),
         "{message}"
@@ -98,7 +94,7 @@ async fn under_pressure_a_batch_is_shed_first_and_the_cli_waits_it_out() {
     assert_eq!(r.status(), 503);
     let retry_after: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
     assert!(retry_after >= 1);
-    assert_eq!(json(r).await["error"]["code"], "overloaded");
+    assert_eq!(error_code_of(r).await, "overloaded");
     assert_eq!(origin.requests(), requests, "nothing of the batch was done");
     let scrape = app.metrics().await;
     let shed = metric_value(
@@ -157,7 +153,7 @@ async fn one_tenants_burst_does_not_hold_up_another_tenant() {
     let small = origin.url("/small.png").replace("127.0.0.1", "localhost");
     // Downloaded first, so that what follows is processing only.
     for url in big.iter().chain([&small]) {
-        assert_eq!(app.image_by_url(url, "w=8").await.status(), 200);
+        assert_eq!(app.image_status(url, "w=8").await, 200);
     }
     let started = Instant::now();
     let ask = |url: String| {

@@ -93,7 +93,7 @@ async fn a_multipart_upload_refused_for_one_file_stores_none() {
         .await
         .unwrap();
     assert_eq!(r.status(), 415);
-    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+    assert_eq!(error_code_of(r).await, "unsupported_format");
     assert!(app.stored_blobs().await.is_empty(), "nothing stored");
     let hash = ContentHash::of(&good).to_hex();
     let r = app.get(&format!("/v1/originals/{hash}")).await;
@@ -107,12 +107,7 @@ async fn originals_read_back_byte_for_byte_and_by_hash_images_are_immutable() {
     let hash = ContentHash::of(&bytes).to_hex();
     app.upload(bytes.clone()).await;
 
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/originals/{hash}")))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get(&format!("/v1/originals/{hash}")).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "content-type"), Some("image/png"));
     assert_eq!(
@@ -130,24 +125,12 @@ async fn originals_read_back_byte_for_byte_and_by_hash_images_are_immutable() {
         .unwrap();
     assert_eq!(cached.status(), 304);
 
-    let info = json(
-        app.client
-            .get(app.url(&format!("/v1/originals/{hash}/info")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let info = json(app.get(&format!("/v1/originals/{hash}/info")).await).await;
     assert_eq!(info["format"], "png");
     assert_eq!(info["width"], 90);
     assert!(info["first_seen"].as_str().unwrap().ends_with('Z'));
 
-    let img = app
-        .client
-        .get(app.url(&format!("/v1/image/{hash}?w=30")))
-        .send()
-        .await
-        .unwrap();
+    let img = app.get(&format!("/v1/image/{hash}?w=30")).await;
     assert_eq!(img.status(), 200);
     assert_eq!(
         header(&img, "cache-control"),
@@ -162,22 +145,22 @@ async fn bad_uploads_are_refused_and_store_nothing() {
     let app = spawn_app_with(|c| c.fetch.max_bytes = 10_000).await;
     let r = app.upload(b"<html>hello</html>".to_vec()).await;
     assert_eq!(r.status(), 415);
-    assert_eq!(json(r).await["error"]["code"], "unsupported_format");
+    assert_eq!(error_code_of(r).await, "unsupported_format");
 
     let mut corrupt = jpeg(50, 50, 5);
     corrupt.truncate(40);
     let r = app.upload(corrupt).await;
     assert_eq!(r.status(), 422);
-    assert_eq!(json(r).await["error"]["code"], "undecodable");
+    assert_eq!(error_code_of(r).await, "undecodable");
 
     let r = app.upload(vec![0xFF; 20_000]).await;
     assert_eq!(r.status(), 413);
-    assert_eq!(json(r).await["error"]["code"], "source_too_large");
+    assert_eq!(error_code_of(r).await, "source_too_large");
 
     let lottapixel = std::fs::read("testdata/malicious/lottapixel.jpg").unwrap();
     let r = app.upload(lottapixel).await;
     assert_eq!(r.status(), 422);
-    assert_eq!(json(r).await["error"]["code"], "too_many_pixels");
+    assert_eq!(error_code_of(r).await, "too_many_pixels");
 
     // An AVIF whose `ipma` declares 2^32 - 1 entries in 106 bytes: refused from its header
     // (its walk once read zeros past the box's end for seconds, outside admission).
@@ -223,9 +206,9 @@ async fn unknown_and_malformed_hashes_are_404() {
         "/v1/image/zz".to_string(),
         "/no/such/route".to_string(),
     ] {
-        let r = app.client.get(app.url(&path)).send().await.unwrap();
+        let r = app.get(&path).await;
         assert_eq!(r.status(), 404, "{path}");
-        assert_eq!(json(r).await["error"]["code"], "not_found", "{path}");
+        assert_eq!(error_code_of(r).await, "not_found", "{path}");
     }
 }
 
@@ -236,8 +219,7 @@ async fn unknown_and_malformed_hashes_are_404() {
 #[tokio::test]
 async fn a_flood_of_crafted_uploads_leaves_a_cold_request_its_answer() {
     let app = spawn_app().await;
-    let origin = Origin::start().await;
-    origin.put("/photo.jpg", jpeg(1200, 900, 7));
+    let origin = Origin::start_with("/photo.jpg", jpeg(1200, 900, 7)).await;
     let crafted = [
         "avif-ipma-count.avif",
         "webp-anmf-4gb.webp",
@@ -268,7 +250,7 @@ async fn a_flood_of_crafted_uploads_leaves_a_cold_request_its_answer() {
         .collect();
     let started = std::time::Instant::now();
     let r = app
-        .image_by_url(&origin.url("/photo.jpg"), "w=300&format=webp")
+        .image_from(&origin, "/photo.jpg", "w=300&format=webp")
         .await;
     let took = started.elapsed();
     assert_eq!(r.status(), 200);

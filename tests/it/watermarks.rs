@@ -41,22 +41,13 @@ async fn pixel(response: reqwest::Response, x: u32, y: u32) -> [u8; 3] {
 }
 
 async fn upload_as_admin(app: &TestApp, bytes: Vec<u8>) {
-    let r = app
-        .client
-        .post(app.url("/v1/originals"))
-        .bearer_auth(TOKEN)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
+    let r = app.post_as("/v1/originals", TOKEN, bytes).await;
     assert!(r.status().is_success(), "{}", r.status());
 }
 
 #[tokio::test]
 async fn a_watermark_is_drawn_changes_with_its_configuration_and_goes_with_its_overlay() {
-    let origin = Origin::start().await;
-    origin.put("/photo.png", grey());
-    let source = origin.url("/photo.png");
+    let (_origin, source) = Origin::serving("/photo.png", grey()).await;
     let (red, blue) = (overlay([255, 0, 0]), overlay([0, 0, 255]));
     let (red_hash, blue_hash) = (hash_of(&red), hash_of(&blue));
     let store = Restartable::new().await;
@@ -94,7 +85,7 @@ async fn a_watermark_is_drawn_changes_with_its_configuration_and_goes_with_its_o
     // An unknown name is the request's mistake.
     let unknown = app.image_by_url(&source, "wm=nope&format=png").await;
     assert_eq!(unknown.status(), 400);
-    assert_eq!(json(unknown).await["error"]["code"], "invalid_option");
+    assert_eq!(error_code_of(unknown).await, "invalid_option");
     let runs = app.processing_runs();
     app.stop().await;
 
@@ -115,12 +106,8 @@ async fn a_watermark_is_drawn_changes_with_its_configuration_and_goes_with_its_o
 
     // Taking the overlay down removes the variants drawn with it, and refuses the watermark.
     let report = app
-        .client
-        .delete(app.url(&format!("/v1/originals/{blue_hash}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+        .delete_as(&format!("/v1/originals/{blue_hash}"), TOKEN)
+        .await;
     assert_eq!(report.status(), 200);
     let report = json(report).await;
     assert!(
@@ -143,8 +130,7 @@ async fn a_watermark_is_drawn_changes_with_its_configuration_and_goes_with_its_o
 
 #[tokio::test]
 async fn watermarks_work_through_presets_in_only_presets_mode() {
-    let origin = Origin::start().await;
-    origin.put("/photo.png", grey());
+    let origin = Origin::start_with("/photo.png", grey()).await;
     let red = overlay([255, 0, 0]);
     let red_hash = hash_of(&red);
     let app = spawn_app_with(|c| {
@@ -159,14 +145,12 @@ async fn watermarks_work_through_presets_in_only_presets_mode() {
     })
     .await;
     upload_as_admin(&app, red).await;
-    let r = app
-        .image_by_url(&origin.url("/photo.png"), "preset=marked")
-        .await;
+    let r = app.image_from(&origin, "/photo.png", "preset=marked").await;
     // 200 wide: the overlay is 100×50 in the top-left corner.
     assert_eq!(pixel(r, 10, 10).await, [255, 0, 0]);
     // A request's own `wm` is refused in this mode.
     let r = app
-        .image_by_url(&origin.url("/photo.png"), "preset=marked&wm=logo")
+        .image_from(&origin, "/photo.png", "preset=marked&wm=logo")
         .await;
     assert_eq!(r.status(), 403);
 }

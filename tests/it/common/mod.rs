@@ -188,6 +188,44 @@ impl TestApp {
         self.client.get(full).send().await.expect("request")
     }
 
+    /// The status of `GET /v1/image?url=<source>&<query>`.
+    pub async fn image_status(&self, source: &str, query: &str) -> reqwest::StatusCode {
+        self.image_by_url(source, query).await.status()
+    }
+
+    /// `GET /v1/image?url=<origin's path>&<query>`.
+    pub async fn image_from(&self, origin: &Origin, path: &str, query: &str) -> reqwest::Response {
+        self.image_by_url(&origin.url(path), query).await
+    }
+
+    /// The status of `GET /v1/image?url=<origin's path>&<query>`.
+    pub async fn image_from_status(
+        &self,
+        origin: &Origin,
+        path: &str,
+        query: &str,
+    ) -> reqwest::StatusCode {
+        self.image_status(&origin.url(path), query).await
+    }
+
+    /// `/v1/image` on the app with `pairs` as its query, each appended in order.
+    pub fn image_url(&self, pairs: &[(&str, &str)]) -> reqwest::Url {
+        let mut url = reqwest::Url::parse(&self.url("/v1/image")).unwrap();
+        url.query_pairs_mut().extend_pairs(pairs);
+        url
+    }
+
+    /// `POST <path>` on the app with `token` as the bearer and `value` as a JSON body.
+    pub async fn post_json_as(
+        &self,
+        path: &str,
+        token: &str,
+        value: &serde_json::Value,
+    ) -> reqwest::Response {
+        let request = self.client.post(self.url(path)).bearer_auth(token);
+        send_json(request, value).await
+    }
+
     /// `GET <path>` on the app.
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client
@@ -195,6 +233,58 @@ impl TestApp {
             .send()
             .await
             .expect("request")
+    }
+
+    /// `GET <path>` on the app with `token` as the bearer.
+    pub async fn get_as(&self, path: &str, token: &str) -> reqwest::Response {
+        self.send_as(reqwest::Method::GET, self.url(path), token)
+            .await
+    }
+
+    /// `DELETE <path>` on the app with `token` as the bearer.
+    pub async fn delete_as(&self, path: &str, token: &str) -> reqwest::Response {
+        self.send_as(reqwest::Method::DELETE, self.url(path), token)
+            .await
+    }
+
+    /// `DELETE <url>` (a full URL, e.g. with a query) with `token` as the bearer.
+    pub async fn delete_url_as(
+        &self,
+        url: impl reqwest::IntoUrl,
+        token: &str,
+    ) -> reqwest::Response {
+        self.send_as(reqwest::Method::DELETE, url, token).await
+    }
+
+    /// `<method> <url>` with `token` as the bearer and no body.
+    pub async fn send_as(
+        &self,
+        method: reqwest::Method,
+        url: impl reqwest::IntoUrl,
+        token: &str,
+    ) -> reqwest::Response {
+        send_as(&self.client, method, url, token).await
+    }
+
+    /// `POST <path>` on the app with `token` as the bearer and `body` (no headers of its own).
+    pub async fn post_as(
+        &self,
+        path: &str,
+        token: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        post_as(&self.client, self.url(path), token, body).await
+    }
+
+    /// `POST <path>` on the app with `value` as a JSON body.
+    pub async fn post_json(&self, path: &str, value: &serde_json::Value) -> reqwest::Response {
+        send_json(self.client.post(self.url(path)), value).await
+    }
+
+    /// `POST <path>` on the app with `body` and no headers of its own.
+    pub async fn post_body(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        let request = self.client.post(self.url(path)).body(body);
+        request.send().await.expect("request")
     }
 
     pub async fn upload(&self, bytes: Vec<u8>) -> reqwest::Response {
@@ -271,6 +361,90 @@ impl TestApp {
 }
 
 /// `GET <base>/metrics`'s text (a 200 expected).
+/// Sends `request` with `value` as its JSON body.
+async fn send_json(
+    request: reqwest::RequestBuilder,
+    value: &serde_json::Value,
+) -> reqwest::Response {
+    let request = request.header("content-type", "application/json");
+    request
+        .body(value.to_string())
+        .send()
+        .await
+        .expect("request")
+}
+
+/// `<method> <url>` through `client` with `token` as the bearer and no body.
+pub async fn send_as(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: impl reqwest::IntoUrl,
+    token: &str,
+) -> reqwest::Response {
+    let request = client.request(method, url).bearer_auth(token);
+    request.send().await.expect("request")
+}
+
+/// `POST <url>` through `client` with `token` as the bearer and `body` (no headers of its own).
+pub async fn post_as(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    token: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    let request = client.post(url).bearer_auth(token).body(body);
+    request.send().await.expect("request")
+}
+
+/// `GET <url>` through a fresh [`client`] with `token` as the bearer.
+pub async fn get_url_as(url: impl reqwest::IntoUrl, token: &str) -> reqwest::Response {
+    send_as(&client(), reqwest::Method::GET, url, token).await
+}
+
+/// `POST <url>` through a fresh [`client`] with `token` as the bearer and `body`.
+pub async fn post_url_as(
+    url: impl reqwest::IntoUrl,
+    token: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    post_as(&client(), url, token, body).await
+}
+
+/// Polls `fetch` every 100 ms until `done` holds of its answer, failing with `what` after `limit`.
+pub async fn poll_until<F: std::future::Future<Output = serde_json::Value>>(
+    what: &str,
+    limit: Duration,
+    fetch: impl Fn() -> F,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let value = fetch().await;
+        if done(&value) {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {value}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The value of the line of `text` starting with `prefix` (a metric's name and a space), or 0.
+pub fn text_metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The `error.message` of a JSON error answer (empty when it has none).
+pub async fn error_message_of(response: reqwest::Response) -> String {
+    let body = json(response).await;
+    body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
     let r = client
         .get(format!("{base}/metrics"))
@@ -289,6 +463,11 @@ pub async fn scrape(client: &reqwest::Client, base: &str) -> prometheus_parse::S
 }
 
 /// The value of the sample `name` whose labels include all of `labels` (summed).
+/// [`metric_value`] of `name` for the anonymous tenant (`tenant="-"`).
+pub fn anonymous_metric(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
+    metric_value(scrape, name, &[("tenant", "-")])
+}
+
 pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     use prometheus_parse::Value;
     scrape
@@ -351,6 +530,21 @@ pub struct Origin {
 }
 
 impl Origin {
+    /// Starts an origin serving `bytes` at `path`.
+    pub async fn start_with(path: &str, bytes: Vec<u8>) -> Origin {
+        let origin = Origin::start().await;
+        origin.put(path, bytes);
+        origin
+    }
+
+    /// Starts an origin serving `bytes` at `path`; returns it and that path's URL.
+    pub async fn serving(path: &str, bytes: Vec<u8>) -> (Origin, String) {
+        let origin = Origin::start().await;
+        origin.put(path, bytes);
+        let url = origin.url(path);
+        (origin, url)
+    }
+
     pub async fn start() -> Origin {
         let state = Arc::new(OriginState::default());
         let s = state.clone();
@@ -611,6 +805,15 @@ pub fn jpeg(w: u32, h: u32, seed: u8) -> Vec<u8> {
     encode(&rgb_image(w, h, seed), ImageFormat::Jpeg)
 }
 
+/// A `w` × `h` JPEG zeroed from byte 600 to its end and cut to half its length.
+pub fn corrupt_jpeg(w: u32, h: u32, seed: u8) -> Vec<u8> {
+    let mut corrupt = jpeg(w, h, seed);
+    let len = corrupt.len();
+    corrupt[600..len - 2].fill(0x00);
+    corrupt.truncate(len / 2);
+    corrupt
+}
+
 pub fn png(w: u32, h: u32, seed: u8) -> Vec<u8> {
     encode(&rgb_image(w, h, seed), ImageFormat::Png)
 }
@@ -624,6 +827,20 @@ pub fn png_rgba(w: u32, h: u32) -> Vec<u8> {
 pub fn dimensions(bytes: &[u8]) -> (u32, u32) {
     let img = image::load_from_memory(bytes).expect("response decodes");
     (img.width(), img.height())
+}
+
+/// The `error.code` of a JSON error answer.
+pub async fn error_code_of(response: reqwest::Response) -> serde_json::Value {
+    json(response).await["error"]["code"].clone()
+}
+
+/// The bytes of `testdata/photos/<name>`.
+pub fn testdata_photo(name: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/testdata/photos/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
