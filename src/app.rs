@@ -103,11 +103,12 @@ pub async fn start(config: Config) -> Result<RunningApp, StartError> {
         // Requests had their time (`server.shutdown_timeout`): what still runs is stopped at
         // its next check, and background work gets a moment more, then is abandoned.
         pipeline.stop_runs();
-        follower.abort();
-        sampler.abort();
-        flusher.abort();
-        backfill.abort();
-        let _ = backfill.await;
+        // Each aborted and waited for, so that none holds the pipeline (and the maps open)
+        // once the app is stopped.
+        for task in [follower, sampler, flusher, backfill] {
+            task.abort();
+            let _ = task.await;
+        }
         if tokio::time::timeout(SETTLE_WITHIN, pipeline.settle())
             .await
             .is_err()

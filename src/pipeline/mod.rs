@@ -379,9 +379,12 @@ impl Pipeline {
                 .unwrap_or_else(|p| p.into_inner()),
         );
         while tasks.join_next().await.is_some() {}
-        // Facts computations run as flights of their own, which outlive a caller that was
-        // stopped (the backfill): they write to the maps when done.
-        while self.shared.originals.facts_under_way() > 0 {
+        // Facts and fingerprint computations run as flights of their own, which outlive a
+        // caller that was stopped (the backfills): they write to the maps when done, and hold
+        // the maps open until then (a restart in one process found the embedded file locked).
+        while self.shared.originals.facts_under_way() > 0
+            || self.shared.near.fingerprints_under_way() > 0
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

@@ -45,6 +45,11 @@ impl Near {
             background_reads: tokio::sync::Semaphore::new(slots.max(1)),
         }
     }
+
+    /// Fingerprint computations under way (at shutdown, waited for: they write when done).
+    pub(super) fn fingerprints_under_way(&self) -> usize {
+        self.fingerprint_flights.in_flight()
+    }
 }
 
 /// An original near another, with what the originals index says of it.

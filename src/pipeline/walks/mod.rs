@@ -14,6 +14,11 @@
 //!   each row's work runs in the background tier, which yields to requests (admission).
 //! - **Seen.** `imgcas_walk_rows{walk}` and `imgcas_walk_running{walk}` in `/metrics`, a log
 //!   line at start, every ten seconds and at the end.
+//!
+//! The role's other rooms, whose state its handle `Walks` owns: `maintenance.rs` (`stats`,
+//! `verify`, `gc`), `check.rs` (the online check of the store, a walk itself), `copy.rs`
+//! (`maps copy`) and `upkeep.rs` (bounded growth: the variants' byte budget, unused URLs
+//! forgotten).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
