@@ -360,7 +360,6 @@ impl TestApp {
     }
 }
 
-/// `GET <base>/metrics`'s text (a 200 expected).
 /// Sends `request` with `value` as its JSON body.
 async fn send_json(
     request: reqwest::RequestBuilder,
@@ -445,6 +444,7 @@ pub async fn error_message_of(response: reqwest::Response) -> String {
         .to_string()
 }
 
+/// `GET <base>/metrics`'s text (a 200 expected).
 pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
     let r = client
         .get(format!("{base}/metrics"))
