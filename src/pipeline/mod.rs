@@ -361,6 +361,29 @@ impl Pipeline {
         tasks.spawn(work);
     }
 
+    /// [`Pipeline::in_background_if_room`] for work on a newly stored original that takes its
+    /// small decode (its facts, its fingerprint): the decode is kept for it meanwhile, and a
+    /// request that decodes the original larger leaves it its reduction instead. A failure
+    /// is logged as `failed` (the backfill retries it).
+    fn in_background_with_small_decode<Fut>(
+        &self,
+        hash: ContentHash,
+        failed: &'static str,
+        work: impl FnOnce(Pipeline) -> Fut + Send + 'static,
+    ) where
+        Fut: std::future::Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        let this = self.clone();
+        let interest = self.shared.decodes.interest_in_small(hash);
+        self.in_background_if_room(async move {
+            interest.offered().await;
+            if let Err(e) = work(this).await {
+                tracing::warn!(%hash, error = %e, "{failed}; the backfill retries");
+            }
+            drop(interest);
+        });
+    }
+
     /// Tells every run under way to stop at its next check, and every later one at its
     /// first (at shutdown, once requests in flight had their time).
     pub fn stop_runs(&self) {

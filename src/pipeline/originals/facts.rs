@@ -94,14 +94,8 @@ impl Pipeline {
     /// decode is kept meanwhile for the fingerprint, which needs the same one; a request
     /// that decodes the original larger meanwhile leaves them its reduction instead.
     pub(in crate::pipeline) fn facts_in_background(&self, hash: ContentHash) {
-        let this = self.clone();
-        let interest = self.shared.decodes.interest_in_small(hash);
-        self.in_background_if_room(async move {
-            interest.offered().await;
-            if let Err(e) = this.facts_of(&hash).await {
-                tracing::warn!(%hash, error = %e, "facts not computed; the backfill retries");
-            }
-            drop(interest);
+        self.in_background_with_small_decode(hash, "facts not computed", move |this| async move {
+            this.facts_of(&hash).await.map(drop)
         });
     }
 

@@ -283,15 +283,11 @@ impl Intake<'_> {
                 // Off the request's path: the answer does not wait for it. (The task holds
                 // the hash; the bytes are read again once a slot is free.) The facts' small
                 // decode is kept for it meanwhile.
-                let this = pipeline.clone();
-                let interest = pipeline.shared.decodes.interest_in_small(hash);
-                pipeline.in_background_if_room(async move {
-                    interest.offered().await;
-                    if let Err(e) = this.fingerprint_of(&hash).await {
-                        tracing::warn!(%hash, error = %e, "fingerprint not stored; the backfill retries");
-                    }
-                    drop(interest);
-                });
+                pipeline.in_background_with_small_decode(
+                    hash,
+                    "fingerprint not stored",
+                    move |this| async move { this.fingerprint_of(&hash).await.map(drop) },
+                );
             }
         }
         Ok(())
