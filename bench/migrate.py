@@ -139,6 +139,22 @@ def summary(records, phase):
             "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2)}
 
 
+def cpu_seconds(pid):
+    """User and system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid, below=0.05, quiet=3, longest=180):
+    """Seconds until the process used under `below` of a core for `quiet` seconds running."""
+    start, calm = time.monotonic(), 0
+    while calm < quiet and time.monotonic() - start < longest:
+        used = cpu_seconds(pid)
+        time.sleep(1)
+        calm = calm + 1 if cpu_seconds(pid) - used < below else 0
+    return round(time.monotonic() - start, 1)
+
+
 def main():
     binary = lib.build()
     work = lib.tempdir("imgcas-migrate")
@@ -190,6 +206,9 @@ def main():
             result["fill_s"] = round(time.monotonic() - t, 1)
             print("filled in", result["fill_s"], "s", flush=True)
 
+            # The fill's facts and fingerprints are computed in the background: "before" is
+            # measured once the node is idle again, not while it catches up.
+            result["settled_s"] = wait_idle(node.pid)
             traffic = Traffic(base, origin)
             traffic.urls = list(sources)
             traffic.uploads = list(stored)

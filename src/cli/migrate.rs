@@ -134,8 +134,12 @@ pub fn describe(state: Option<&MigrationState>) -> String {
         ));
     }
     lines.push(format!(
-        "mirrored   {} writes failed; shadow reads {} same, {} different, {} absent",
-        s.mirrored_writes_failed, s.shadow_same, s.shadow_different, s.shadow_absent
+        "mirrored   {} writes failed, {} queued; shadow reads {} same, {} different, {} absent",
+        s.mirrored_writes_failed,
+        s.mirrored_writes_queued,
+        s.shadow_same,
+        s.shadow_different,
+        s.shadow_absent
     ));
     lines.push(format!("next       {}", s.next));
     lines.join("\n")

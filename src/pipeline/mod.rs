@@ -181,9 +181,12 @@ impl Pipeline {
         let maps: Arc<dyn crate::maps::MapStore> = Arc::new(migrate::mirror::MirroredMaps::new(
             migration.sides.clone(),
             migration.counts.clone(),
+            migration.follow.clone(),
         ));
-        let blobs: Arc<dyn crate::blob::BlobStore> =
-            Arc::new(migrate::blobs::MirroredBlobs::new(migration.sides.clone()));
+        let blobs: Arc<dyn crate::blob::BlobStore> = Arc::new(migrate::blobs::MirroredBlobs::new(
+            migration.sides.clone(),
+            migration.follow.clone(),
+        ));
         let fetcher = Fetcher::new(&config.fetch, &config.storage.s3).map_err(OpenError)?;
         let moderation = moderation::Moderation::load(&config, maps.as_ref())
             .await
@@ -410,6 +413,8 @@ impl Pipeline {
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // The follower's writes still queued, if a migration mirrors.
+        self.shared.migration.follow.settled().await;
     }
 
     /// Writes the queued use records and makes every map write so far durable (at

@@ -13,6 +13,8 @@
 //!
 //! It is the walk `migration_backfill` (`walks/`): resumable, throttled, under its lease.
 
+use std::time::{Duration, Instant};
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -454,13 +456,28 @@ impl Pipeline {
         // The originals of a page are settled a few at a time (each is a dozen round trips
         // on either side, and independent of the others); their outcomes are folded in hash
         // order, so the cursor and the ranges' sums are what a one-by-one walk would make.
+        // Paced within the page too, at the walks' rate: a page settled at full speed and
+        // then its pause would come as a burst that takes the requests' CPU (on two cores it
+        // had a request's p99 several times what it was before the migration).
+        let rate = self.shared.config.maintenance.walk_rows_per_second;
+        let at_once = match rate {
+            0 => SETTLING_AT_ONCE,
+            rate => (rate as usize / 10).clamp(1, SETTLING_AT_ONCE),
+        };
         let mut settled: Vec<Settled> = Vec::with_capacity(hashes.len());
-        for some in hashes.chunks(SETTLING_AT_ONCE) {
+        for some in hashes.chunks(at_once) {
+            let began = Instant::now();
             let at_once: Vec<_> = some
                 .iter()
                 .map(|hash| settle(&from, &to, hash, blobs_too))
                 .collect();
             settled.extend(futures_util::future::try_join_all(at_once).await?);
+            if rate > 0 {
+                let least = Duration::from_secs_f64(some.len() as f64 / rate as f64);
+                if let Some(left) = least.checked_sub(began.elapsed()) {
+                    tokio::time::sleep(left).await;
+                }
+            }
         }
         for (hash, s) in hashes.iter().zip(settled) {
             cursor.close_until(u16::from(hash.as_bytes()[0]));

@@ -1,6 +1,7 @@
 //! The blob store while a migration moves it (a node's directory into a bucket, or back): the
 //! leading store takes every write first and answers every read; while the migration
-//! mirrors, the follower takes the originals written and the deletes too, and a read the
+//! mirrors, the follower takes the originals written (queued, in their hash's lane: `follow.rs`)
+//! and the deletes too, and a read the
 //! leading store cannot answer is asked of the follower (a byte whose mirrored write failed
 //! is still served while the backfill has not copied it again). Variant bytes follow with
 //! their rows (`mirror.rs`).
@@ -11,17 +12,18 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::mirror::Sides;
+use super::follow::{FollowQueue, Sides};
 use crate::blob::{BlobError, BlobStore, PutOutcome, StoredBlob, VariantObject};
 use crate::hash::ContentHash;
 
 pub(in crate::pipeline) struct MirroredBlobs {
     sides: Arc<ArcSwap<Sides>>,
+    follow: Arc<FollowQueue>,
 }
 
 impl MirroredBlobs {
-    pub(in crate::pipeline) fn new(sides: Arc<ArcSwap<Sides>>) -> Self {
-        MirroredBlobs { sides }
+    pub(in crate::pipeline) fn new(sides: Arc<ArcSwap<Sides>>, follow: Arc<FollowQueue>) -> Self {
+        MirroredBlobs { sides, follow }
     }
 
     /// The leading store, and the follower's when it is another store.
@@ -43,12 +45,19 @@ impl BlobStore for MirroredBlobs {
         hash: &ContentHash,
         bytes: Bytes,
     ) -> Result<PutOutcome, BlobError> {
+        let _turn = self.follow.write_turn().await;
         let (lead, follow) = self.stores();
         let out = lead.put_if_absent(hash, bytes.clone()).await?;
         if let Some(follow) = follow {
-            if let Err(e) = follow.put_if_absent(hash, bytes).await {
-                tracing::warn!(%hash, error = %e, "mirrored blob write failed; the backfill copies it");
-            }
+            let (size, owned) = (bytes.len(), *hash);
+            let write = async move {
+                let put = follow.put_if_absent(&owned, bytes).await;
+                put.map(|_| ()).map_err(|e| e.to_string())
+            };
+            let queue = self
+                .follow
+                .queue(*hash, "put_original", size, Box::pin(write));
+            queue.await;
         }
         Ok(out)
     }
@@ -70,9 +79,12 @@ impl BlobStore for MirroredBlobs {
     }
 
     async fn delete(&self, hash: &ContentHash) -> Result<(), BlobError> {
+        let _turn = self.follow.write_turn().await;
         let (lead, follow) = self.stores();
         lead.delete(hash).await?;
         if let Some(follow) = follow {
+            // After the writes queued before it (its original's bytes among them).
+            self.follow.settled().await;
             follow.delete(hash).await?;
         }
         Ok(())
@@ -107,9 +119,11 @@ impl BlobStore for MirroredBlobs {
     }
 
     async fn delete_variants(&self, names: &[VariantObject]) -> Result<(), BlobError> {
+        let _turn = self.follow.write_turn().await;
         let (lead, follow) = self.stores();
         lead.delete_variants(names).await?;
         if let Some(follow) = follow {
+            self.follow.settled().await;
             follow.delete_variants(names).await?;
         }
         Ok(())

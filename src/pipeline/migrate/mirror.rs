@@ -1,8 +1,9 @@
 //! The maps while a migration moves them (`mod.rs`): one store leads — it answers every read
 //! and takes every write first — and, while the migration mirrors, the other follows, each
-//! write made on it too once the leading one took it. Roles that coordinate rather than keep
-//! content (claims, quotas, the walks' positions) stay with the leading store alone: they are
-//! short-lived, and the follower starts on them afresh when it leads.
+//! write made on it too once the leading one took it, in the background and in order
+//! (`follow.rs`). Roles that coordinate rather than keep content (claims, quotas, the walks'
+//! positions) stay with the leading store alone: they are short-lived, and the follower
+//! starts on them afresh when it leads.
 //!
 //! A follower's failure does not fail the write (the leading store is the truth until the
 //! cutover); it is counted, and the backfill's checksums find the page it left different. A
@@ -10,13 +11,12 @@
 //! blob store). A sample of reads is also asked of the follower, in the background, and
 //! compared (shadow reads). With no migration under way, a call costs one atomic load more.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use futures_util::future::{BoxFuture, FutureExt};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::blob::BlobStore;
 use crate::hash::ContentHash;
@@ -29,38 +29,13 @@ use crate::maps::{
 };
 
 use super::super::variant::{row_for, with_bytes_in_hand};
-
-/// The store that follows, and where it keeps its bytes.
-pub(in crate::pipeline) struct Follower {
-    pub maps: Arc<dyn MapStore>,
-    pub blobs: Arc<dyn BlobStore>,
-    /// Its blob store is the leading one's (one bucket for both): nothing to copy.
-    pub same_blobs: bool,
-}
-
-/// Who leads and who follows, swapped whole at each phase.
-pub(in crate::pipeline) struct Sides {
-    pub lead: Arc<dyn MapStore>,
-    pub lead_blobs: Arc<dyn BlobStore>,
-    pub follow: Option<Follower>,
-}
-
-/// Counts of what mirroring saw, since the node started.
-#[derive(Default)]
-pub(in crate::pipeline) struct MirrorCounts {
-    pub writes_failed: AtomicU64,
-    pub shadow_same: AtomicU64,
-    pub shadow_different: AtomicU64,
-    pub shadow_absent: AtomicU64,
-    reads: AtomicU64,
-    /// Shadow reads asked and not yet answered.
-    shadows_in_flight: AtomicU64,
-}
+use super::follow::{FollowQueue, MirrorCounts, Sides};
 
 /// The maps a migration moves: see the module's comment.
 pub(in crate::pipeline) struct MirroredMaps {
     sides: Arc<ArcSwap<Sides>>,
     pub counts: Arc<MirrorCounts>,
+    follow: Arc<FollowQueue>,
     /// One read in this many is asked of the follower too.
     shadow_every: u64,
 }
@@ -72,29 +47,22 @@ pub(in crate::pipeline) const SHADOW_EVERY: u64 = 16;
 /// follower must not gather tasks without bound).
 const SHADOWS_IN_FLIGHT: u64 = 32;
 
-/// How long a follower's write may take before it counts as failed (the leading store's
-/// write is done; the request should not wait on a slow follower for long).
-const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
-
 impl MirroredMaps {
-    pub(in crate::pipeline) fn new(sides: Arc<ArcSwap<Sides>>, counts: Arc<MirrorCounts>) -> Self {
+    pub(in crate::pipeline) fn new(
+        sides: Arc<ArcSwap<Sides>>,
+        counts: Arc<MirrorCounts>,
+        follow: Arc<FollowQueue>,
+    ) -> Self {
         MirroredMaps {
             sides,
             counts,
+            follow,
             shadow_every: SHADOW_EVERY,
         }
     }
 
     fn sides(&self) -> arc_swap::Guard<Arc<Sides>> {
         self.sides.load()
-    }
-
-    /// What a follower's write came to: counted (and logged) when it failed.
-    fn mirrored(&self, op: &'static str, outcome: Result<(), MapError>) {
-        if let Err(e) = outcome {
-            self.counts.writes_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(op, error = %e, "mirrored write failed; the backfill's checksums will find it");
-        }
     }
 
     /// On a read the shadow compares (only then is `ask` run), asks the follower in a task of
@@ -130,19 +98,13 @@ impl MirroredMaps {
         });
     }
 
-    fn drop_memory_mirrored(&self) {
-        let sides = self.sides();
-        sides.lead.drop_memory();
-        if let Some(follow) = &sides.follow {
-            follow.maps.drop_memory();
-        }
-    }
-
     async fn flush_mirrored(&self) -> Result<(), MapError> {
         let sides = self.sides();
         sides.lead.flush().await?;
         if let Some(follow) = &sides.follow {
-            self.mirrored("flush", follow.maps.flush().await);
+            self.follow.settled().await;
+            let flushed = follow.maps.flush().await.map_err(|e| e.to_string());
+            self.counts.follower_wrote("flush", flushed);
         }
         Ok(())
     }
@@ -154,12 +116,19 @@ impl MirroredMaps {
         info: &OriginalInfo,
         claim: Option<&Claim>,
     ) -> Result<Recorded, MapError> {
+        let _turn = self.follow.write_turn().await;
         let sides = self.sides();
         let out = sides.lead.record_download(url, entry, info, claim).await?;
         if let Some(follow) = &sides.follow {
-            // The claim is the leading store's: the follower records without one.
-            let done = follow.maps.record_download(url, entry, info, None).await;
-            self.mirrored("record_download", done.map(|_| ()));
+            let maps = follow.maps.clone();
+            let (owned, entry, info) = (url.to_owned(), entry.clone(), info.clone());
+            let write = async move {
+                // The claim is the leading store's: the follower records without one.
+                let done = maps.record_download(&owned, &entry, &info, None).await;
+                done.map(|_| ()).map_err(|e| e.to_string())
+            };
+            let queue = self.follow.queue(url, "record_download", 0, write.boxed());
+            queue.await;
         }
         Ok(out)
     }
@@ -169,6 +138,7 @@ impl MirroredMaps {
         key: &VariantKey,
         row: &VariantRow,
     ) -> Result<(), MapError> {
+        let _turn = self.follow.write_turn().await;
         let sides = self.sides();
         sides.lead.put_variant(key, row).await?;
         self.follow_variant(&sides, key, row).await;
@@ -181,34 +151,46 @@ impl MirroredMaps {
         row: &VariantRow,
         claim: &Claim,
     ) -> Result<ListedAtWrite, MapError> {
+        let _turn = self.follow.write_turn().await;
         let sides = self.sides();
         let out = sides.lead.put_variant_claimed(key, row, claim).await?;
         self.follow_variant(&sides, key, row).await;
         Ok(out)
     }
 
-    /// A variant row written on the follower, as it keeps them.
-    async fn follow_variant(&self, sides: &Sides, key: &VariantKey, row: &VariantRow) {
-        let Some(follow) = &sides.follow else { return };
-        let done = tokio::time::timeout(FOLLOW_WITHIN, async {
+    /// A variant row queued for the follower, made as it keeps them (in the original's lane).
+    async fn follow_variant(&self, sides: &Arc<Sides>, key: &VariantKey, row: &VariantRow) {
+        if sides.follow.is_none() {
+            return;
+        }
+        let (sides, key, row) = (sides.clone(), key.clone(), row.clone());
+        let lane = key.hash;
+        let write = async move {
+            let Some(follow) = &sides.follow else {
+                return Ok(());
+            };
             let lead_blobs: &dyn BlobStore = sides.lead_blobs.as_ref();
-            let row = match with_bytes_in_hand(row.clone(), key, &[lead_blobs]).await {
+            let row = match with_bytes_in_hand(row, &key, &[lead_blobs]).await {
                 Ok(Some(row)) => row,
                 // Its bytes are gone already (evicted): nothing to follow.
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(MapError::Store(e.to_string())),
+                Err(e) => return Err(e.to_string()),
             };
             let row = match (follow.same_blobs, &row) {
                 (true, _) if !follow.maps.holds_variant_bytes() => row,
-                _ => row_for(follow.maps.as_ref(), follow.blobs.as_ref(), key, row)
+                _ => row_for(follow.maps.as_ref(), follow.blobs.as_ref(), &key, row)
                     .await
-                    .map_err(|e| MapError::Store(e.to_string()))?,
+                    .map_err(|e| e.to_string())?,
             };
-            follow.maps.put_variant(key, &row).await
-        })
-        .await
-        .unwrap_or_else(|_| Err(MapError::Store("the follower took too long".into())));
-        self.mirrored("put_variant", done);
+            follow
+                .maps
+                .put_variant(&key, &row)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        self.follow
+            .queue(lane, "put_variant", 0, write.boxed())
+            .await;
     }
 
     async fn evict_variants_mirrored(&self, target_bytes: u64) -> Result<Evicted, MapError> {
@@ -216,19 +198,45 @@ impl MirroredMaps {
     }
 }
 
-/// A write made on the leading store, then on the follower (its failure counted, not
-/// returned): the leading store's answer.
+/// A write made on the leading store, then on the follower once every write queued before
+/// it was made (its failure counted, not returned): the leading store's answer. For the
+/// writes the queue does not carry (removals, takedowns, evictions: rare, and most not on a
+/// request's path).
 macro_rules! both {
     ($self:ident, $op:ident($($arg:expr),*)) => {{
+        let _turn = $self.follow.write_turn().await;
         let sides = $self.sides();
         let out = sides.lead.$op($($arg),*).await?;
         if let Some(follow) = &sides.follow {
-            $self.mirrored(stringify!($op), follow.maps.$op($($arg),*).await.map(|_| ()));
+            $self.follow.settled().await;
+            let made = follow.maps.$op($($arg),*).await;
+            $self.counts.follower_wrote(stringify!($op), made.map(|_| ()).map_err(|e| e.to_string()));
         }
         Ok(out)
     }};
 }
 use both;
+
+/// A write made on the leading store, then queued for the follower in the lane of what it
+/// is `about` (`follow.rs`): the leading store's answer. Each argument is owned by the
+/// queued write (`name: owned value`) and lent to the follower's call.
+macro_rules! queued {
+    ($self:ident, $about:expr, $op:ident($($arg:ident: $own:expr),*)) => {{
+        let _turn = $self.follow.write_turn().await;
+        let sides = $self.sides();
+        let out = sides.lead.$op($($arg),*).await?;
+        if let Some(follow) = &sides.follow {
+            let about = $about;
+            let maps = follow.maps.clone();
+            $(let $arg = $own;)*
+            let write = async move {
+                maps.$op($(&$arg),*).await.map(|_| ()).map_err(|e| e.to_string())
+            };
+            $self.follow.queue(about, stringify!($op), 0, write.boxed()).await;
+        }
+        Ok(out)
+    }};
+}
 
 /// Whether two URL entries say the same (their use stamps aside), `None` when one is absent.
 fn same_entry(a: &Option<UrlEntry>, b: &Option<UrlEntry>) -> Option<bool> {
@@ -247,7 +255,11 @@ fn same_entry(a: &Option<UrlEntry>, b: &Option<UrlEntry>) -> Option<bool> {
 #[async_trait]
 impl MapStore for MirroredMaps {
     fn drop_memory(&self) {
-        self.drop_memory_mirrored()
+        let sides = self.sides();
+        sides.lead.drop_memory();
+        if let Some(follow) = &sides.follow {
+            follow.maps.drop_memory();
+        }
     }
 
     fn round_trips(&self) -> Vec<(&'static str, u64)> {
@@ -310,7 +322,7 @@ impl UrlMap for MirroredMaps {
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        both!(self, put_url(url, entry))
+        queued!(self, url, put_url(url: url.to_owned(), entry: entry.clone()))
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
@@ -369,7 +381,7 @@ impl Originals for MirroredMaps {
         hash: &ContentHash,
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
-        both!(self, add_original(hash, info))
+        queued!(self, *hash, add_original(hash: *hash, info: info.clone()))
     }
 
     async fn record_download(
@@ -383,7 +395,7 @@ impl Originals for MirroredMaps {
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
-        both!(self, put_facts(hash, facts))
+        queued!(self, *hash, put_facts(hash: *hash, facts: facts.clone()))
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
@@ -419,19 +431,7 @@ impl Fingerprints for MirroredMaps {
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
     ) -> Result<ListedAtWrite, MapError> {
-        let sides = self.sides();
-        let out = sides.lead.put_fingerprint(hash, fingerprint).await?;
-        if let Some(follow) = &sides.follow {
-            self.mirrored(
-                "put_fingerprint",
-                follow
-                    .maps
-                    .put_fingerprint(hash, fingerprint)
-                    .await
-                    .map(|_| ()),
-            );
-        }
-        Ok(out)
+        queued!(self, *hash, put_fingerprint(hash: *hash, fingerprint: *fingerprint))
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
@@ -476,7 +476,7 @@ impl Fingerprints for MirroredMaps {
     }
 
     async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
-        both!(self, put_alias(own, canonical))
+        queued!(self, *own, put_alias(own: *own, canonical: *canonical))
     }
 
     async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {

@@ -26,6 +26,7 @@
 
 mod backfill;
 pub(super) mod blobs;
+mod follow;
 pub(super) mod mirror;
 
 use std::sync::atomic::Ordering;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use self::mirror::{Follower, MirrorCounts, Sides};
+use self::follow::{FollowQueue, Follower, MirrorCounts, Sides};
 use super::Pipeline;
 use crate::blob::{BlobStore, FsBlobStore, S3BlobStore};
 use crate::config::{Config, MapsBackend, StorageBackend};
@@ -88,6 +89,9 @@ pub struct MigrationState {
     pub backfill: Option<backfill::BackfillState>,
     /// On this node since it started: mirrored writes that failed, shadow reads compared.
     pub mirrored_writes_failed: u64,
+    /// The target's writes queued on this node and not yet made (`follow.rs`).
+    #[serde(default)]
+    pub mirrored_writes_queued: u64,
     pub shadow_same: u64,
     pub shadow_different: u64,
     pub shadow_absent: u64,
@@ -102,6 +106,8 @@ pub(super) struct Migration {
     source_blobs: Arc<dyn BlobStore>,
     pub(super) sides: Arc<ArcSwap<Sides>>,
     pub(super) counts: Arc<MirrorCounts>,
+    /// The follower's writes under way (`follow.rs`).
+    pub(super) follow: Arc<FollowQueue>,
     /// One phase change at a time.
     turn: tokio::sync::Mutex<()>,
 }
@@ -136,11 +142,13 @@ impl Migration {
                 }
             },
         };
+        let counts = Arc::<MirrorCounts>::default();
         Ok(Migration {
             source,
             source_blobs,
             sides: Arc::new(ArcSwap::from_pointee(sides)),
-            counts: Arc::default(),
+            follow: Arc::new(FollowQueue::start(counts.clone())),
+            counts,
             turn: tokio::sync::Mutex::new(()),
         })
     }
@@ -333,6 +341,7 @@ impl Pipeline {
             )
             .await?;
         self.write_record(&record).await?;
+        let _closed = m.follow.closed().await;
         m.sides.store(Arc::new(sides_for(
             Phase::Backfilling,
             &m.source,
@@ -347,7 +356,17 @@ impl Pipeline {
     }
 
     /// Moves the migration to `phase`: the record first, then who leads.
-    async fn migrate_to(&self, mut record: MigrationRecord, phase: Phase) -> Result<(), Error> {
+    async fn migrate_to(&self, record: MigrationRecord, phase: Phase) -> Result<(), Error> {
+        let _closed = self.migration().follow.closed().await;
+        self.migrate_to_closed(record, phase).await
+    }
+
+    /// [`Self::migrate_to`], with mirrored writes held off and the follower's queue empty.
+    async fn migrate_to_closed(
+        &self,
+        mut record: MigrationRecord,
+        phase: Phase,
+    ) -> Result<(), Error> {
         let m = self.migration();
         record.phase = phase;
         record.phase_ms = now_ms();
@@ -403,17 +422,20 @@ impl Pipeline {
                 record.phase
             )));
         }
+        // Every write the target was sent is made (or failed) before it may lead.
+        let closed = self.migration().follow.closed().await;
         let failed = self.migration().counts.writes_failed.load(Ordering::SeqCst);
         if failed != record.failures_at_validation {
             // A write the target missed since: found by backfilling again.
-            self.migrate_to(record, Phase::Backfilling).await?;
+            self.migrate_to_closed(record, Phase::Backfilling).await?;
+            drop(closed);
             self.spawn_backfill(false);
             return Err(conflict(
                 "a mirrored write failed since the backfill validated: it runs again; ask again \
                  once it has",
             ));
         }
-        self.migrate_to(record, Phase::CutOver).await
+        self.migrate_to_closed(record, Phase::CutOver).await
     }
 
     /// The source is retired: the node serves from the target alone.
@@ -489,6 +511,7 @@ impl Pipeline {
             phase_ms: r.phase_ms,
             backfill,
             mirrored_writes_failed: counts.writes_failed.load(Ordering::Relaxed),
+            mirrored_writes_queued: self.migration().follow.queued(),
             shadow_same: counts.shadow_same.load(Ordering::Relaxed),
             shadow_different: counts.shadow_different.load(Ordering::Relaxed),
             shadow_absent: counts.shadow_absent.load(Ordering::Relaxed),
