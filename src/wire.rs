@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{BlockEntry, OriginalInfo, WalkPosition};
+use crate::maps::{BlockEntry, Focus, OriginalInfo, WalkPosition};
 
 /// docs/api.md's error body: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +131,50 @@ pub struct InfoAnswer {
     /// (absent from answers of servers before it).
     #[serde(default)]
     pub auto_quality: Vec<AutoQualityAnswer>,
+    /// The focal point set for the original (absent when none is, and from answers of
+    /// servers before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus: Option<FocusAnswer>,
+}
+
+/// An original's focal point as the API says it: fractions from 0 to 1 of the oriented
+/// source (`x`, `y`), and the region it was set as, if it was.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FocusAnswer {
+    pub x: f64,
+    pub y: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<f64>,
+}
+
+impl From<&Focus> for FocusAnswer {
+    fn from(f: &Focus) -> Self {
+        let part = |v: u16| f64::from(v) / 10_000.0;
+        let region = |i: usize| f.region.map(|r| part(r[i]));
+        FocusAnswer {
+            x: part(f.x),
+            y: part(f.y),
+            left: region(0),
+            top: region(1),
+            width: region(2),
+            height: region(3),
+        }
+    }
+}
+
+/// `PUT` and `DELETE /v1/originals/<hash>/focus`: the focal point now set (null once
+/// cleared), and how many variants placed by a focal point were removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FocusSetAnswer {
+    pub hash: String,
+    pub focus: Option<FocusAnswer>,
+    pub variants_removed: u64,
 }
 
 /// One `q=auto` variant of an original: its canonical spec, the encoder quality its search

@@ -3,7 +3,7 @@
 //! Kept apart from the pixel work so the rules (which box, whether to upscale, where the crop
 //! and the padding go) are plain arithmetic with plain tests.
 
-use crate::spec::{Fit, Placed, ResolvedSpec};
+use crate::spec::{focus_of_size, window_start, Fit, Gravity, Placed, ResolvedSpec};
 
 /// A region of the source, in source pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,7 +100,25 @@ pub fn plan_within(source: (u32, u32), r: Placed, spec: &ResolvedSpec) -> Plan {
     if size == source {
         return plan_whole(source, spec);
     }
-    let inner = plan_whole(size, spec);
+    // A focal point is said of the whole source: here, of the region.
+    let gravity = match spec.shape.gravity {
+        Gravity::FocusPx { x, y } => Gravity::FocusPx {
+            x: (f64::from(x) - r.left).max(0.0) as u32,
+            y: (f64::from(y) - r.top).max(0.0) as u32,
+        },
+        Gravity::Focus { x, y } => {
+            let into = |v: u16, start: f64, len: f64, whole: u32| {
+                let at = f64::from(v) / 10_000.0 * f64::from(whole);
+                (((at - start) / len.max(1.0)) * 10_000.0).clamp(0.0, 10_000.0) as u16
+            };
+            Gravity::Focus {
+                x: into(x, r.left, r.width, source.0),
+                y: into(y, r.top, r.height, source.1),
+            }
+        }
+        g => g,
+    };
+    let inner = plan_box(size, spec, gravity);
     let crop = match inner.crop {
         Some(c) => SourceCrop {
             left: r.left + c.left,
@@ -122,7 +140,13 @@ pub fn plan_within(source: (u32, u32), r: Placed, spec: &ResolvedSpec) -> Plan {
 
 /// The plan for the whole of a source of `(sw, sh)` pixels.
 fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
+    plan_box(source, spec, spec.shape.gravity)
+}
+
+/// The plan for a source of `(sw, sh)` pixels, a window of it placed by `gravity`.
+fn plan_box(source: (u32, u32), spec: &ResolvedSpec, gravity: Gravity) -> Plan {
     let spec = &spec.shape;
+    let gravity = focus_of_size(gravity, source);
     let (sw, sh) = (f64::from(source.0), f64::from(source.1));
     let whole = |w: u32, h: u32| Plan {
         crop: None,
@@ -152,7 +176,7 @@ fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
                 return whole(resize_to.0, resize_to.1);
             }
             let canvas = (round_px(bw), round_px(bh));
-            let (ax, ay) = spec.gravity.anchor();
+            let (ax, ay) = gravity.anchor();
             let offset = (
                 (f64::from(canvas.0.saturating_sub(resize_to.0)) * ax).round() as u32,
                 (f64::from(canvas.1.saturating_sub(resize_to.1)) * ay).round() as u32,
@@ -190,10 +214,10 @@ fn plan_whole(source: (u32, u32), spec: &ResolvedSpec) -> Plan {
             let scale = (f64::from(out.0) / sw).max(f64::from(out.1) / sh);
             let cw = (f64::from(out.0) / scale).min(sw);
             let ch = (f64::from(out.1) / scale).min(sh);
-            let (ax, ay) = spec.gravity.anchor();
+            let (dx, dy) = spec.gravity_offset;
             let crop = SourceCrop {
-                left: (sw - cw) * ax,
-                top: (sh - ch) * ay,
+                left: window_start(gravity, 0, sw, cw, dx, scale),
+                top: window_start(gravity, 1, sh, ch, dy, scale),
                 width: cw,
                 height: ch,
             };
@@ -250,6 +274,28 @@ mod tests {
         assert_eq!(p((100, 50), "w=400&enlarge=1").output_size(), (400, 200));
         assert_eq!(p((100, 50), "").output_size(), (100, 50));
         assert_eq!(p((1000, 1), "w=10").output_size(), (10, 1), "never zero");
+    }
+
+    #[test]
+    fn a_cover_window_sits_on_its_focal_point_or_moves_by_its_offset() {
+        let left = |src, q: &str| p(src, q).crop.map(|c| (c.left, c.top, c.width, c.height));
+        // 1000×500 into 100×100: a 500×500 window, centred on 900 px as far as it goes.
+        let fp = "w=100&h=100&fit=cover&gravity=fp:0.9:0.5";
+        assert_eq!(left((1000, 500), fp), Some((500.0, 0.0, 500.0, 500.0)));
+        let px = "w=100&h=100&fit=cover&gravity=fp:400px:0px";
+        assert_eq!(left((1000, 500), px), Some((150.0, 0.0, 500.0, 500.0)));
+        // West, 10 output px in at a fifth of the scale: 50 source px from the left edge.
+        let west = "w=100&h=100&fit=cover&gravity=west&gravity_offset=10,0";
+        assert_eq!(left((1000, 500), west), Some((50.0, 0.0, 500.0, 500.0)));
+        // East moves away from its edge; dpr=2 doubles the offset as it doubles the box.
+        let east = "w=100&h=100&fit=cover&gravity=east&gravity_offset=10,0&dpr=2";
+        assert_eq!(left((1000, 500), east), Some((450.0, 0.0, 500.0, 500.0)));
+        // In a crop's region the focal point is still the whole source's.
+        let region = "crop=500,500,500,0&w=100&h=50&fit=cover&gravity=fp:0.6:0.5";
+        assert_eq!(
+            left((1000, 500), region),
+            Some((500.0, 125.0, 500.0, 250.0))
+        );
     }
 
     #[test]

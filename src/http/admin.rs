@@ -44,7 +44,7 @@ pub async fn forget_url(State(service): State<Service>, Query(query): Query<UrlQ
 
 /// A hash named in a removal's path: a malformed one is a bad request (not a 404: nothing by
 /// that name can ever be stored, so the caller has the wrong name).
-fn path_hash(raw: &str) -> Result<ContentHash, Error> {
+pub(super) fn path_hash(raw: &str) -> Result<ContentHash, Error> {
     raw.parse()
         .map_err(|()| Error::invalid_option("hash", "must be 64 hexadecimal digits (SHA-256)"))
 }

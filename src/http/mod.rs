@@ -23,6 +23,7 @@ pub mod admin;
 mod answer;
 pub mod console;
 pub mod error;
+mod focus;
 mod front;
 pub use fallback::Fallbacks;
 pub use front::Front;

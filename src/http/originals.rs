@@ -336,6 +336,7 @@ pub(super) async fn info_answer(
         near_duplicates,
         facts,
         auto_quality,
+        focus: info.focus.as_ref().map(crate::wire::FocusAnswer::from),
     })
 }
 

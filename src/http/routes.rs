@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 
-use super::{admin, console, image, ingest, moderation, ops, originals, Service};
+use super::{admin, console, focus, image, ingest, moderation, ops, originals, Service};
 use crate::config::tokens::Scope;
 
 /// The methods routes are declared with (`GET` answers `HEAD` too).
@@ -20,6 +20,7 @@ use crate::config::tokens::Scope;
 pub(super) enum Verb {
     Get,
     Post,
+    Put,
     Delete,
 }
 
@@ -28,6 +29,7 @@ impl Verb {
         match self {
             Verb::Get => MethodFilter::GET,
             Verb::Post => MethodFilter::POST,
+            Verb::Put => MethodFilter::PUT,
             Verb::Delete => MethodFilter::DELETE,
         }
     }
@@ -37,6 +39,7 @@ impl Verb {
         match self {
             Verb::Get => "GET",
             Verb::Post => "POST",
+            Verb::Put => "PUT",
             Verb::Delete => "DELETE",
         }
     }
@@ -104,7 +107,7 @@ const fn image_route(path: &'static str, handler: Handler, by_url: bool) -> Rout
 type Handler = fn(MethodFilter) -> MethodRouter<Service>;
 
 use Guard::{Migration, Open, Page, PageData, PageOn, Removal};
-use Verb::{Delete, Get, Post};
+use Verb::{Delete, Get, Post, Put};
 
 /// Every route. The peers' dialects are each one image route (`dialects::PREFIXES`).
 // One row per line: the table reads as a table.
@@ -120,6 +123,8 @@ pub(super) const ROUTES: &[Route] = &[
     route(Get, "/v1/originals/{hash}", |m| on(m, originals::original), Open),
     route(Delete, "/v1/originals/{hash}", |m| on(m, admin::take_down), Removal),
     route(Get, "/v1/originals/{hash}/info", |m| on(m, originals::info), Open),
+    route(Put, "/v1/originals/{hash}/focus", |m| on(m, focus::put), Guard::Scope(Scope::Upload)),
+    route(Delete, "/v1/originals/{hash}/focus", |m| on(m, focus::clear), Guard::Scope(Scope::Upload)),
     route(Get, "/v1/originals/{hash}/similar", |m| on(m, originals::similar), Guard::Scope(Scope::Moderate)),
     route(Delete, "/v1/urls", |m| on(m, admin::forget_url), Removal),
     route(Get, "/v1/takedowns", |m| on(m, admin::takedowns), Removal),

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 
 use super::{
     BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint, Fingerprinted,
-    Fingerprints, ListedAtWrite, MapError, MapStore, NearFound, NearMatch, OriginalFacts,
+    Fingerprints, Focus, ListedAtWrite, MapError, MapStore, NearFound, NearMatch, OriginalFacts,
     OriginalInfo, Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey,
     VariantRow, VariantTotals, Variants, VersionCursor,
 };
@@ -449,6 +449,12 @@ impl<S: MapStore> Originals for Cached<S> {
         written
     }
 
+    async fn put_focus(&self, hash: &ContentHash, focus: Option<&Focus>) -> Result<bool, MapError> {
+        let written = self.store.put_focus(hash, focus).await;
+        self.originals.changed(hash);
+        written
+    }
+
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
         let removed = self.store.remove_original(hash).await;
         self.originals.changed(hash);
@@ -660,6 +666,7 @@ mod tests {
             has_alpha: false,
             bytes: 1 << 20,
             first_seen_ms: 1,
+            focus: None,
             facts: Some(OriginalFacts {
                 version: 1,
                 picture: Some(PictureFacts {

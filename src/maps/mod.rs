@@ -148,6 +148,21 @@ pub struct OriginalInfo {
     /// stored, or by the backfill for originals stored before); `None` until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<OriginalFacts>,
+    /// The focal point set for it (`PUT /v1/originals/{hash}/focus`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus: Option<Focus>,
+}
+
+/// Where an original's subject is, as set once for it: the point its `cover` and `crop`
+/// windows centre on unless a request says otherwise, and the region it was given as (if
+/// it was), in ten-thousandths of the oriented source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Focus {
+    pub x: u16,
+    pub y: u16,
+    /// `[left, top, width, height]`, when set as a region (its middle is the point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<[u16; 4]>,
 }
 
 /// Facts computed once from an original's pixels ([`imgcas_processors::facts`]).
@@ -448,6 +463,10 @@ pub trait Originals: Send + Sync {
 
     /// Stores an indexed original's facts, replacing any (nothing for an unindexed hash).
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError>;
+
+    /// Sets (or with `None` clears) an indexed original's focal point, durably. Returns
+    /// whether the hash is indexed (nothing is written for one that is not).
+    async fn put_focus(&self, hash: &ContentHash, focus: Option<&Focus>) -> Result<bool, MapError>;
 
     /// Drops an original's index entry, durably (`verify --repair`).
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError>;

@@ -55,7 +55,7 @@ mod walks;
 pub use migrate::{MigrationRecord, MigrationState, Phase};
 pub use moderation::{taken_down, Lifted, Listed, TakenDown};
 pub use near::Similar;
-pub use originals::Uploaded;
+pub use originals::{FocusSet, Uploaded};
 pub use urls::{OriginTally, Resolved, UrlState};
 pub use variant::{Provenance, Recalled, Served, Source, Target};
 pub use walks::{

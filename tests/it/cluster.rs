@@ -774,6 +774,61 @@ async fn a_takedown_on_one_node_holds_on_every_node_within_two_seconds() {
     }
 }
 
+/// Issue 71: a focal point set on node A places every node's crops within 2 s: B and C,
+/// which served the centred crop from memory and remembered its request, serve the crop on
+/// the point; cleared on C, every node is back on the centre.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_focal_point_set_on_one_node_places_every_nodes_crops_within_two_seconds() {
+    let Some((cluster, origin, _bucket)) = cluster_of(3, "cluster_focus", &[]).await else {
+        return;
+    };
+    origin.put("/bands.png", crate::focus::three_bands());
+    let source = origin.url("/bands.png");
+    let query = "w=50&h=50&fit=cover&format=png";
+    let red = |png: &[u8]| crate::focus::bands_of(png)[0];
+    let mut hash = String::new();
+    for node in 0..3 {
+        for _ in 0..2 {
+            let r = cluster.image(node, &source, query).await;
+            assert_eq!(r.status(), 200, "node {node}");
+            hash = header(&r, "x-imgcas-source-hash").unwrap().to_string();
+            assert!(
+                red(&r.bytes().await.unwrap()) < 0.4,
+                "centred on node {node}"
+            );
+        }
+    }
+    let focus_url = |node: usize| format!("{}/v1/originals/{hash}/focus", cluster.nodes[node].base);
+    let set = cluster
+        .client
+        .put(focus_url(0))
+        .body(r#"{"x": 0.05, "y": 0.5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 200);
+    let on_every_node = |changed: Instant, want_red: bool| {
+        let (cluster, source) = (&cluster, &source);
+        async move {
+            for node in 0..3 {
+                loop {
+                    let r = cluster.image(node, source, query).await;
+                    assert_eq!(r.status(), 200);
+                    if (red(&r.bytes().await.unwrap()) > 0.75) == want_red {
+                        break;
+                    }
+                    assert!(changed.elapsed() < Duration::from_secs(2), "node {node}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    };
+    on_every_node(Instant::now(), true).await;
+    let cleared = cluster.client.delete(focus_url(2)).send().await.unwrap();
+    assert_eq!(cleared.status(), 200);
+    on_every_node(Instant::now(), false).await;
+}
+
 /// (g2) Issue 32: the blocklist is shared like the takedown list. Listed on node A (by its
 /// SHA-256, and a picture's fingerprint), it holds on every node within 2 s: B and C, which
 /// served the bytes from memory, answer 451 `blocked` by URL and by hash, and C refuses an

@@ -29,6 +29,7 @@ mod dialects;
 mod errors;
 mod facts;
 mod fallback;
+mod focus;
 mod forget_url;
 mod fuzz_replay;
 mod hit_path;

@@ -16,9 +16,9 @@ use bytes::Bytes;
 
 use imgcas::hash::ContentHash;
 use imgcas::maps::{
-    now_ms, BlockEntry, Claims, Fingerprint, Fingerprinted, MapStore, OriginalFacts, OriginalInfo,
-    Originals, PictureFacts, PostgresMaps, RedbMaps, StoreTotals, UrlEntry, UrlMap, VariantBody,
-    VariantKey, VariantRow, Variants, VersionCursor,
+    now_ms, BlockEntry, Claims, Fingerprint, Fingerprinted, Focus, MapStore, OriginalFacts,
+    OriginalInfo, Originals, PictureFacts, PostgresMaps, RedbMaps, StoreTotals, UrlEntry, UrlMap,
+    VariantBody, VariantKey, VariantRow, Variants, VersionCursor,
 };
 use imgcas_processors::{OutputFormat, ProcessFailure};
 
@@ -34,6 +34,7 @@ pub(crate) fn info(bytes: u64) -> OriginalInfo {
         bytes,
         first_seen_ms: now_ms(),
         facts: None,
+        focus: None,
     }
 }
 
@@ -767,10 +768,37 @@ async fn original_facts(open: impl Fn() -> Opened) {
         maps.original(&hash).await.unwrap().unwrap().facts,
         Some(facts(4))
     );
+    // The focal point set for it: kept with the entry, through a facts write and a reopen.
+    let focus = Focus {
+        x: 2500,
+        y: 7000,
+        region: Some([1000, 4000, 3000, 6000]),
+    };
+    let stranger = ContentHash::of(b"not indexed");
+    assert!(!maps.put_focus(&stranger, Some(&focus)).await.unwrap());
+    assert_eq!(maps.original(&stranger).await.unwrap(), None);
+    assert!(maps.put_focus(&hash, Some(&focus)).await.unwrap());
+    maps.put_facts(&hash, &facts(4)).await.unwrap();
     drop(maps);
     let maps = open().await;
     let kept = maps.original(&hash).await.unwrap().unwrap();
     assert_eq!((kept.facts, kept.bytes), (Some(facts(4)), 9));
+    assert_eq!(kept.focus, Some(focus));
+    // Read with a URL's entry too, where a backend reads both at once (PostgreSQL).
+    let entry = url_entry(hash);
+    maps.put_url("https://focus.test/a.jpg", &entry)
+        .await
+        .unwrap();
+    let (found, with) = maps
+        .url_with_original("https://focus.test/a.jpg")
+        .await
+        .unwrap();
+    assert!(found.is_some(), "the URL's entry");
+    if let Some(info) = with {
+        assert_eq!(info.focus, Some(focus));
+    }
+    assert!(maps.put_focus(&hash, None).await.unwrap());
+    assert_eq!(maps.original(&hash).await.unwrap().unwrap().focus, None);
 }
 
 /// A redb file written before the hash → URLs index existed gets it built at its first open

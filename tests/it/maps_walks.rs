@@ -110,6 +110,7 @@ fn info(facts: Option<u32>) -> OriginalInfo {
         has_alpha: false,
         bytes: 100,
         first_seen_ms: now_ms(),
+        focus: None,
         facts: facts.map(|version| OriginalFacts {
             version,
             picture: None,
@@ -521,7 +522,7 @@ async fn postgres_migrates_an_older_schema_into_the_version_indexes() {
         .psql(
             "older_schema",
             "ALTER TABLE imgcas_originals DROP COLUMN facts_version,
-                 DROP COLUMN fingerprint_version;
+                 DROP COLUMN fingerprint_version, DROP COLUMN focus;
              DROP TABLE imgcas_walks;
              DROP TRIGGER imgcas_count_urls ON imgcas_urls;
              DROP TRIGGER imgcas_count_originals ON imgcas_originals;

@@ -36,6 +36,7 @@ async fn bounded(open: impl Fn() -> Opened) {
             bytes: 100,
             first_seen_ms: now_ms(),
             facts: None,
+            focus: None,
         };
         maps.add_original(&hash, &info).await.unwrap();
         let phash = if n < 150 { base } else { base ^ 1 };

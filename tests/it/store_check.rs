@@ -259,6 +259,7 @@ async fn three_nodes_asked_at_once_check_once() {
                 bytes: bytes.len() as u64,
                 first_seen_ms: 1,
                 facts: None,
+                focus: None,
             };
             maps.add_original(&hash, &info).await.unwrap();
         }

@@ -89,10 +89,26 @@ impl Spec {
         if !matches!(shape.fit, Fit::Cover | Fit::Pad | Fit::Crop | Fit::Auto) {
             shape.gravity = Gravity::Center;
         }
-        if shape.fit == Fit::Pad && shape.gravity == Gravity::Smart {
-            // Padding has no content to look at: smart placement is the middle.
+        if shape.fit == Fit::Pad && !shape.gravity.is_compass() {
+            // Padding has no content to look at, nor a window to centre: the middle.
             shape.gravity = Gravity::Center;
         }
+        if shape.gravity == Gravity::Auto {
+            // No focal point given ([`ResolvedSpec::with_focus`] gives the original's): the
+            // smart crop, which looks over the whole picture, not inside a crop's region.
+            shape.gravity = match shape.crop {
+                None => Gravity::Smart,
+                Some(_) => Gravity::Center,
+            };
+        }
+        shape.gravity_offset = match shape.fit {
+            // Offsets move a cut window, in output pixels: scaled with the box.
+            Fit::Cover | Fit::Crop | Fit::Auto => {
+                let px = |v: i32| (f64::from(v) * self.dpr.as_f64()).round() as i32;
+                (px(shape.gravity_offset.0), px(shape.gravity_offset.1))
+            }
+            _ => (0, 0),
+        };
         shape.enlarge &= has_box;
         if shape.trim.is_none() {
             // No borders to find: their colour is moot.
@@ -177,6 +193,21 @@ pub struct ResolvedSpec {
 }
 
 impl ResolvedSpec {
+    /// The original's focal point (`(x, y)` in ten-thousandths of the oriented source),
+    /// where `spec` (the request this was resolved from) leaves the window's place to it:
+    /// `gravity=auto`, or no gravity nor offsets at all, for a fit that cuts a window. The
+    /// point is then part of the canonical form, so a variant made for one focal point is
+    /// never served for another.
+    pub fn with_focus(mut self, spec: &Spec, focus: Option<(u16, u16)>) -> ResolvedSpec {
+        let left_to_it = spec.shape.gravity == Gravity::Auto
+            || (!spec.gravity_said && spec.shape.gravity_offset == (0, 0));
+        let cuts = matches!(self.shape.fit, Fit::Cover | Fit::Crop | Fit::Auto);
+        if let (Some((x, y)), true, true) = (focus, left_to_it, cuts) {
+            self.shape.gravity = Gravity::Focus { x, y };
+        }
+        self
+    }
+
     /// Whether the run must see its source whole, at full scale: trimmed borders make the
     /// kept picture smaller than any plan made from the header knows, so neither
     /// shrink-on-load nor a mezzanine (whose decode would be the one trimmed) keeps its

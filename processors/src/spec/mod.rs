@@ -14,6 +14,7 @@
 
 mod accept;
 mod canonical;
+mod focus;
 mod hints;
 mod options;
 mod parse;
@@ -24,6 +25,7 @@ mod watermark;
 
 pub use accept::{accept_class, negotiate, Accept, AutoFormats};
 pub use canonical::ResolvedSpec;
+pub(crate) use focus::{of_size as focus_of_size, window_start};
 pub use hints::{ClientHints, HintsConsulted, DPR_LADDER, SAVE_DATA_STEP, WIDTH_LADDER};
 pub use options::{Doc, OptionDef, OPTIONS};
 pub use quality::{AutoLevel, AutoTargets, Quality, QualityRequest};
@@ -91,13 +93,36 @@ pub enum Gravity {
     /// The crop window goes where the picture has the most detail (edge energy and
     /// saturation), found on the decoded pixels: `fit=cover` only.
     Smart,
+    /// A focal point (`fp:X:Y`): the window is centred on it as far as the source allows.
+    /// Ten-thousandths of the oriented source's width and height (`focus.rs`).
+    Focus {
+        x: u16,
+        y: u16,
+    },
+    /// A focal point in pixels of the oriented source (`fp:412px:300px`, thumbor's
+    /// `focal()`), turned into a fraction once the source's size is known.
+    FocusPx {
+        x: u32,
+        y: u32,
+    },
+    /// `gravity=auto`: the focal point set for the original, else the smart crop. Never in a
+    /// resolved spec (see [`ResolvedSpec::with_focus`]).
+    Auto,
 }
 
 impl Gravity {
+    /// The centre or a compass point (not smart, not a focal point).
+    pub fn is_compass(self) -> bool {
+        !matches!(
+            self,
+            Gravity::Smart | Gravity::Focus { .. } | Gravity::FocusPx { .. } | Gravity::Auto
+        )
+    }
+
     /// Where the kept region sits along each axis: 0 = left/top, 0.5 = middle, 1 = right/bottom.
     pub fn anchor(self) -> (f64, f64) {
         match self {
-            Gravity::Center | Gravity::Smart => (0.5, 0.5),
+            Gravity::Center | Gravity::Smart | Gravity::Auto => (0.5, 0.5),
             Gravity::North => (0.5, 0.0),
             Gravity::South => (0.5, 1.0),
             Gravity::East => (1.0, 0.5),
@@ -106,6 +131,9 @@ impl Gravity {
             Gravity::NorthWest => (0.0, 0.0),
             Gravity::SouthEast => (1.0, 1.0),
             Gravity::SouthWest => (0.0, 1.0),
+            Gravity::Focus { x, y } => (f64::from(x) / 10_000.0, f64::from(y) / 10_000.0),
+            // Its size unknown here: the middle (the geometry turns it into a fraction).
+            Gravity::FocusPx { .. } => (0.5, 0.5),
         }
     }
 }
@@ -199,6 +227,9 @@ pub struct Shape {
     pub crop: Option<Region>,
     /// Where `crop` sits when it gives no corner.
     pub crop_gravity: Gravity,
+    /// `gravity_offset`: the window of a `cover` or `crop` moved from its compass gravity, in
+    /// output pixels (`dpr` applied once resolved).
+    pub gravity_offset: (i32, i32),
     /// `trim`: borders within this percentage of their colour are cut from the decode.
     pub trim: Option<u8>,
     /// The borders' colour (`trim_color`); the top-left pixel's when `None`.
@@ -255,6 +286,9 @@ pub struct Spec {
     /// `animated=1` (the default): an animated source stays animated in a format that can
     /// be (GIF, WebP); `animated=0` takes its first frame.
     pub animated: bool,
+    /// The request named a `gravity`: the original's focal point then applies only to
+    /// `gravity=auto` (see [`ResolvedSpec::with_focus`]).
+    pub gravity_said: bool,
 }
 
 impl Default for Spec {
@@ -271,6 +305,7 @@ impl Default for Spec {
             lossless: false,
             progressive: false,
             animated: true,
+            gravity_said: false,
         }
     }
 }

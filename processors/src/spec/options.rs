@@ -163,17 +163,42 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "gravity",
         doc: Doc::Row {
-            values: "`center`, `north`, `south`, `east`, `west`, `northeast`, `northwest`, `southeast`, `southwest`, `smart` (for `cover`: the crop goes where the picture has the most edge detail and colour)",
+            values: "`center`, `north`, `south`, `east`, `west`, `northeast`, `northwest`, `southeast`, `southwest`, `smart` (for `cover`: the crop goes where the picture has the most edge detail and colour), `fp:X:Y` (for `cover` and `crop`: a focal point, `X` and `Y` fractions from 0 to 1 of the oriented source, or its pixels as `fp:412px:300px`; the window is centred on it as far as the source allows), `auto` (for `cover` and `crop`: the focal point set for the original, else `smart`). Without a `gravity` a `cover` or `crop` of an original with a focal point set is centred on it",
             default: "`center`",
             extension: false,
         },
         read: Read::Spec(|s, name, value| {
-            s.shape.gravity = named(name, value, GRAVITIES)?;
+            s.shape.gravity = match focus::focal_point(name, value)? {
+                Some(focal_point) => focal_point,
+                None => named(name, value, GRAVITIES)?,
+            };
+            s.gravity_said = true;
+            Ok(())
+        }),
+        shape_form: |shape, out| match focus::focal_point_name(shape.gravity) {
+            Some(focal_point) => out.push(("gravity", focal_point)),
+            None if shape.gravity != Shape::default().gravity => {
+                out.push(("gravity", gravity_name(shape.gravity).into()))
+            }
+            None => {}
+        },
+        request_form: |_, _| {},
+    },
+    OptionDef {
+        name: "gravity_offset",
+        doc: Doc::Row {
+            values: "`X,Y`: whole output pixels (`dpr` applies) that move a `cover` or `crop` window from its compass gravity, inwards from the edge it names (from the middle: right and down); never past the source. Not with `smart` or a focal point",
+            default: "`0,0`",
+            extension: false,
+        },
+        read: Read::Spec(|s, name, value| {
+            s.shape.gravity_offset = focus::offset(name, value)?;
             Ok(())
         }),
         shape_form: |shape, out| {
-            if shape.gravity != Shape::default().gravity {
-                out.push(("gravity", gravity_name(shape.gravity).into()));
+            let (x, y) = shape.gravity_offset;
+            if (x, y) != (0, 0) {
+                out.push(("gravity_offset", format!("{x},{y}")));
             }
         },
         request_form: |_, _| {},
@@ -428,7 +453,7 @@ pub const OPTIONS: &[OptionDef] = &[
         },
         read: Read::Spec(|s, name, value| {
             s.shape.crop_gravity = match named(name, value, GRAVITIES)? {
-                Gravity::Smart => {
+                Gravity::Smart | Gravity::Auto => {
                     return Err(SpecError::new(name, "a crop's region sits by a compass point"))
                 }
                 g => g,
@@ -668,7 +693,7 @@ mod tests {
         let query = "w=400&h=300&fit=cover&gravity=north&enlarge=1&dpr=2&format=webp&q=70\
             &lossless=1&progressive=1&rotate=90&blur=1.5&sharpen=0.5&bg=00ff00&min_w=10&min_h=10\
             &animated=0&crop_gravity=east&trim=10&trim_color=112233&wm=logo&wm_pos=south\
-            &wm_scale=0.5&wm_opacity=0.3";
+            &wm_scale=0.5&wm_opacity=0.3&gravity_offset=3,-4";
         let spec = Spec::parse(query).expect("every option");
         let canonical = spec.canonical();
         for o in OPTIONS {

@@ -35,6 +35,12 @@ impl Spec {
         if spec.shape.crop.is_some() && spec.shape.trim.is_some() {
             return Err(SpecError::new("trim", "cannot be combined with crop"));
         }
+        if spec.shape.gravity_offset != (0, 0) && !spec.shape.gravity.is_compass() {
+            return Err(SpecError::new(
+                "gravity_offset",
+                "moves a window from a compass gravity: not with smart or a focal point",
+            ));
+        }
         if spec.shape.crop.is_some() && spec.shape.gravity == Gravity::Smart {
             // Smart placement looks over the whole picture, not inside a region of it.
             return Err(SpecError::new(

@@ -27,6 +27,7 @@ pub(super) const GRAVITIES: &[(&str, Gravity)] = &[
     ("southeast", Gravity::SouthEast),
     ("southwest", Gravity::SouthWest),
     ("smart", Gravity::Smart),
+    ("auto", Gravity::Auto),
 ];
 
 /// A named value, read by its table.

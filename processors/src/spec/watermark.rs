@@ -154,7 +154,7 @@ impl Watermark {
 /// `wm_pos`: a compass point or `center` (no `smart`: an overlay has no content to look at).
 pub(super) fn position(option: &str, value: &str) -> Result<Gravity, SpecError> {
     match gravity(option, value)? {
-        Gravity::Smart => Err(SpecError::new(
+        Gravity::Smart | Gravity::Auto => Err(SpecError::new(
             option,
             "a watermark sits by a compass point",
         )),

@@ -73,8 +73,10 @@ struct Options {
     width: u32,
     height: u32,
     enlarge: bool,
-    extend: Option<Option<&'static str>>,
-    gravity: Option<&'static str>,
+    extend: Option<Option<String>>,
+    gravity: Option<String>,
+    /// The gravity's offsets, in pixels (imgcas's `gravity_offset`).
+    gravity_offset: Option<(i32, i32)>,
     dpr: Option<String>,
     quality: u32,
     format: Option<&'static str>,
@@ -84,7 +86,7 @@ struct Options {
     background: Option<String>,
     preset: Option<String>,
     /// `crop`: width and height as imgcas writes them, and its own gravity if given.
-    crop: Option<(String, String, Option<&'static str>)>,
+    crop: Option<(String, String, Option<String>)>,
 }
 
 fn flag(option: &str, v: &str) -> Result<bool, Error> {
@@ -122,8 +124,28 @@ fn resizing_type(v: &str) -> Result<Option<&'static str>, Error> {
     }))
 }
 
-fn gravity(args: &[&str]) -> Result<&'static str, Error> {
-    let named = match args.first().copied().unwrap_or("") {
+/// imgproxy's gravity and its arguments as imgcas's `gravity` (a compass point, `smart` or a
+/// focal point `fp:X:Y`) and `gravity_offset` (whole pixels; imgproxy's relative offsets,
+/// below 1, are refused).
+fn gravity(args: &[&str]) -> Result<(String, Option<(i32, i32)>), Error> {
+    let first = args.first().copied().unwrap_or("");
+    if first == "fp" {
+        let fraction = |i: usize| {
+            let v = args.get(i).copied().unwrap_or("");
+            match v.parse::<f64>() {
+                Ok(f) if (0.0..=1.0).contains(&f) => Ok(v),
+                _ => Err(refuse(
+                    "gravity",
+                    format!("a focal point's `{v}` is not a fraction from 0 to 1"),
+                )),
+            }
+        };
+        if args.len() > 3 {
+            return Err(refuse("gravity", "a focal point is fp:X:Y"));
+        }
+        return Ok((format!("fp:{}:{}", fraction(1)?, fraction(2)?), None));
+    }
+    let named = match first {
         "" | "ce" => "center",
         "no" => "north",
         "so" => "south",
@@ -134,16 +156,45 @@ fn gravity(args: &[&str]) -> Result<&'static str, Error> {
         "soea" => "southeast",
         "sowe" => "southwest",
         "sm" => "smart",
-        "fp" => return Err(refuse("gravity", "a focal point (`fp`) is not supported")),
         other => return Err(refuse("gravity", format!("unknown gravity `{other}`"))),
     };
-    if args[1.min(args.len())..]
-        .iter()
-        .any(|offset| !matches!(*offset, "" | "0"))
-    {
-        return Err(refuse("gravity", "offsets are not supported"));
+    let offset = |i: usize| match args.get(i).copied().unwrap_or("") {
+        "" => Ok(0),
+        v => match v.parse::<f64>() {
+            Ok(px) if px.fract() == 0.0 && px.abs() <= 8192.0 => Ok(px as i32),
+            Ok(px) if px.abs() < 1.0 => Err(refuse(
+                "gravity",
+                "relative offsets (below 1) are not supported: give pixels",
+            )),
+            _ => Err(refuse(
+                "gravity",
+                format!("offset `{v}` is not a whole number of pixels"),
+            )),
+        },
+    };
+    if args.len() > 3 {
+        return Err(refuse("gravity", "takes a type and two offsets"));
     }
-    Ok(named)
+    let offsets = match (offset(1)?, offset(2)?) {
+        (0, 0) => None,
+        _ if named == "smart" => {
+            return Err(refuse("gravity", "smart gravity takes no offsets"));
+        }
+        xy => Some(xy),
+    };
+    Ok((named.to_string(), offsets))
+}
+
+/// A gravity that places a region or a picture in a box (`crop`'s, `extend`'s): a compass
+/// point without offsets.
+fn compass(option: &str, args: &[&str]) -> Result<String, Error> {
+    match gravity(args)? {
+        (name, None) if !name.starts_with("fp:") => Ok(name),
+        _ => Err(refuse(
+            option,
+            "places by a compass point here, without offsets",
+        )),
+    }
 }
 
 /// imgproxy's extension (or `format`) as imgcas's `format`.
@@ -244,15 +295,20 @@ impl Options {
             "extend" | "ex" => {
                 self.extend = match flag(name, arg(0))? {
                     false => None,
-                    true if args.len() > 1 => Some(Some(gravity(&args[1..])?)),
+                    true if args.len() > 1 => Some(Some(compass(name, &args[1..])?)),
                     true => Some(None),
                 };
             }
-            "gravity" | "g" => self.gravity = Some(gravity(args)?),
+            "gravity" | "g" => {
+                (self.gravity, self.gravity_offset) = {
+                    let (named, offset) = gravity(args)?;
+                    (Some(named), offset)
+                }
+            }
             "crop" | "c" => {
                 let place = match args.len() {
                     0..=2 => None,
-                    _ => Some(gravity(&args[2..])?),
+                    _ => Some(compass(name, &args[2..])?),
                 };
                 self.crop = Some((crop_side(arg(0))?, crop_side(arg(1))?, place));
             }
@@ -314,7 +370,7 @@ impl Options {
             push("h", self.height.to_string());
         }
         let fit = self.fit.unwrap_or("contain");
-        let mut gravity = self.gravity;
+        let mut gravity = self.gravity.clone();
         match self.extend {
             // Only a fit the URL says: a preset's own fit stands otherwise.
             None => {
@@ -334,7 +390,10 @@ impl Options {
                 push("fit", "pad".into());
                 // Where the picture sits in the box: extend's own gravity (the centre
                 // unless it says one), not the crop's.
-                gravity = Some(place.unwrap_or("center"));
+                gravity = Some(place.unwrap_or_else(|| "center".into()));
+                if self.gravity_offset.is_some() {
+                    return Err(refuse("gravity", "offsets are not supported with extend"));
+                }
             }
             Some(_) => {
                 return Err(refuse(
@@ -344,7 +403,10 @@ impl Options {
             }
         }
         if let Some(gravity) = gravity {
-            push("gravity", gravity.into());
+            push("gravity", gravity);
+        }
+        if let Some((x, y)) = self.gravity_offset {
+            push("gravity_offset", format!("{x},{y}"));
         }
         if self.enlarge {
             push("enlarge", "1".into());
@@ -378,11 +440,18 @@ impl Options {
                 // imgproxy crops before it turns; imgcas after.
                 return Err(refuse("crop", "cannot be combined with rotate here"));
             }
+            let by_main = place.is_none();
             match place.or(self.gravity) {
-                Some("smart") => {
+                Some(g) if g == "smart" => {
                     return Err(refuse("crop", "with smart gravity is not supported"));
                 }
-                Some(g) if g != "center" => push("crop_gravity", g.into()),
+                Some(g) if g.starts_with("fp:") || (by_main && self.gravity_offset.is_some()) => {
+                    return Err(refuse(
+                        "crop",
+                        "is placed by a compass point without offsets here",
+                    ));
+                }
+                Some(g) if g != "center" => push("crop_gravity", g),
                 _ => {}
             }
             push("crop", format!("{width},{height}"));
@@ -559,6 +628,25 @@ mod tests {
     }
 
     #[test]
+    fn focal_points_and_offsets_are_imgcas_gravity_and_gravity_offset() {
+        let off = Dialect::default();
+        let pairs = |path: &str| translate(&off, path).expect("translates").pairs;
+        let source = "plain/http://example.com/a.jpg";
+        let fp = pairs(&format!("/insecure/rs:fill:300:200/g:fp:0.3:0.7/{source}"));
+        assert!(
+            fp.contains(&("gravity".into(), "fp:0.3:0.7".into())),
+            "{fp:?}"
+        );
+        let moved = pairs(&format!("/insecure/rs:fill:300:200/g:no:10:-20/{source}"));
+        assert!(moved.ends_with(&[
+            ("gravity".into(), "north".into()),
+            ("gravity_offset".into(), "10,-20".into())
+        ]));
+        let still = pairs(&format!("/insecure/rs:fill:300:200/g:so:0:0/{source}"));
+        assert!(!still.iter().any(|(k, _)| k == "gravity_offset"));
+    }
+
+    #[test]
     fn a_crop_is_imgcas_crop_by_its_own_gravity_or_the_main_one() {
         let off = Dialect::default();
         let pairs = |path: &str| translate(&off, path).expect("translates").pairs;
@@ -584,7 +672,14 @@ mod tests {
         let source = "plain/http://example.com/a.jpg";
         let cases = [
             ("wm:0.5", "wm"),
-            ("g:ce:10:20", "gravity"),
+            ("g:ce:0.5:0", "gravity"),
+            ("g:sm:10:0", "gravity"),
+            ("g:fp:1.5:0", "gravity"),
+            ("g:no:1:2:3", "gravity"),
+            ("c:10:10:fp:0.5:0.5", "c"),
+            ("c:10:10:no:5:0", "c"),
+            ("g:no:5:0/c:10:10", "crop"),
+            ("g:fp:0.5:0.5/c:10:10", "crop"),
             ("rot:45", "rot"),
             ("ex:1", "extend"),
             ("c:10:10/g:sm", "crop"),

@@ -238,6 +238,8 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
     let mut enlarge = !fit_in;
     let mut no_upscale = false;
     let (mut format, mut quality, mut blur, mut rotate, mut fill) = (None, None, None, 0, None);
+    // focal(): the regions' box, whose middle the crop is centred on.
+    let mut focal: Option<[u32; 4]> = None;
     for text in filter_list
         .and_then(|f| f.strip_prefix("filters:"))
         .map(filters)
@@ -262,6 +264,15 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
                 })
             }
             "quality" => quality = Some(one()?.to_string()),
+            "focal" => {
+                let [l, t, r, b] = manual_crop(one()?)
+                    .filter(|[l, t, r, b]| r >= l && b >= t)
+                    .ok_or_else(|| refuse(name, "takes a region LxT:RxB in pixels"))?;
+                focal = Some(match focal {
+                    None => [l, t, r, b],
+                    Some([fl, ft, fr, fb]) => [fl.min(l), ft.min(t), fr.max(r), fb.max(b)],
+                });
+            }
             "blur" => {
                 // blur(radius[, sigma]): the sigma is the radius unless given.
                 let sigma = match args.as_slice() {
@@ -355,7 +366,20 @@ pub(super) fn translate(dialect: &Dialect, path: &str) -> Result<Translated, Err
         // `cover` would shrink the box to its own shape.
         (false, None) => {
             push("fit", if no_upscale { "crop" } else { "cover" }.into());
-            push("gravity", turned(gravity, rotate).into());
+            match focal {
+                // Focal points lead over the alignment and smart detection, as in thumbor.
+                Some(_) if rotate != 0 => {
+                    return Err(refuse("focal", "cannot be combined with rotate() here"));
+                }
+                Some([l, t, r, b]) => {
+                    let middle = |a: u32, b: u32| (u64::from(a) + u64::from(b)) / 2;
+                    push(
+                        "gravity",
+                        format!("fp:{}px:{}px", middle(l, r), middle(t, b)),
+                    );
+                }
+                None => push("gravity", turned(gravity, rotate).into()),
+            }
         }
     }
     if enlarge {
@@ -506,6 +530,31 @@ mod tests {
                 ("format", "webp")
             ])
         );
+        // Focal regions: the crop is centred on the middle of their box, over the alignment.
+        let focal =
+            "/unsafe/300x200/left/filters:focal(100x50:300x250):focal(20x40:60x60)/a.test/p.jpg";
+        let focal = translate(&off, focal).expect("translates");
+        assert_eq!(
+            focal.pairs,
+            pairs(&[
+                ("w", "300"),
+                ("h", "200"),
+                ("fit", "cover"),
+                ("gravity", "fp:160px:145px"),
+                ("enlarge", "1")
+            ])
+        );
+        for bad in [
+            "focal(10x10)",
+            "focal(30x30:10x10)",
+            "focal(1x1:2x2):rotate(90)",
+        ] {
+            let path = format!("/unsafe/300x200/filters:{bad}/a.test/p.jpg");
+            assert!(
+                matches!(translate(&off, &path), Err(Error::InvalidOption { option, .. }) if option == "focal"),
+                "{bad}"
+            );
+        }
         // Turned a quarter counter-clockwise after a 300×200 crop kept to the left: imgcas
         // turns first (270 clockwise), into a 200×300 box, kept to the bottom.
         let turned = translate(&off, "/unsafe/300x200/left/filters:rotate(90)/a.test/p.jpg")

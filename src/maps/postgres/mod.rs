@@ -39,7 +39,7 @@ use imgcas_processors::{Chosen, OutputFormat, ProcessFailure, FINGERPRINT_VERSIO
 use super::cache::Cached;
 use super::{
     near, now_ms, BlockEntry, Blocklist, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
-    Fingerprinted, Fingerprints, ListedAtWrite, MapError, MapStore, NearFound, NearMatch,
+    Fingerprinted, Fingerprints, Focus, ListedAtWrite, MapError, MapStore, NearFound, NearMatch,
     OriginalFacts, OriginalInfo, Originals, Recorded, Takedowns, UrlEntry, UrlMap, VariantBody,
     VariantKey, VariantRow, VariantTotals, Variants, VersionCursor,
 };
@@ -356,6 +356,14 @@ fn original_info(row: &Row) -> Result<OriginalInfo, MapError> {
             .try_get::<_, Option<String>>("facts")
             .map_err(store_error)?
             .and_then(|json| serde_json::from_str(&json).ok()),
+        focus: row
+            .try_get::<_, Option<String>>("focus")
+            .map_err(store_error)?
+            .map(|json| {
+                serde_json::from_str(&json)
+                    .map_err(|e| MapError::Corrupt(format!("an original's focus: {e}")))
+            })
+            .transpose()?,
     })
 }
 

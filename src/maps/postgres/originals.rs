@@ -37,6 +37,11 @@ const PUT_FACTS: Statement = Statement {
     sql: "UPDATE imgcas_originals SET facts = $2 WHERE hash = $1",
 };
 
+const PUT_FOCUS: Statement = Statement {
+    op: "put_focus",
+    sql: "UPDATE imgcas_originals SET focus = $2 WHERE hash = $1",
+};
+
 const REMOVE_ORIGINAL: Statement = Statement {
     op: "remove_original",
     sql: "DELETE FROM imgcas_originals WHERE hash = $1",
@@ -160,6 +165,15 @@ impl Originals for PostgresStore {
         self.execute(&PUT_FACTS, params![raw, json])
             .await
             .map(|_| ())
+    }
+
+    async fn put_focus(&self, hash: &ContentHash, focus: Option<&Focus>) -> Result<bool, MapError> {
+        let raw: &[u8] = hash.as_bytes();
+        let json = focus
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| MapError::Corrupt(e.to_string()))?;
+        Ok(self.execute(&PUT_FOCUS, params![raw, json]).await? == 1)
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {

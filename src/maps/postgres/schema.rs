@@ -393,6 +393,8 @@ const MIGRATIONS: &[&str] = &[
                    count(*) FILTER (WHERE failure IS NOT NULL) AS errors
               FROM imgcas_variants GROUP BY 1) s
      WHERE t.shard = s.shard;",
+    // 14: the focal point set for an original (`PUT /v1/originals/{hash}/focus`), as JSON.
+    "ALTER TABLE imgcas_originals ADD COLUMN focus text;",
 ];
 
 /// Brings the schema to this binary's version. Safe to run from many nodes at once.

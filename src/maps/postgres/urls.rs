@@ -30,7 +30,7 @@ const URL: Statement = Statement {
 const URL_WITH_ORIGINAL: Statement = Statement {
     op: "url_with_original",
     sql: "SELECT u.*, o.hash AS o_hash, o.format, o.width, o.height, o.has_alpha,
-                o.bytes, o.first_seen_ms, o.facts, o.upright_width, o.upright_height
+                o.bytes, o.first_seen_ms, o.facts, o.upright_width, o.upright_height, o.focus
            FROM imgcas_urls u
            LEFT JOIN imgcas_originals o ON o.hash = CASE
                 WHEN u.canonical IS NOT NULL AND length(u.canonical) = 64

@@ -3,7 +3,7 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::super::{Claim, MapError, OriginalFacts, OriginalInfo, Recorded, VersionCursor};
+use super::super::{Claim, Focus, MapError, OriginalFacts, OriginalInfo, Recorded, VersionCursor};
 use super::by_version::{self, Computed};
 use super::kept_totals;
 use crate::hash::ContentHash;
@@ -121,6 +121,26 @@ pub(super) fn set_facts(
     by_version::set(txn, Computed::Facts, hash, Some(was), Some(facts.version))
 }
 
+/// Replaces an indexed original's focal point; whether the hash is indexed.
+pub(super) fn set_focus(
+    txn: &WriteTransaction,
+    hash: &ContentHash,
+    focus: Option<&Focus>,
+) -> Result<bool, MapError> {
+    let mut table = txn.open_table(TABLE)?;
+    let current = match table.get(hash.as_bytes().as_slice())? {
+        Some(raw) => decode(hash, raw.value())?,
+        None => return Ok(false),
+    };
+    let info = OriginalInfo {
+        focus: focus.copied(),
+        ..current
+    };
+    let value = serde_json::to_vec(&info).map_err(|e| MapError::Corrupt(e.to_string()))?;
+    table.insert(hash.as_bytes().as_slice(), value.as_slice())?;
+    Ok(true)
+}
+
 pub(super) fn remove(txn: &WriteTransaction, hash: &ContentHash) -> Result<(), MapError> {
     let mut table = txn.open_table(TABLE)?;
     let removed = match table.remove(hash.as_bytes().as_slice())? {
@@ -210,6 +230,13 @@ impl Originals for RedbStore {
                 db.write(|txn| originals::set_facts(txn, &hash, &facts))
                     .map(|_| ())
             })
+            .await
+    }
+
+    async fn put_focus(&self, hash: &ContentHash, focus: Option<&Focus>) -> Result<bool, MapError> {
+        let (hash, focus) = (*hash, focus.copied());
+        self.db
+            .run(move |db| db.write_durable(|txn| originals::set_focus(txn, &hash, focus.as_ref())))
             .await
     }
 

@@ -24,7 +24,7 @@ use super::{Phase, Pipeline};
 use crate::blob::BlobStore;
 use crate::error::Error;
 use crate::hash::ContentHash;
-use crate::maps::{MapStore, OriginalInfo, UrlEntry, VariantKey, WalkPosition};
+use crate::maps::{Focus, MapStore, OriginalInfo, UrlEntry, VariantKey, WalkPosition};
 
 /// Originals per page: each costs a few reads on both sides.
 const PAGE: usize = 200;
@@ -92,7 +92,7 @@ type UrlState = (
 /// What one side holds of one original, its use stamps aside.
 #[derive(Debug, PartialEq)]
 struct HashState {
-    info: Option<(u64, Option<u32>)>,
+    info: Option<(u64, Option<u32>, Option<Focus>)>,
     blob: Option<u64>,
     fingerprint: Option<String>,
     urls: Vec<UrlState>,
@@ -183,7 +183,7 @@ async fn state_of(
     let mut variants: Vec<VariantKey> = variants.into_iter().map(|(k, _)| k).collect();
     variants.sort_by_key(|k| k.to_bytes());
     Ok(HashState {
-        info: info.map(|i| (i.bytes, i.facts.map(|f| f.version))),
+        info: info.map(|i| (i.bytes, i.facts.map(|f| f.version), i.focus)),
         blob,
         fingerprint,
         urls,
@@ -222,7 +222,8 @@ async fn copy_hash(
         to.blobs.delete(hash).await?;
         to.blobs.put_if_absent(hash, bytes).await?;
     }
-    match to.maps.original(hash).await? {
+    let there = to.maps.original(hash).await?;
+    match &there {
         None => {
             to.maps.add_original(hash, &info).await?;
         }
@@ -232,6 +233,10 @@ async fn copy_hash(
             }
         }
         Some(_) => {}
+    }
+    // A new index entry may not carry it (PostgreSQL's insert writes no focus).
+    if there.map_or(info.focus.is_some(), |t| t.focus != info.focus) {
+        to.maps.put_focus(hash, info.focus.as_ref()).await?;
     }
     if let Some(fp) = from.maps.fingerprint(hash).await? {
         if to.maps.fingerprint(hash).await?.as_ref() != Some(&fp) {

@@ -16,16 +16,14 @@ use async_trait::async_trait;
 use futures_util::future::{BoxFuture, FutureExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::blob::BlobStore;
 use crate::hash::ContentHash;
 use crate::maps::{
-    BlockEntry, Blocklist, Bucket, Claim, ClaimOutcome, Claims, Evicted, Fingerprint,
-    Fingerprinted, Fingerprints, HeldFailure, ListedAtWrite, MapError, MapStore, NearFound,
-    NearMatch, OriginSlot, OriginTurn, OriginalFacts, OriginalInfo, Originals, Quotas, Recorded,
-    SlotTake, StoreTotals, Take, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
-    VariantTotals, Variants, VersionCursor, WalkLog, WalkPosition,
+    BlockEntry, Blocklist, Claim, Evicted, Fingerprint, Fingerprinted, Fingerprints, Focus,
+    ListedAtWrite, MapError, MapStore, NearFound, NearMatch, OriginalFacts, OriginalInfo,
+    Originals, Recorded, StoreTotals, Takedowns, UrlEntry, UrlMap, VariantKey, VariantRow,
+    VariantTotals, Variants, VersionCursor,
 };
 
 use super::super::variant::{row_for, with_bytes_in_hand};
@@ -61,7 +59,7 @@ impl MirroredMaps {
         }
     }
 
-    fn sides(&self) -> arc_swap::Guard<Arc<Sides>> {
+    pub(super) fn sides(&self) -> arc_swap::Guard<Arc<Sides>> {
         self.sides.load()
     }
 
@@ -219,9 +217,9 @@ use both;
 
 /// A write made on the leading store, then queued for the follower in the lane of what it
 /// is `about` (`follow.rs`): the leading store's answer. Each argument is owned by the
-/// queued write (`name: owned value`) and lent to the follower's call.
+/// queued write and lent to the follower's call (`name: owned value => lent`).
 macro_rules! queued {
-    ($self:ident, $about:expr, $op:ident($($arg:ident: $own:expr),*)) => {{
+    ($self:ident, $about:expr, $op:ident($($arg:ident: $own:expr => $lend:expr),*)) => {{
         let _turn = $self.follow.write_turn().await;
         let sides = $self.sides();
         let out = sides.lead.$op($($arg),*).await?;
@@ -230,7 +228,7 @@ macro_rules! queued {
             let maps = follow.maps.clone();
             $(let $arg = $own;)*
             let write = async move {
-                maps.$op($(&$arg),*).await.map(|_| ()).map_err(|e| e.to_string())
+                maps.$op($($lend),*).await.map(|_| ()).map_err(|e| e.to_string())
             };
             $self.follow.queue(about, stringify!($op), 0, write.boxed()).await;
         }
@@ -322,7 +320,7 @@ impl UrlMap for MirroredMaps {
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        queued!(self, url, put_url(url: url.to_owned(), entry: entry.clone()))
+        queued!(self, url, put_url(url: url.to_owned() => &url, entry: entry.clone() => &entry))
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
@@ -381,7 +379,7 @@ impl Originals for MirroredMaps {
         hash: &ContentHash,
         info: &OriginalInfo,
     ) -> Result<bool, MapError> {
-        queued!(self, *hash, add_original(hash: *hash, info: info.clone()))
+        queued!(self, *hash, add_original(hash: *hash => &hash, info: info.clone() => &info))
     }
 
     async fn record_download(
@@ -395,7 +393,11 @@ impl Originals for MirroredMaps {
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
-        queued!(self, *hash, put_facts(hash: *hash, facts: facts.clone()))
+        queued!(self, *hash, put_facts(hash: *hash => &hash, facts: facts.clone() => &facts))
+    }
+
+    async fn put_focus(&self, hash: &ContentHash, focus: Option<&Focus>) -> Result<bool, MapError> {
+        queued!(self, *hash, put_focus(hash: *hash => &hash, focus: focus.copied() => focus.as_ref()))
     }
 
     async fn remove_original(&self, hash: &ContentHash) -> Result<(), MapError> {
@@ -431,7 +433,7 @@ impl Fingerprints for MirroredMaps {
         hash: &ContentHash,
         fingerprint: &Fingerprinted,
     ) -> Result<ListedAtWrite, MapError> {
-        queued!(self, *hash, put_fingerprint(hash: *hash, fingerprint: *fingerprint))
+        queued!(self, *hash, put_fingerprint(hash: *hash => &hash, fingerprint: *fingerprint => &fingerprint))
     }
 
     async fn near(&self, phash: u64, radius: u32) -> Result<Vec<NearMatch>, MapError> {
@@ -476,7 +478,7 @@ impl Fingerprints for MirroredMaps {
     }
 
     async fn put_alias(&self, own: &ContentHash, canonical: &ContentHash) -> Result<(), MapError> {
-        queued!(self, *own, put_alias(own: *own, canonical: *canonical))
+        queued!(self, *own, put_alias(own: *own => &own, canonical: *canonical => &canonical))
     }
 
     async fn remove_aliases(&self, hash: &ContentHash) -> Result<u64, MapError> {
@@ -579,121 +581,5 @@ impl Blocklist for MirroredMaps {
 
     async fn blocklist(&self) -> Result<Vec<BlockEntry>, MapError> {
         self.sides().lead.blocklist().await
-    }
-}
-
-#[async_trait]
-impl Claims for MirroredMaps {
-    fn shared(&self) -> bool {
-        self.sides().lead.shared()
-    }
-
-    async fn try_claim(
-        &self,
-        key: &str,
-        owner: &str,
-        token: i64,
-        ttl: Duration,
-    ) -> Result<ClaimOutcome, MapError> {
-        self.sides().lead.try_claim(key, owner, token, ttl).await
-    }
-
-    async fn try_claim_past_published(
-        &self,
-        key: &str,
-        owner: &str,
-        token: i64,
-        ttl: Duration,
-    ) -> Result<ClaimOutcome, MapError> {
-        self.sides()
-            .lead
-            .try_claim_past_published(key, owner, token, ttl)
-            .await
-    }
-
-    async fn renew_claim(
-        &self,
-        claim: &Claim,
-        new_token: i64,
-        ttl: Duration,
-    ) -> Result<bool, MapError> {
-        self.sides().lead.renew_claim(claim, new_token, ttl).await
-    }
-
-    async fn release_claim(&self, claim: &Claim) -> Result<(), MapError> {
-        self.sides().lead.release_claim(claim).await
-    }
-}
-
-#[async_trait]
-impl Quotas for MirroredMaps {
-    async fn take_origin_turn(
-        &self,
-        turn: &OriginTurn<'_>,
-    ) -> Result<(SlotTake, Option<HeldFailure>), MapError> {
-        self.sides().lead.take_origin_turn(turn).await
-    }
-
-    async fn release_origin_slot(&self, slot: &OriginSlot) -> Result<(), MapError> {
-        self.sides().lead.release_origin_slot(slot).await
-    }
-
-    async fn origin_slots_held(&self, origin: &str) -> Result<u32, MapError> {
-        self.sides().lead.origin_slots_held(origin).await
-    }
-
-    async fn pause_origin(&self, origin: &str, length: Duration) -> Result<(), MapError> {
-        self.sides().lead.pause_origin(origin, length).await
-    }
-
-    async fn origin_pause(&self, origin: &str) -> Result<Option<Duration>, MapError> {
-        self.sides().lead.origin_pause(origin).await
-    }
-
-    async fn take_tokens(
-        &self,
-        key: &str,
-        bucket: Bucket,
-        need: f64,
-        cost: f64,
-    ) -> Result<Take, MapError> {
-        self.sides().lead.take_tokens(key, bucket, need, cost).await
-    }
-
-    async fn held_failure(&self, url: &str) -> Result<Option<HeldFailure>, MapError> {
-        self.sides().lead.held_failure(url).await
-    }
-
-    async fn hold_failure(
-        &self,
-        url: &str,
-        error: &str,
-        streak: u32,
-        hold: Duration,
-        remember: Duration,
-    ) -> Result<(), MapError> {
-        self.sides()
-            .lead
-            .hold_failure(url, error, streak, hold, remember)
-            .await
-    }
-
-    async fn clear_failure(&self, url: &str) -> Result<(), MapError> {
-        self.sides().lead.clear_failure(url).await
-    }
-}
-
-#[async_trait]
-impl WalkLog for MirroredMaps {
-    async fn walk_position(&self, name: &str) -> Result<Option<WalkPosition>, MapError> {
-        self.sides().lead.walk_position(name).await
-    }
-
-    async fn put_walk_position(&self, name: &str, position: &WalkPosition) -> Result<(), MapError> {
-        self.sides().lead.put_walk_position(name, position).await
-    }
-
-    async fn walk_positions(&self) -> Result<Vec<(String, WalkPosition)>, MapError> {
-        self.sides().lead.walk_positions().await
     }
 }

@@ -27,6 +27,7 @@
 mod backfill;
 pub(super) mod blobs;
 mod follow;
+mod lead_only;
 pub(super) mod mirror;
 
 use std::sync::atomic::Ordering;

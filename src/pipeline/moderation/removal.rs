@@ -322,7 +322,7 @@ impl Pipeline {
     }
 
     /// Drops what this node holds in memory that a removal may have made wrong.
-    fn removed(&self) {
+    pub(in crate::pipeline) fn removed(&self) {
         let s = &self.shared;
         self.forget_requests();
         self.forget_hot_variants();

@@ -15,8 +15,10 @@ use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
 mod facts;
+mod focus;
 mod upload;
 
+pub use focus::FocusSet;
 pub use upload::Uploaded;
 
 /// The originals' own state, composed into the pipeline.

@@ -96,6 +96,7 @@ fn describe(bytes: &[u8], probe: Option<(SourceInfo, (u32, u32))>) -> (ContentHa
         bytes: bytes.len() as u64,
         first_seen_ms: now_ms(),
         facts: None,
+        focus: None,
     };
     (hash, info)
 }

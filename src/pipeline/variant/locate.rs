@@ -98,7 +98,9 @@ impl Pipeline {
                     order: &self.shared.config.formats.auto,
                 }),
             )
-            .with_targets(&self.shared.config.quality.targets());
+            .with_targets(&self.shared.config.quality.targets())
+            // The original's focal point, where the request leaves the window to it.
+            .with_focus(spec, info.focus.map(|f| (f.x, f.y)));
         let header = processors::Header {
             format: source_format,
             size: info.width.zip(info.height),

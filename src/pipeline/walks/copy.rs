@@ -105,6 +105,10 @@ pub async fn copy_maps(
                 to_blobs.put_if_absent(&hash, bytes).await?;
             }
             to.add_original(&hash, &info).await?;
+            if let Some(focus) = &info.focus {
+                // PostgreSQL's index entry is written without it.
+                to.put_focus(&hash, Some(focus)).await?;
+            }
             report.originals_copied += 1;
         }
     }
