@@ -379,6 +379,48 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
     assert_eq!(r.status(), 200);
 }
 
+/// Issue 71: in canonical mode a focal point set by a merged copy's own hash is set on the
+/// canonical original, whose variants that hash is served from.
+#[tokio::test]
+async fn a_focal_point_set_by_a_merged_copys_hash_is_the_canonical_originals() {
+    let app = spawn_app_with(|c| c.dedup.near = NearDedup::Canonical).await;
+    let origin = Origin::start().await;
+    let original = photo("kodak-02.jpg");
+    let copy = reencoded(&original, 80, 1);
+    origin.put("/first.jpg", original.clone());
+    origin.put("/copy.jpg", copy.clone());
+    assert_eq!(
+        app.image_from(&origin, "/first.jpg", "w=200")
+            .await
+            .status(),
+        200
+    );
+    let b = app.image_from(&origin, "/copy.jpg", "w=200").await;
+    assert_eq!(
+        header(&b, "x-imgcas-canonical"),
+        Some(hash(&original).as_str())
+    );
+    let cover = format!("/v1/image/{}?w=100&h=100&fit=cover", hash(&copy));
+    let etag = |r: &reqwest::Response| header(r, "etag").map(str::to_string);
+    let before = etag(&app.get(&cover).await);
+    let focus = app.url(&format!("/v1/originals/{}/focus", hash(&copy)));
+    let set = app.client.put(focus).body(r#"{"x": 0.1, "y": 0.5}"#);
+    let set = set.send().await.expect("request");
+    assert_eq!(set.status(), 200);
+    assert_eq!(json(set).await["hash"], Value::from(hash(&original)));
+    let info = json(
+        app.get(&format!("/v1/originals/{}/info", hash(&original)))
+            .await,
+    )
+    .await;
+    assert_eq!(info["focus"]["x"], Value::from(0.1));
+    let after = etag(&app.get(&cover).await);
+    assert!(
+        after.is_some() && after != before,
+        "the copy's crop is placed on the point"
+    );
+}
+
 /// `bytes` decoded, with a filled rectangle of `area` of the picture at (`fx`, `fy`) of its
 /// free width and height, drawn by `paint(x, y)` relative to the rectangle, as a JPEG q90.
 fn edited(

@@ -27,8 +27,9 @@ fn placed_by_a_focal_point(key: &VariantKey) -> bool {
 }
 
 impl Pipeline {
-    /// Sets `hash`'s focal point (`None`: clears it). 404 for an original not indexed, 451
-    /// for one taken down.
+    /// Sets `hash`'s focal point (`None`: clears it). A near-duplicate's own hash (canonical
+    /// mode) sets it on the canonical original that serves it, the one its variants are made
+    /// of. 404 for an original not stored, 451 for one taken down.
     pub async fn set_focus(
         &self,
         hash: &ContentHash,
@@ -36,9 +37,19 @@ impl Pipeline {
     ) -> Result<FocusSet, Error> {
         let s = &self.shared;
         self.may_serve(&[*hash]).map_err(|refused| refused.error)?;
-        if !s.maps.put_focus(hash, focus.as_ref()).await? {
-            return Err(Error::NotFound(format!("no original with hash {hash}")));
-        }
+        let hash = &match s.maps.put_focus(hash, focus.as_ref()).await? {
+            true => *hash,
+            false => {
+                let not_found = || Error::NotFound(format!("no original with hash {hash}"));
+                let canonical = s.maps.alias(hash).await?.ok_or_else(not_found)?;
+                self.may_serve(&[canonical])
+                    .map_err(|refused| refused.error)?;
+                if !s.maps.put_focus(&canonical, focus.as_ref()).await? {
+                    return Err(not_found());
+                }
+                canonical
+            }
+        };
         let placed: Vec<VariantKey> = s
             .maps
             .variants_of(hash)
