@@ -42,6 +42,16 @@ fn as_png(bytes: &[u8]) -> Vec<u8> {
     )
 }
 
+/// A photograph and a re-encoded copy of it, served by `origin` as `/first.jpg` and
+/// `/copy.jpg`.
+fn original_and_copy(origin: &Origin) -> (Vec<u8>, Vec<u8>) {
+    let original = photo("kodak-02.jpg");
+    let copy = reencoded(&original, 80, 1);
+    origin.put("/first.jpg", original.clone());
+    origin.put("/copy.jpg", copy.clone());
+    (original, copy)
+}
+
 fn hash(bytes: &[u8]) -> String {
     ContentHash::of(bytes).to_string()
 }
@@ -336,10 +346,7 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
     })
     .await;
     let origin = Origin::start().await;
-    let original = photo("kodak-02.jpg");
-    let copy = reencoded(&original, 80, 1);
-    origin.put("/first.jpg", original.clone());
-    origin.put("/copy.jpg", copy.clone());
+    let (original, copy) = original_and_copy(&origin);
     let a = app.image_from(&origin, "/first.jpg", "w=200").await;
     assert_eq!(a.status(), 200);
     let b = app.image_from(&origin, "/copy.jpg", "w=200").await;
@@ -385,10 +392,7 @@ async fn a_takedown_in_canonical_mode_holds_for_merged_and_new_copies() {
 async fn a_focal_point_set_by_a_merged_copys_hash_is_the_canonical_originals() {
     let app = spawn_app_with(|c| c.dedup.near = NearDedup::Canonical).await;
     let origin = Origin::start().await;
-    let original = photo("kodak-02.jpg");
-    let copy = reencoded(&original, 80, 1);
-    origin.put("/first.jpg", original.clone());
-    origin.put("/copy.jpg", copy.clone());
+    let (original, copy) = original_and_copy(&origin);
     assert_eq!(
         app.image_from(&origin, "/first.jpg", "w=200")
             .await
