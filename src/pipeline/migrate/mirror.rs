@@ -2,8 +2,8 @@
 //! and takes every write first — and, while the migration mirrors, the other follows, each
 //! write made on it too once the leading one took it, in the background and in order
 //! (`follow.rs`). Roles that coordinate rather than keep content (claims, quotas, the walks'
-//! positions) stay with the leading store alone: they are short-lived, and the follower
-//! starts on them afresh when it leads.
+//! positions) stay with the leading store alone (`lead_only.rs`): they are short-lived, and
+//! the follower starts on them afresh when it leads.
 //!
 //! A follower's failure does not fail the write (the leading store is the truth until the
 //! cutover); it is counted, and the backfill's checksums find the page it left different. A

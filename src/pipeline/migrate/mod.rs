@@ -3,7 +3,8 @@
 //! Mezzanine moved its rows:
 //!
 //! 1. **backfilling**: every write goes to the source (which leads: it answers the reads)
-//!    and then to the target (`mirror.rs`, `blobs.rs`); the backfill (`backfill.rs`) walks the
+//!    and then to the target (`mirror.rs`, `blobs.rs`; queued and made in order in the
+//!    background, `follow.rs`, so a request waits for the source alone); the backfill (`backfill.rs`) walks the
 //!    source's originals by hash range and makes the target hold what the source holds for
 //!    each — index entry, bytes, fingerprint, URL entries, variants — comparing a checksum
 //!    of both sides' state per original and copying again what differs; a sample of reads is
