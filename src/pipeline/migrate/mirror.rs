@@ -9,7 +9,8 @@
 //! cutover); it is counted, and the backfill's checksums find the page it left different. A
 //! variant's row is made for the follower as it keeps them (its bytes in the row, or in its
 //! blob store). A sample of reads is also asked of the follower, in the background, and
-//! compared (shadow reads). With no migration under way, a call costs one atomic load more.
+//! compared (shadow reads). With no migration under way, a read costs one atomic load more,
+//! and a write an uncontended read of the gate a change of phase closes (`follow.rs`) too.
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -105,30 +106,6 @@ impl MirroredMaps {
             self.counts.follower_wrote("flush", flushed);
         }
         Ok(())
-    }
-
-    async fn record_download_mirrored(
-        &self,
-        url: &str,
-        entry: &UrlEntry,
-        info: &OriginalInfo,
-        claim: Option<&Claim>,
-    ) -> Result<Recorded, MapError> {
-        let _turn = self.follow.write_turn().await;
-        let sides = self.sides();
-        let out = sides.lead.record_download(url, entry, info, claim).await?;
-        if let Some(follow) = &sides.follow {
-            let maps = follow.maps.clone();
-            let (owned, entry, info) = (url.to_owned(), entry.clone(), info.clone());
-            let write = async move {
-                // The claim is the leading store's: the follower records without one.
-                let done = maps.record_download(&owned, &entry, &info, None).await;
-                done.map(|_| ()).map_err(|e| e.to_string())
-            };
-            let queue = self.follow.queue(url, "record_download", 0, write.boxed());
-            queue.await;
-        }
-        Ok(out)
     }
 
     async fn put_variant_mirrored(
@@ -389,7 +366,17 @@ impl Originals for MirroredMaps {
         info: &OriginalInfo,
         claim: Option<&Claim>,
     ) -> Result<Recorded, MapError> {
-        self.record_download_mirrored(url, entry, info, claim).await
+        // The claim is the leading store's: the follower records without one.
+        queued!(
+            self,
+            url,
+            record_download(
+                url: url.to_owned() => &url,
+                entry: entry.clone() => &entry,
+                info: info.clone() => &info,
+                claim: None::<&Claim> => claim
+            )
+        )
     }
 
     async fn put_facts(&self, hash: &ContentHash, facts: &OriginalFacts) -> Result<(), MapError> {
