@@ -4,9 +4,14 @@
 //! of, and a request that waited on both paid the slower store's latency on every write).
 //!
 //! Why this loses nothing:
-//! - Writes about one thing (a URL, an original and everything keyed by its hash) go to the
-//!   same lane, and a lane makes them one at a time in the order the leading store took
-//!   them, so the follower ends where the leader is. A write the queue does not carry (the
+//! - Writes about one original (its bytes, index entry, facts, fingerprint, focal point,
+//!   variants, and the URL entries that name it) go to the same lane, and a lane makes them
+//!   one at a time in the order the leading store took them, so the follower ends where the
+//!   leader is. (A URL whose entry moves to other bytes has its new entry in the new bytes'
+//!   lane: an older entry still queued in the old lane could land after it. That takes two
+//!   changes of one URL's bytes within the queue's delay; the other way round — a URL's
+//!   lane of its own — would let an original's facts reach the follower before the download
+//!   that indexes it, on every new download.) A write the queue does not carry (the
 //!   rare ones: removals, takedowns, evictions) first waits until every lane has made what
 //!   was queued before it ([`FollowQueue::settled`]).
 //! - Who leads changes only through [`FollowQueue::closed`]: no write is let in between a

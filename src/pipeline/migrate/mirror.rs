@@ -297,7 +297,7 @@ impl UrlMap for MirroredMaps {
     }
 
     async fn put_url(&self, url: &str, entry: &UrlEntry) -> Result<(), MapError> {
-        queued!(self, url, put_url(url: url.to_owned() => &url, entry: entry.clone() => &entry))
+        queued!(self, entry.hash, put_url(url: url.to_owned() => &url, entry: entry.clone() => &entry))
     }
 
     async fn remove_url(&self, url: &str) -> Result<(), MapError> {
@@ -366,10 +366,13 @@ impl Originals for MirroredMaps {
         info: &OriginalInfo,
         claim: Option<&Claim>,
     ) -> Result<Recorded, MapError> {
-        // The claim is the leading store's: the follower records without one.
+        // In the lane of the original it indexes: the facts, fingerprint and focal point
+        // written for it later must not reach the follower first (each is nothing there for
+        // an original not indexed yet). The claim is the leading store's: the follower
+        // records without one.
         queued!(
             self,
-            url,
+            entry.hash,
             record_download(
                 url: url.to_owned() => &url,
                 entry: entry.clone() => &entry,
